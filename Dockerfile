@@ -1,0 +1,19 @@
+FROM swift:6.1-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev libssl-dev libmicrohttpd-dev pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Package.swift ./
+COPY Sources ./Sources
+COPY Tests ./Tests
+COPY Resources ./Resources
+RUN swift build -c release --product ledger --static-swift-stdlib
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends libpq5 libssl3 libmicrohttpd12 ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/.build/release/ledger /usr/local/bin/ledger
+COPY Migrations /opt/ledger/Migrations
+COPY Resources /opt/ledger/Resources
+ENV LEDGER_MIGRATIONS_DIR=/opt/ledger/Migrations LEDGER_RESOURCES_DIR=/opt/ledger/Resources
+EXPOSE 8080
+CMD ["ledger", "serve"]

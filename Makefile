@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh Debian machine with the Swift toolchain:
+#   make run    install what is missing, start the project-local PostgreSQL, migrate, serve
+#   make test   the same database set-up, then the whole test suite
+SHELL := /bin/bash
+SWIFT_BIN := $(firstword $(wildcard /opt/swift/usr/bin) $(dir $(shell command -v swift 2>/dev/null)))
+export PATH := $(SWIFT_BIN):$(PATH)
+DB := scripts/db.sh
+SWIFT_FLAGS ?= -c debug
+LEDGER := .build/debug/ledger
+
+.PHONY: run test build release db-start db-stop deps migrate demo bench clean
+
+deps:
+	@$(DB) deps
+
+db-start: deps
+	@$(DB) start
+
+db-stop:
+	@$(DB) stop
+
+build: deps
+	swift build $(SWIFT_FLAGS) --product ledger
+
+release: deps
+	swift build -c release --product ledger
+
+# Migrations run as the cluster's superuser (they create the schema and grant the restricted
+# role); the service then connects as ledger_service, which may only INSERT and SELECT events.
+migrate: db-start build
+	@eval "$$($(DB) env)"; LEDGER_DATABASE_URL="$$LEDGER_ADMIN_DATABASE_URL" $(LEDGER) migrate
+
+run: migrate
+	@eval "$$($(DB) env)"; exec $(LEDGER) serve
+
+test: db-start
+	@eval "$$($(DB) env)"; swift test $(SWIFT_TEST_FLAGS)
+
+clean: db-stop
+	rm -rf .build .pg

@@ -1,0 +1,61 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// One set of settings for every Swift target, so the whole package is held to the same rules.
+let swiftSettings: [SwiftSetting] = [
+    // SE-0335: spell existential types `any P`, so a protocol used as a type is visible at a glance.
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "SubscriptionLedger",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "ledger", targets: ["ledger"]),
+    ],
+    targets: [
+        // C libraries from Debian, wrapped once each (module map + one shim header).
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+
+        // Pure domain: no I/O, no C.
+        .target(name: "LedgerCore", swiftSettings: swiftSettings),
+        // OpenSSL behind Swift types: digests, HMAC, AES, ECDSA, X.509.
+        .target(name: "Crypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        // libpq behind Swift types.
+        .target(name: "Postgres", dependencies: ["CLibPQ"], swiftSettings: swiftSettings),
+        // libmicrohttpd behind Swift types.
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
+
+        .target(name: "LedgerStore", dependencies: ["LedgerCore", "Postgres", "Crypto"], swiftSettings: swiftSettings),
+        .target(name: "AppStore", dependencies: ["LedgerCore", "Crypto"], swiftSettings: swiftSettings),
+        .target(name: "WeChatPay", dependencies: ["LedgerCore", "Crypto"], swiftSettings: swiftSettings),
+        .target(
+            name: "LedgerService",
+            dependencies: ["LedgerCore", "LedgerStore", "AppStore", "WeChatPay", "HTTPServer", "Postgres", "Crypto"],
+            swiftSettings: swiftSettings
+        ),
+        // Test authority (signs Apple notifications with a test PKI) and throw-away databases:
+        // used by the test suites, `ledger simulate` and `ledger bench`.
+        .target(
+            name: "LedgerTesting",
+            dependencies: ["LedgerCore", "AppStore", "Crypto", "LedgerStore", "Postgres"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ledger",
+            dependencies: ["LedgerService", "LedgerTesting"],
+            swiftSettings: swiftSettings
+        ),
+
+        .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore"], swiftSettings: swiftSettings),
+        .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: swiftSettings),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "LedgerTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "LedgerTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "WeChatPayTests", dependencies: ["WeChatPay"], swiftSettings: swiftSettings),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
+        .testTarget(name: "LedgerServiceTests", dependencies: ["LedgerService", "LedgerTesting"], swiftSettings: swiftSettings),
+    ]
+)

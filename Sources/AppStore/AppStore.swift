@@ -1,0 +1,1 @@
+// AppStore: filled in by its issue.

@@ -1,0 +1,165 @@
+import Foundation
+
+// Decoded Apple payloads (App Store Server Notifications V2, JWSTransaction, JWSRenewalInfo).
+// Every field is optional and every enum is kept as its raw value, so a field or value Apple adds
+// later decodes instead of failing; the exact JSON is stored beside it anyway.
+// Times are milliseconds; `AppleTime` tolerates the fractional milliseconds Xcode signs.
+
+/// A millisecond timestamp that decodes from an integer or a fractional number (Xcode data).
+public struct AppleTime: Sendable, Hashable, Codable, Comparable {
+    public var millis: EpochMillis
+    public init(_ millis: EpochMillis) { self.millis = millis }
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if let i = try? c.decode(Int64.self) {
+            millis = i
+        } else {
+            let d = try c.decode(Double.self)
+            guard d.isFinite, abs(d) < 9.2e18 else {
+                throw DecodingError.dataCorruptedError(in: c, debugDescription: "timestamp out of range: \(d)")
+            }
+            millis = Int64(d.rounded())
+        }
+    }
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(millis)
+    }
+    public static func < (a: AppleTime, b: AppleTime) -> Bool { a.millis < b.millis }
+}
+
+/// ResponseBodyV2DecodedPayload, with the nested JWS decoded in place (`transactionInfo`,
+/// `renewalInfo`) once they have been verified.
+public struct AppleNotification: Sendable, Equatable, Codable {
+    public var notificationType: String?
+    public var subtype: String?
+    public var notificationUUID: String?
+    public var version: String?
+    public var signedDate: AppleTime?
+    public var data: NotificationData?
+    public var summary: NotificationSummary?
+    public var externalPurchaseToken: ExternalPurchaseToken?
+    public var appData: AppData?
+
+    public init() {}
+
+    public struct NotificationData: Sendable, Equatable, Codable {
+        public var appAppleId: Int64?
+        public var bundleId: String?
+        public var bundleVersion: String?
+        public var environment: String?
+        public var signedTransactionInfo: String?
+        public var signedRenewalInfo: String?
+        public var status: Int?
+        public var consumptionRequestReason: String?
+        public init() {}
+    }
+
+    public struct NotificationSummary: Sendable, Equatable, Codable {
+        public var environment: String?
+        public var appAppleId: Int64?
+        public var bundleId: String?
+        public var productId: String?
+        public var requestIdentifier: String?
+        public var storefrontCountryCodes: [String]?
+        public var succeededCount: Int64?
+        public var failedCount: Int64?
+        public init() {}
+    }
+
+    public struct ExternalPurchaseToken: Sendable, Equatable, Codable {
+        public var externalPurchaseId: String?
+        public var tokenCreationDate: AppleTime?
+        public var appAppleId: Int64?
+        public var bundleId: String?
+        public init() {}
+    }
+
+    public struct AppData: Sendable, Equatable, Codable {
+        public var appAppleId: Int64?
+        public var bundleId: String?
+        public var environment: String?
+        public var signedAppTransactionInfo: String?
+        public init() {}
+    }
+}
+
+/// JWSTransactionDecodedPayload.
+public struct AppleTransaction: Sendable, Equatable, Codable {
+    public var transactionId: String?
+    public var originalTransactionId: String?
+    public var webOrderLineItemId: String?
+    public var bundleId: String?
+    public var productId: String?
+    public var subscriptionGroupIdentifier: String?
+    public var purchaseDate: AppleTime?
+    public var originalPurchaseDate: AppleTime?
+    public var expiresDate: AppleTime?
+    public var quantity: Int?
+    public var type: String?
+    public var appAccountToken: String?
+    public var inAppOwnershipType: String?
+    public var signedDate: AppleTime?
+    public var revocationReason: Int?
+    public var revocationDate: AppleTime?
+    public var revocationType: String?
+    public var revocationPercentage: Int?
+    public var isUpgraded: Bool?
+    public var offerType: Int?
+    public var offerIdentifier: String?
+    public var offerPeriod: String?
+    public var offerDiscountType: String?
+    public var environment: String?
+    public var storefront: String?
+    public var storefrontId: String?
+    public var transactionReason: String?
+    public var price: Int64?
+    public var currency: String?
+    public var appTransactionId: String?
+    public var billingPlanType: String?
+    public init() {}
+}
+
+/// JWSRenewalInfoDecodedPayload.
+public struct AppleRenewalInfo: Sendable, Equatable, Codable {
+    public var originalTransactionId: String?
+    public var productId: String?
+    public var autoRenewProductId: String?
+    public var autoRenewStatus: Int?
+    public var expirationIntent: Int?
+    public var isInBillingRetryPeriod: Bool?
+    public var gracePeriodExpiresDate: AppleTime?
+    public var priceIncreaseStatus: Int?
+    public var offerType: Int?
+    public var offerIdentifier: String?
+    public var offerPeriod: String?
+    public var offerDiscountType: String?
+    public var signedDate: AppleTime?
+    public var environment: String?
+    public var recentSubscriptionStartDate: AppleTime?
+    public var renewalDate: AppleTime?
+    public var renewalPrice: Int64?
+    public var currency: String?
+    public var eligibleWinBackOfferIds: [String]?
+    public var appAccountToken: String?
+    public var appTransactionId: String?
+    public init() {}
+}
+
+/// What the ledger stores as an Apple V2 event's `payload`: the verified, decoded notification
+/// with its nested JWS decoded in place. Stored JSON keys: the notification's own keys, plus
+/// `transactionInfo` and `renewalInfo` (the decoded nested JWS; their signed strings stay in
+/// `raw`). Unknown keys are kept in the stored JSON; this type reads the ones the ledger uses.
+public struct AppleEventPayload: Sendable, Equatable, Codable {
+    public var notificationType: String?
+    public var subtype: String?
+    public var notificationUUID: String?
+    public var signedDate: AppleTime?
+    public var data: AppleNotification.NotificationData?
+    public var summary: AppleNotification.NotificationSummary?
+    public var externalPurchaseToken: AppleNotification.ExternalPurchaseToken?
+    public var appData: AppleNotification.AppData?
+    public var transactionInfo: AppleTransaction?
+    public var renewalInfo: AppleRenewalInfo?
+    public init() {}
+}

@@ -1,0 +1,1 @@
+// LedgerService: filled in by its issue.

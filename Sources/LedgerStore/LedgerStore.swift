@@ -1,0 +1,1 @@
+// LedgerStore: filled in by its issue.

@@ -1,0 +1,1 @@
+// LedgerTesting: filled in by its issue.

@@ -1,0 +1,1 @@
+// Postgres: filled in by its issue.

@@ -1,0 +1,1 @@
+// WeChatPay: filled in by its issue.

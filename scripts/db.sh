@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The project-local PostgreSQL cluster used by `make run` and `make test`.
+#
+#   scripts/db.sh deps       install missing Debian packages (when root or sudo is available)
+#   scripts/db.sh start      initialise (once) and start the cluster; create roles and the database
+#   scripts/db.sh stop       stop it (fast shutdown)
+#   scripts/db.sh restart    restart it (used by the reconnect tests)
+#   scripts/db.sh env        print the LEDGER_* variables that point at it (for `eval`)
+#
+# The cluster lives in .pg/ under the project (git-ignored) with its own unix socket and a port
+# derived from the project path, so several clones on one machine never clash. PostgreSQL
+# refuses to run as root, so when invoked as root every server command runs as `postgres`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PG_BIN="${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}"
+# Port: LEDGER_PG_PORT, else 55000 + (hash of the project path mod 1000).
+PORT="${LEDGER_PG_PORT:-$((55000 + $(printf '%s' "$ROOT" | cksum | cut -d' ' -f1) % 1000))}"
+BASE="$ROOT/.pg"
+DB=ledger
+SERVICE_ROLE=ledger_service
+
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# When root runs this from a directory `postgres` cannot enter (e.g. under /root), keep the
+# cluster in /var/tmp under a name derived from the project path instead.
+pick_base() {
+  if [ "$(id -u)" = 0 ]; then
+    mkdir -p "$BASE"
+    chown postgres:postgres "$BASE" 2>/dev/null || true
+    if ! runuser -u postgres -- test -w "$BASE" 2>/dev/null; then
+      BASE="/var/tmp/ledger-pg-$(printf '%s' "$ROOT" | cksum | cut -d' ' -f1)"
+      mkdir -p "$BASE"; chown postgres:postgres "$BASE"
+    fi
+  else
+    mkdir -p "$BASE"
+  fi
+  DATA="$BASE/data"; SOCK="$BASE/sock"; LOG="$BASE/server.log"
+}
+
+deps() {
+  local need=()
+  for p in libpq-dev libssl-dev libmicrohttpd-dev pkg-config postgresql; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  done
+  [ ${#need[@]} -eq 0 ] && return 0
+  local SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO=sudo
+    else echo "missing packages: ${need[*]} (install them: apt-get install ${need[*]})" >&2; exit 1; fi
+  fi
+  echo "installing ${need[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  # Debian's postgresql package starts a system cluster on 5432; ours uses its own port, so
+  # the two never meet.
+}
+
+psql_su() { as_pg "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$PORT" -U postgres "$@"; }
+
+start() {
+  pick_base
+  [ -x "$PG_BIN/initdb" ] || { echo "PostgreSQL server binaries not found (apt-get install postgresql)" >&2; exit 1; }
+  if [ ! -s "$DATA/PG_VERSION" ]; then
+    mkdir -p "$DATA" "$SOCK"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$DATA" "$SOCK"
+    as_pg "$PG_BIN/initdb" -D "$DATA" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 >/dev/null
+    cat >> "$DATA/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$SOCK'
+port = $PORT
+max_connections = 200
+shared_buffers = 256MB
+fsync = on
+synchronous_commit = on
+CONF
+  fi
+  mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$SOCK"
+  if ! as_pg "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 -o "-p $PORT -k $SOCK" start >/dev/null
+  fi
+  psql_su -d postgres <<SQL
+SELECT 'CREATE DATABASE $DB' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$DB')\gexec
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$SERVICE_ROLE') THEN
+    CREATE ROLE $SERVICE_ROLE LOGIN;
+  END IF;
+END \$\$;
+SQL
+}
+
+stop() {
+  pick_base
+  if [ -s "$DATA/PG_VERSION" ] && as_pg "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
+  fi
+}
+
+restart() {
+  pick_base
+  as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -m fast -w -t 60 -o "-p $PORT -k $SOCK" restart >/dev/null
+}
+
+env_vars() {
+  pick_base
+  # Superuser URL (migrations, tests) and the restricted service role (what `serve` uses).
+  echo "export LEDGER_ADMIN_DATABASE_URL='host=$SOCK port=$PORT user=postgres dbname=$DB'"
+  echo "export LEDGER_DATABASE_URL='host=$SOCK port=$PORT user=$SERVICE_ROLE dbname=$DB'"
+  echo "export LEDGER_TEST_DATABASE_URL='host=$SOCK port=$PORT user=postgres dbname=postgres'"
+  echo "export LEDGER_TEST_DB_SCRIPT='$ROOT/scripts/db.sh'"
+  echo "export LEDGER_PG_BIN='$PG_BIN'"
+}
+
+case "${1:-}" in
+  deps) deps ;;
+  start) start ;;
+  stop) stop ;;
+  restart) restart ;;
+  env) env_vars ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
+esac
