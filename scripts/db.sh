@@ -89,6 +89,9 @@ DO \$\$ BEGIN
   END IF;
 END \$\$;
 SQL
+  # The default database of `ledger serve` when LEDGER_DATABASE_URL is not set.
+  mkdir -p "$ROOT/.pg"
+  printf 'host=%s port=%s user=%s dbname=%s\n' "$SOCK" "$PORT" "$SERVICE_ROLE" "$DB" > "$ROOT/.pg/database.url"
 }
 
 stop() {

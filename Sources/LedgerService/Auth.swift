@@ -1,0 +1,46 @@
+import Crypto
+import Foundation
+
+/// Bearer tokens for the query API. Only SHA-256 hashes are held; a presented token is hashed and
+/// compared in constant time against every known hash (no early exit), so neither timing nor a
+/// memory dump reveals a token.
+public struct TokenAuthority: Sendable {
+    private let entries: [LedgerConfiguration.TokenHash]
+
+    public init(tokens: [LedgerConfiguration.TokenHash]) { self.entries = tokens }
+
+    public enum Failure: Error, Equatable {
+        /// No or malformed Authorization header, or an unknown token → 401.
+        case unauthenticated(String)
+        /// A valid token whose role may not do this → 403.
+        case forbidden(String)
+    }
+
+    /// The strongest role a token grants (a token may be listed under several roles).
+    public func role(forAuthorizationHeader header: String?) -> Role? {
+        guard let header else { return nil }
+        let prefix = "bearer "
+        guard header.count > prefix.count, header.lowercased().hasPrefix(prefix) else { return nil }
+        let token = header.dropFirst(prefix.count).trimmingCharacters(in: .whitespaces)
+        guard !token.isEmpty else { return nil }
+        let digest = Digest.sha256(Array(token.utf8))
+        var best: Role?
+        for e in entries where ConstantTime.equals(e.sha256, digest) {
+            if best == nil || best! < e.role { best = e.role }
+        }
+        return best
+    }
+
+    public func authorize(header: String?, needs required: Role) -> Result<Role, Failure> {
+        guard header != nil else {
+            return .failure(.unauthenticated("send Authorization: Bearer <token>; tokens are configured with LEDGER_TOKENS (role:token)"))
+        }
+        guard let role = role(forAuthorizationHeader: header) else {
+            return .failure(.unauthenticated("the bearer token is not valid; check LEDGER_TOKENS or the tokens in the configuration file"))
+        }
+        guard role >= required else {
+            return .failure(.forbidden("this needs the \(required.rawValue) role; the token has \(role.rawValue)"))
+        }
+        return .success(role)
+    }
+}

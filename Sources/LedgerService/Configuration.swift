@@ -1,0 +1,253 @@
+/// LedgerService owns the service: configuration, authentication, logging, metrics, and the HTTP
+/// routes that turn verified notifications into events and projections into answers.
+import Crypto
+import Foundation
+
+/// A secret value (token, key, shared secret). It never prints itself, so it cannot leak into a
+/// log line or an error message by accident.
+public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
+    public let value: String
+    public init(_ value: String) { self.value = value }
+    public var description: String { "<redacted>" }
+    public var debugDescription: String { "<redacted>" }
+}
+
+public enum Role: String, Sendable, Codable, CaseIterable, Comparable {
+    case app, auditor, admin
+    /// Roles are nested: an auditor may do what an app may, an admin what an auditor may.
+    private var rank: Int { switch self { case .app: 0; case .auditor: 1; case .admin: 2 } }
+    public static func < (a: Role, b: Role) -> Bool { a.rank < b.rank }
+}
+
+public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
+    case unreadableFile(path: String, reason: String)
+    case invalidJSON(path: String, reason: String)
+    case invalidValue(name: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .unreadableFile(let p, let r): return "cannot read configuration file \(p): \(r)"
+        case .invalidJSON(let p, let r): return "configuration file \(p) is not valid: \(r)"
+        case .invalidValue(let n, let r): return "\(n): \(r)"
+        }
+    }
+}
+
+/// Everything the service is configured with: one JSON file (`LEDGER_CONFIG`) with environment
+/// variables on top (DESIGN.md §Interfaces). The JSON shape is documented in README §Configuration.
+public struct LedgerConfiguration: Sendable {
+    public struct Apple: Sendable {
+        public var rootCertificatePaths: [String] = []
+        public var bundleIds: Set<String> = []
+        public var appAppleIds: Set<Int64> = []
+        public var environments: Set<String> = ["Production"]
+        public var sharedSecret: Secret?
+    }
+
+    public struct WeChat: Sendable {
+        public var appId: String?
+        public var token: Secret?
+        public var aesKey: Secret?
+        /// The EncodingAESKey before the last rotation, still accepted while WeChat switches over.
+        public var previousAESKey: Secret?
+        public var appKey: Secret?
+        public var apiBaseURL: String = "https://api.weixin.qq.com"
+        /// The refund-inquiry policy, as the WeChatPay module reads it.
+        public var refundPolicyJSON: Data?
+        public var isConfigured: Bool { appId != nil && token != nil }
+    }
+
+    public struct HTTP: Sendable {
+        public var maxBodyBytes: Int = 1 << 20
+        public var connectionLimit: Int = 1024
+        public var perIPConnectionLimit: Int = 0
+        public var connectionTimeoutSeconds: Int = 30
+        public var threadPoolSize: Int = 4
+    }
+
+    /// A bearer token, kept only as the SHA-256 of its bytes.
+    public struct TokenHash: Sendable, Equatable {
+        public var role: Role
+        public var sha256: [UInt8]
+    }
+
+    /// Default: the embedded cluster of `make run` (scripts/db.sh writes its address to .pg/database.url).
+    public var databaseURL: String = {
+        let file = FileManager.default.currentDirectoryPath + "/.pg/database.url"
+        if let s = try? String(contentsOfFile: file, encoding: .utf8) {
+            let t = s.trimmingCharacters(in: .whitespacesAndNewlines)
+            if !t.isEmpty { return t }
+        }
+        return "dbname=ledger user=ledger_service"
+    }()
+    public var listenHost: String = "127.0.0.1"
+    public var listenPort: Int = 8080
+    public var databasePoolSize: Int = 16
+    public var apple = Apple()
+    public var wechat = WeChat()
+    public var http = HTTP()
+    public var tokens: [TokenHash] = []
+    /// `{"products": {…}}` as given; the projections read it as a product → entitlement catalog.
+    public var productsJSON: Data = Data(#"{"products":{}}"#.utf8)
+
+    public init() {}
+
+    /// Reads `LEDGER_CONFIG` (if set) and then the environment overrides.
+    public static func load(environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigurationError) -> LedgerConfiguration {
+        var config = LedgerConfiguration()
+        if let path = environment["LEDGER_CONFIG"], !path.isEmpty {
+            let data: Data
+            do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+                throw .unreadableFile(path: path, reason: "\(error.localizedDescription)")
+            }
+            try config.apply(fileJSON: data, path: path)
+        }
+        try config.apply(environment: environment)
+        return config
+    }
+
+    mutating func apply(fileJSON data: Data, path: String) throws(ConfigurationError) {
+        let object: [String: Any]
+        do {
+            guard let o = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+                throw ConfigurationError.invalidJSON(path: path, reason: "the top level must be a JSON object")
+            }
+            object = o
+        } catch let e as ConfigurationError { throw e } catch {
+            throw .invalidJSON(path: path, reason: "\(error.localizedDescription)")
+        }
+        func strings(_ v: Any?, _ name: String) throws(ConfigurationError) -> [String]? {
+            guard let v else { return nil }
+            guard let a = v as? [String] else { throw .invalidJSON(path: path, reason: "\(name) must be an array of strings") }
+            return a
+        }
+        func string(_ v: Any?, _ name: String) throws(ConfigurationError) -> String? {
+            guard let v else { return nil }
+            guard let s = v as? String else { throw .invalidJSON(path: path, reason: "\(name) must be a string") }
+            return s
+        }
+        if let s = try string(object["databaseURL"], "databaseURL") { databaseURL = s }
+        if let s = try string(object["listen"], "listen") { try setListen(s, name: "listen") }
+        if let apple = object["apple"] as? [String: Any] {
+            if let a = try strings(apple["rootCertificates"], "apple.rootCertificates") { self.apple.rootCertificatePaths = a }
+            if let a = try strings(apple["bundleIds"], "apple.bundleIds") { self.apple.bundleIds = Set(a) }
+            if let a = try strings(apple["environments"], "apple.environments") { self.apple.environments = try Self.environments(a, name: "apple.environments") }
+            if let ids = apple["appAppleIds"] {
+                guard let nums = ids as? [NSNumber] else { throw .invalidJSON(path: path, reason: "apple.appAppleIds must be an array of integers") }
+                self.apple.appAppleIds = Set(nums.map { $0.int64Value })
+            }
+            if let s = try string(apple["sharedSecret"], "apple.sharedSecret") { self.apple.sharedSecret = Secret(s) }
+        }
+        if let w = object["wechat"] as? [String: Any] {
+            if let s = try string(w["appId"], "wechat.appId") { wechat.appId = s }
+            if let s = try string(w["token"], "wechat.token") { wechat.token = Secret(s) }
+            if let s = try string(w["aesKey"], "wechat.aesKey") { wechat.aesKey = Secret(s) }
+            if let s = try string(w["previousAESKey"], "wechat.previousAESKey") { wechat.previousAESKey = Secret(s) }
+            if let s = try string(w["appKey"], "wechat.appKey") { wechat.appKey = Secret(s) }
+            if let s = try string(w["apiBaseURL"], "wechat.apiBaseURL") { wechat.apiBaseURL = s }
+            if let p = w["refundPolicy"] {
+                wechat.refundPolicyJSON = try? JSONSerialization.data(withJSONObject: p, options: [.sortedKeys])
+            }
+        }
+        if let h = object["http"] as? [String: Any] {
+            if let n = h["maxBodyBytes"] as? Int { http.maxBodyBytes = n }
+            if let n = h["connectionLimit"] as? Int { http.connectionLimit = n }
+            if let n = h["perIPConnectionLimit"] as? Int { http.perIPConnectionLimit = n }
+            if let n = h["connectionTimeoutSeconds"] as? Int { http.connectionTimeoutSeconds = n }
+            if let n = h["threadPoolSize"] as? Int { http.threadPoolSize = n }
+        }
+        if let n = object["databasePoolSize"] as? Int { databasePoolSize = n }
+        if let list = object["tokens"] {
+            // The file stores hashes, never plain tokens: {"role": "auditor", "sha256": "<hex>"}.
+            guard let entries = list as? [[String: Any]] else { throw .invalidJSON(path: path, reason: "tokens must be an array of {role, sha256}") }
+            for e in entries {
+                guard let r = e["role"] as? String, let role = Role(rawValue: r) else {
+                    throw .invalidJSON(path: path, reason: "tokens[].role must be one of app, auditor, admin")
+                }
+                guard let hex = e["sha256"] as? String, let bytes = Self.hexBytes(hex), bytes.count == 32 else {
+                    throw .invalidJSON(path: path, reason: "tokens[].sha256 must be 64 hex digits (the SHA-256 of the token); plain tokens belong in LEDGER_TOKENS")
+                }
+                tokens.append(TokenHash(role: role, sha256: bytes))
+            }
+        }
+        if let products = object["products"] {
+            guard let p = products as? [String: Any] else { throw .invalidJSON(path: path, reason: "products must be an object keyed by productId") }
+            productsJSON = (try? JSONSerialization.data(withJSONObject: ["products": p], options: [.sortedKeys])) ?? productsJSON
+        }
+    }
+
+    mutating func apply(environment env: [String: String]) throws(ConfigurationError) {
+        func list(_ name: String) -> [String]? {
+            guard let v = env[name] else { return nil }
+            return v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        }
+        if let v = env["LEDGER_DATABASE_URL"], !v.isEmpty { databaseURL = v }
+        if let v = env["LEDGER_LISTEN"], !v.isEmpty { try setListen(v, name: "LEDGER_LISTEN") }
+        if let v = env["LEDGER_APPLE_ROOT_CERTS"], !v.isEmpty {
+            apple.rootCertificatePaths = v.split(separator: ":").map(String.init).filter { !$0.isEmpty }
+        }
+        if let v = list("LEDGER_APPLE_BUNDLE_IDS") { apple.bundleIds = Set(v) }
+        if let v = list("LEDGER_APPLE_APP_APPLE_IDS") {
+            var ids = Set<Int64>()
+            for s in v {
+                guard let n = Int64(s) else { throw .invalidValue(name: "LEDGER_APPLE_APP_APPLE_IDS", reason: "'\(s)' is not an integer appAppleId") }
+                ids.insert(n)
+            }
+            apple.appAppleIds = ids
+        }
+        if let v = list("LEDGER_APPLE_ENVIRONMENTS") { apple.environments = try Self.environments(v, name: "LEDGER_APPLE_ENVIRONMENTS") }
+        if let v = env["LEDGER_APPLE_SHARED_SECRET"], !v.isEmpty { apple.sharedSecret = Secret(v) }
+        if let v = env["LEDGER_WECHAT_APPID"], !v.isEmpty { wechat.appId = v }
+        if let v = env["LEDGER_WECHAT_TOKEN"], !v.isEmpty { wechat.token = Secret(v) }
+        if let v = env["LEDGER_WECHAT_AES_KEY"], !v.isEmpty { wechat.aesKey = Secret(v) }
+        if let v = env["LEDGER_WECHAT_PREVIOUS_AES_KEY"], !v.isEmpty { wechat.previousAESKey = Secret(v) }
+        if let v = env["LEDGER_WECHAT_APP_KEY"], !v.isEmpty { wechat.appKey = Secret(v) }
+        if let v = env["LEDGER_WECHAT_API_BASE_URL"], !v.isEmpty { wechat.apiBaseURL = v }
+        if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
+        if let v = env["LEDGER_TOKENS"], !v.isEmpty {
+            for pair in v.split(separator: ",") {
+                let parts = pair.split(separator: ":", maxSplits: 1).map(String.init)
+                guard parts.count == 2, let role = Role(rawValue: parts[0].trimmingCharacters(in: .whitespaces)),
+                      !parts[1].isEmpty else {
+                    // Never echo the pair: it holds a token.
+                    throw .invalidValue(name: "LEDGER_TOKENS", reason: "each entry must be role:token with role app, auditor or admin")
+                }
+                tokens.append(TokenHash(role: role, sha256: Digest.sha256(Array(parts[1].utf8))))
+            }
+        }
+    }
+
+    private mutating func setListen(_ s: String, name: String) throws(ConfigurationError) {
+        guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port) else {
+            throw .invalidValue(name: name, reason: "'\(s)' must be host:port, e.g. 127.0.0.1:8080")
+        }
+        var host = String(s[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        listenHost = host.isEmpty ? "0.0.0.0" : host
+        listenPort = port
+    }
+
+    private static func environments(_ values: [String], name: String) throws(ConfigurationError) -> Set<String> {
+        for v in values where v != "Production" && v != "Sandbox" {
+            throw .invalidValue(name: name, reason: "'\(v)' is not an Apple environment; use Production and/or Sandbox")
+        }
+        return Set(values)
+    }
+
+    static func hexBytes(_ hex: String) -> [UInt8]? {
+        let chars = Array(hex.lowercased().utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        var out = [UInt8]()
+        out.reserveCapacity(chars.count / 2)
+        func v(_ c: UInt8) -> UInt8? {
+            switch c { case 48...57: c - 48; case 97...102: c - 87; default: nil }
+        }
+        var i = 0
+        while i < chars.count {
+            guard let hi = v(chars[i]), let lo = v(chars[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+}

@@ -1,1 +1,0 @@
-// LedgerService: filled in by its issue.
