@@ -29,13 +29,14 @@ public enum RefundInquiryAnswer {
     }
 
     /// The decision as an event in the inquiry's stream. `raw` is the plaintext reply in the push's
-    /// format (the encrypted envelope differs on every send; its content does not).
+    /// format (the encrypted envelope differs on every send; its content does not). Nothing in it
+    /// depends on which asking triggered it, so every asking builds the identical event; the time of
+    /// the answer is the event's `recorded_at`.
     public static func event(_ decision: RefundDecision, for notification: XPayNotification, streamId: String) -> NewEvent {
         let q: XPayRefundInquiry? = if case .refundInquiry(let q) = notification.message { q } else { nil }
         let order = q?.payOrderId ?? ""
         var o: [String: PushValue] = [
             "pay_order_id": .string(order),
-            "inquiry_dedupe_key": .string(notification.dedupeKey),
             "result_code": .integer(Int64(decision.resultCode)),
             "result_info": .string(decision.resultInfo),
             "evidence": .string(decision.evidence),
@@ -46,7 +47,6 @@ public enum RefundInquiryAnswer {
         if let p = q?.productId { o["product_id"] = .string(p) }
         return NewEvent(streamId: streamId, dedupeKey: caseKey(payOrderId: order), source: .ledger,
                         type: XPayEventName.refundInquiryAnswer, environment: "Production",
-                        signedAt: q?.refundTime.map { $0 * 1000 },
                         payload: PushValue.object(o).canonicalJSON(),
                         raw: PushReply.refundAnswer(decision).plaintext(format: notification.push.format))
     }
