@@ -229,14 +229,15 @@ public struct PushReceiver: Sendable {
 
     /// The body to answer a push with, in the push's format. In compatible and secure mode every
     /// reply except an empty one is encrypted (the protocol's rule for "other reply content"),
-    /// with the key that decrypted the push, the given or a fresh timestamp and nonce, and
-    /// `MsgSignature` over them.
+    /// with the key that decrypted the push, a fresh random prefix, the current (or given)
+    /// timestamp, and `MsgSignature` over them. The nonce defaults to the request's, as the
+    /// official push document and its reply vector do; pass `nonce:` to send another one.
     public func reply(_ reply: PushReply, to push: ReceivedPush, timestamp: Int64? = nil, nonce: String? = nil,
                       random: [UInt8]? = nil) throws(WeChatPushError) -> Data {
         let plain = reply.encoded(format: push.format)
         guard let key = push.key, !plain.isEmpty else { return Data(plain) }
         return try encryptReply(plain, format: push.format, key: key, timestamp: timestamp ?? Int64(Date().timeIntervalSince1970),
-                                nonce: nonce ?? Self.freshNonce(), random: random)
+                                nonce: nonce ?? push.nonce, random: random)
     }
 
     /// Encrypts an already encoded reply (exposed for the official vectors, whose messages are
@@ -271,12 +272,6 @@ public struct PushReceiver: Sendable {
         }
     }
 
-    static func freshNonce() -> String {
-        // Decimal like WeChat's own nonces; 9 digits from 4 random bytes.
-        let r = SecureRandom.bytes(4)
-        let n = (UInt32(r[0]) << 24 | UInt32(r[1]) << 16 | UInt32(r[2]) << 8 | UInt32(r[3])) % 1_000_000_000
-        return String(n)
-    }
 }
 
 /// What to answer a push with.

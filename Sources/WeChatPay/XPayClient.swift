@@ -189,3 +189,7 @@ public struct XPayClient: Sendable {
         }
     }
 }
+
+extension XPayClient: CustomStringConvertible {
+    public var description: String { "XPayClient(baseURL: \(baseURL), appKey: redacted)" }
+}

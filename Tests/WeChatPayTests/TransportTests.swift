@@ -250,9 +250,16 @@ final class TransportTests: XCTestCase {
                     XCTAssertEqual(decoded.int64("ErrCode"), 0)
                 }
             }
-            // Two replies to the same push differ (fresh random, nonce) yet both verify.
+            // Two replies to the same push differ (fresh random prefix) yet both verify; the nonce
+            // is the request's unless another is given.
             let a = try r.reply(.success, to: push), b = try r.reply(.success, to: push)
             XCTAssertNotEqual(a, b)
+            XCTAssertEqual(try PushCodec.parse([UInt8](a), format: format, maxDepth: 4).text("Nonce"), q.nonce)
+            let own = try r.reply(.success, to: push, timestamp: 1_800_000_000, nonce: "424242")
+            let ownEnv = try PushCodec.parse([UInt8](own), format: format, maxDepth: 4)
+            XCTAssertEqual(ownEnv.text("Nonce"), "424242")
+            XCTAssertEqual(ownEnv.int64("TimeStamp"), 1_800_000_000)
+            XCTAssertNoThrow(try r.openReply(own, format: format))
             // A tampered reply fails its MsgSignature.
             var tampered = [UInt8](a)
             if let i = tampered.firstIndex(of: UInt8(ascii: "A")) ?? tampered.firstIndex(of: UInt8(ascii: "B")) {
