@@ -100,6 +100,9 @@ public struct XPayNotification: Sendable {
             stream = .known(WeChatStreams.other(event: event, msgType: msgType))
             orderIds = []
         }
+        if let long = orderIds.first(where: { $0.utf8.count > 128 }) {
+            throw .invalidField(event: push.event ?? "push", field: "order id", reason: "\(long.utf8.count) bytes, more than 128")
+        }
         if case .known(let s) = stream, s.utf8.count > 200 {
             throw .invalidField(event: push.event ?? "push", field: "stream id", reason: "longer than 200 bytes")
         }

@@ -157,6 +157,11 @@ final class XPayEventTests: XCTestCase {
         let (q3, body3) = PushFixture.secure(.object(inquiry), .xml)
         XCTAssertEqual(pushError { try XPayNotification(self.r.open(query: q3, body: body3)) }?.code, "missing_field")
 
+        var longOrder = PushFixture.refundNotify().objectValue!
+        longOrder["MchOrderId"] = .string(String(repeating: "9", count: 129))
+        let (q5, body5) = PushFixture.secure(.object(longOrder), .json)
+        XCTAssertEqual(pushError { try XPayNotification(self.r.open(query: q5, body: body5)) }?.code, "invalid_field")
+
         var refund = PushFixture.refundNotify().objectValue!
         refund["MchOrderId"] = nil
         refund["WxOrderId"] = nil
