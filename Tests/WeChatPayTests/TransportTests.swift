@@ -260,12 +260,12 @@ final class TransportTests: XCTestCase {
             XCTAssertEqual(ownEnv.text("Nonce"), "424242")
             XCTAssertEqual(ownEnv.int64("TimeStamp"), 1_800_000_000)
             XCTAssertNoThrow(try r.openReply(own, format: format))
-            // A tampered reply fails its MsgSignature.
-            var tampered = [UInt8](a)
-            if let i = tampered.firstIndex(of: UInt8(ascii: "A")) ?? tampered.firstIndex(of: UInt8(ascii: "B")) {
-                tampered[i] = tampered[i] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-            }
-            XCTAssertNotNil(pushError { try r.openReply(Data(tampered), format: format) })
+            // A reply whose Encrypt was altered fails its MsgSignature.
+            var env = try PushCodec.parse([UInt8](a), format: format, maxDepth: 4).objectValue!
+            let enc = env["Encrypt"]!.text!
+            env["Encrypt"] = .string((enc.first == "A" ? "B" : "A") + enc.dropFirst())
+            let tampered = PushFixture.encode(.object(env), format)
+            XCTAssertEqual(pushError { try r.openReply(Data(tampered), format: format) }, .badMsgSignature)
         }
         // Plaintext pushes get plaintext replies; the empty reply is never encrypted.
         let (pq, pbody) = PushFixture.plaintext(PushFixture.deliver(), .json)
