@@ -1,0 +1,231 @@
+import Foundation
+
+/// How the ledger answers WeChat's iOS refund inquiry (`xpay_subscribe_ios_refund_query_notify`).
+/// Apple only takes the answer as advice; it must come within 3 s, so the policy is a pure function
+/// of facts the service has already loaded.
+///
+/// Default (every field can be set in the `refundPolicy` object of the JSON configuration):
+/// 1. Allow when the period was not delivered: the ledger holds no delivery for the order and
+///    WeChat's `provide_status` is not 1 (delivered). The customer received nothing.
+/// 2. Refuse when the customer already had more than `maxEarlierRefunds` (default 0) refunds of
+///    *other* orders within `earlierRefundWindowDays` (default 90) before the inquiry.
+/// 3. Allow when the entitlement was used for less than `maxEntitlementUseHours` (default 48) up to
+///    the inquiry; refuse otherwise.
+/// The inquiry's own `refund_time` is the clock, so the same facts always give the same answer.
+public struct RefundPolicy: Sendable, Equatable, Codable {
+    public var allowWhenNotDelivered: Bool
+    public var maxEntitlementUseHours: Int
+    public var earlierRefundWindowDays: Int
+    public var maxEarlierRefunds: Int
+
+    public static let `default` = RefundPolicy()
+
+    public init(allowWhenNotDelivered: Bool = true, maxEntitlementUseHours: Int = 48,
+                earlierRefundWindowDays: Int = 90, maxEarlierRefunds: Int = 0) {
+        self.allowWhenNotDelivered = allowWhenNotDelivered
+        self.maxEntitlementUseHours = maxEntitlementUseHours
+        self.earlierRefundWindowDays = earlierRefundWindowDays
+        self.maxEarlierRefunds = maxEarlierRefunds
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case allowWhenNotDelivered, maxEntitlementUseHours, earlierRefundWindowDays, maxEarlierRefunds
+    }
+
+    /// Missing members keep their defaults, so a configuration may set only what it changes.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let d = RefundPolicy()
+        allowWhenNotDelivered = try c.decodeIfPresent(Bool.self, forKey: .allowWhenNotDelivered) ?? d.allowWhenNotDelivered
+        maxEntitlementUseHours = try c.decodeIfPresent(Int.self, forKey: .maxEntitlementUseHours) ?? d.maxEntitlementUseHours
+        earlierRefundWindowDays = try c.decodeIfPresent(Int.self, forKey: .earlierRefundWindowDays) ?? d.earlierRefundWindowDays
+        maxEarlierRefunds = try c.decodeIfPresent(Int.self, forKey: .maxEarlierRefunds) ?? d.maxEarlierRefunds
+    }
+
+    /// Reads a policy from JSON text and checks its ranges.
+    public static func fromJSON(_ data: Data) throws(RefundPolicyError) -> RefundPolicy {
+        let policy: RefundPolicy
+        do {
+            policy = try JSONDecoder().decode(RefundPolicy.self, from: data)
+        } catch {
+            throw .invalidJSON("refundPolicy must be a JSON object with optional members allowWhenNotDelivered (bool), maxEntitlementUseHours, earlierRefundWindowDays, maxEarlierRefunds (integers): \(error)")
+        }
+        try policy.validate()
+        return policy
+    }
+
+    public func validate() throws(RefundPolicyError) {
+        guard (0...24 * 366).contains(maxEntitlementUseHours) else {
+            throw .outOfRange(field: "maxEntitlementUseHours", value: maxEntitlementUseHours, allowed: "0...8784")
+        }
+        guard (0...3660).contains(earlierRefundWindowDays) else {
+            throw .outOfRange(field: "earlierRefundWindowDays", value: earlierRefundWindowDays, allowed: "0...3660")
+        }
+        guard (0...1000).contains(maxEarlierRefunds) else {
+            throw .outOfRange(field: "maxEarlierRefunds", value: maxEarlierRefunds, allowed: "0...1000")
+        }
+    }
+
+    public func decide(_ facts: RefundInquiryFacts) -> RefundDecision {
+        let windowStart = facts.askedAt - EpochMillis(earlierRefundWindowDays) * 86_400_000
+        let earlier = facts.earlierRefunds
+            .filter { $0.orderId != facts.payOrderId && $0.refundedAt >= windowStart && $0.refundedAt <= facts.askedAt }
+            .sorted { ($0.refundedAt, $0.orderId) < ($1.refundedAt, $1.orderId) }
+        let delivered = facts.delivery != nil || facts.provideStatus == .delivered
+        let useStart = facts.entitlementUse?.from ?? facts.delivery?.deliveredAt ?? facts.orderTime
+        let useEnd = min(facts.entitlementUse?.until ?? facts.askedAt, facts.askedAt)
+        let usedMinutes: Int64? = useStart.map { max(0, useEnd - $0) / 60_000 }
+
+        let verdict: RefundDecision.Verdict
+        let rule: String
+        let info: String
+        if !delivered && allowWhenNotDelivered {
+            (verdict, rule, info) = (.allow, "not_delivered", "period not delivered: no delivery recorded and provide_status is not delivered")
+        } else if earlier.count > maxEarlierRefunds {
+            (verdict, rule, info) = (.refuse, "earlier_refunds",
+                                     "customer had \(earlier.count) refund(s) of other orders within \(earlierRefundWindowDays) days (allowed \(maxEarlierRefunds))")
+        } else if let used = usedMinutes, used < Int64(maxEntitlementUseHours) * 60 {
+            (verdict, rule, info) = (.allow, "short_use",
+                                     "entitlement used \(used) minutes, under the \(maxEntitlementUseHours) h limit")
+        } else if let used = usedMinutes {
+            (verdict, rule, info) = (.refuse, "long_use",
+                                     "entitlement used \(used) minutes, at or over the \(maxEntitlementUseHours) h limit")
+        } else {
+            // Delivered according to WeChat, but neither the ledger nor the inquiry says since when.
+            (verdict, rule, info) = (.refuse, "use_unknown", "delivered, but no delivery or order time to measure use from")
+        }
+
+        var factObject: [String: PushValue] = [
+            "pay_order_id": .string(facts.payOrderId),
+            "asked_at": .integer(facts.askedAt),
+            "earlier_refunds_in_window": .array(earlier.map {
+                .object(["order_id": .string($0.orderId), "refunded_at": .integer($0.refundedAt)])
+            }),
+        ]
+        if let v = facts.customer { factObject["customer"] = .string(v) }
+        if let v = facts.orderTime { factObject["order_time"] = .integer(v) }
+        if let v = facts.provideStatus { factObject["provide_status"] = .integer(v.rawValue) }
+        if let d = facts.delivery {
+            var o: [String: PushValue] = ["order_id": .string(d.orderId), "delivered_at": .integer(d.deliveredAt)]
+            if let p = d.periodEndsAt { o["period_ends_at"] = .integer(p) }
+            if let p = d.position { o["event_position"] = .integer(p) }
+            factObject["ledger_delivery"] = .object(o)
+        }
+        if let s = useStart { factObject["entitlement_use_from"] = .integer(s) }
+        if let m = usedMinutes { factObject["entitlement_used_minutes"] = .integer(m) }
+        let evidence = PushValue.object([
+            "rule": .string(rule),
+            "decision": .string(verdict == .allow ? "allow" : "refuse"),
+            "policy": .object([
+                "allowWhenNotDelivered": .bool(allowWhenNotDelivered),
+                "maxEntitlementUseHours": .integer(Int64(maxEntitlementUseHours)),
+                "earlierRefundWindowDays": .integer(Int64(earlierRefundWindowDays)),
+                "maxEarlierRefunds": .integer(Int64(maxEarlierRefunds)),
+            ]),
+            "facts": .object(factObject),
+        ])
+        return RefundDecision(verdict: verdict, rule: rule, resultInfo: info,
+                              evidence: String(decoding: evidence.canonicalJSON(), as: UTF8.self))
+    }
+}
+
+public enum RefundPolicyError: Error, Equatable, CustomStringConvertible {
+    case invalidJSON(String)
+    case outOfRange(field: String, value: Int, allowed: String)
+
+    public var description: String {
+        switch self {
+        case .invalidJSON(let why): return why
+        case .outOfRange(let f, let v, let a): return "refundPolicy.\(f) = \(v) is out of range; use a value in \(a)"
+        }
+    }
+}
+
+/// What the ledger knows when an inquiry arrives. Times are ms.
+public struct RefundInquiryFacts: Sendable, Equatable {
+    /// The inquiry's `pay_order_id`.
+    public var payOrderId: String
+    /// The customer (openid) when the order is linked to one.
+    public var customer: String?
+    /// The inquiry's `refund_time`.
+    public var askedAt: EpochMillis
+    /// The inquiry's `order_time`.
+    public var orderTime: EpochMillis?
+    /// WeChat's `provide_status`.
+    public var provideStatus: XPayProvideStatus?
+    /// The delivery the ledger recorded for this order, if any.
+    public var delivery: Delivery?
+    /// When the customer held the entitlement this order paid for.
+    public var entitlementUse: UseWindow?
+    /// Refunds of this customer's orders that the ledger recorded (any time; the policy filters).
+    public var earlierRefunds: [EarlierRefund]
+
+    public struct Delivery: Sendable, Equatable {
+        public var orderId: String
+        public var deliveredAt: EpochMillis
+        public var periodEndsAt: EpochMillis?
+        /// Event position of the delivery, so the evidence points at the raw message.
+        public var position: Int64?
+        public init(orderId: String, deliveredAt: EpochMillis, periodEndsAt: EpochMillis? = nil, position: Int64? = nil) {
+            self.orderId = orderId
+            self.deliveredAt = deliveredAt
+            self.periodEndsAt = periodEndsAt
+            self.position = position
+        }
+    }
+
+    public struct UseWindow: Sendable, Equatable {
+        public var from: EpochMillis
+        /// nil = still entitled.
+        public var until: EpochMillis?
+        public init(from: EpochMillis, until: EpochMillis? = nil) {
+            self.from = from
+            self.until = until
+        }
+    }
+
+    public struct EarlierRefund: Sendable, Equatable {
+        public var orderId: String
+        public var refundedAt: EpochMillis
+        public init(orderId: String, refundedAt: EpochMillis) {
+            self.orderId = orderId
+            self.refundedAt = refundedAt
+        }
+    }
+
+    public init(payOrderId: String, customer: String? = nil, askedAt: EpochMillis, orderTime: EpochMillis? = nil,
+                provideStatus: XPayProvideStatus? = nil, delivery: Delivery? = nil, entitlementUse: UseWindow? = nil,
+                earlierRefunds: [EarlierRefund] = []) {
+        self.payOrderId = payOrderId
+        self.customer = customer
+        self.askedAt = askedAt
+        self.orderTime = orderTime
+        self.provideStatus = provideStatus
+        self.delivery = delivery
+        self.entitlementUse = entitlementUse
+        self.earlierRefunds = earlierRefunds
+    }
+}
+
+/// The answer: `result_code` 0 allow (recommend refund) / 1 refuse, with its evidence.
+public struct RefundDecision: Sendable, Equatable {
+    public enum Verdict: Int, Sendable, Equatable {
+        case allow = 0
+        case refuse = 1
+    }
+    public var verdict: Verdict
+    /// Which policy rule decided (`not_delivered`, `earlier_refunds`, `short_use`, `long_use`, `use_unknown`).
+    public var rule: String
+    public var resultInfo: String
+    /// Compact JSON (sorted keys): rule, decision, policy parameters and the facts used. Never empty.
+    public var evidence: String
+
+    public var resultCode: Int { verdict.rawValue }
+
+    public init(verdict: Verdict, rule: String, resultInfo: String, evidence: String) {
+        self.verdict = verdict
+        self.rule = rule
+        self.resultInfo = resultInfo
+        self.evidence = evidence
+    }
+}

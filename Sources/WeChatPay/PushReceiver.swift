@@ -1,0 +1,302 @@
+import Crypto
+import Foundation
+import LedgerCore
+
+/// The 消息推送 settings of one mini program.
+public struct WeChatPushConfig: Sendable {
+    /// Checked against the appid inside every ciphertext and appended to every encrypted reply.
+    /// For a third-party platform this is the platform (component) appid.
+    public var appId: String
+    public var token: String
+    /// Required for compatible and secure mode.
+    public var aesKey: EncodingAESKey?
+    /// The key before the last rotation: tried when the current one fails (WeChat's FAQ rule).
+    public var previousAESKey: EncodingAESKey?
+    /// Plaintext mode authenticates only the query, not the body: refused unless enabled here.
+    public var allowPlaintext: Bool
+    /// Checked on the raw body before any parsing.
+    public var maxBodyBytes: Int
+    public var maxDepth: Int
+
+    public init(appId: String, token: String, aesKey: EncodingAESKey? = nil, previousAESKey: EncodingAESKey? = nil,
+                allowPlaintext: Bool = false, maxBodyBytes: Int = 256 * 1024, maxDepth: Int = 16) throws(WeChatPushError) {
+        guard !appId.isEmpty, appId.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw .invalidConfiguration("appId must be the mini program's AppID (printable ASCII, e.g. wx…)")
+        }
+        guard !token.isEmpty else { throw .invalidConfiguration("token must be the 消息推送 Token (non-empty)") }
+        guard maxBodyBytes > 0, maxDepth > 1 else { throw .invalidConfiguration("maxBodyBytes must be > 0 and maxDepth > 1") }
+        self.appId = appId
+        self.token = token
+        self.aesKey = aesKey
+        self.previousAESKey = previousAESKey
+        self.allowPlaintext = allowPlaintext
+        self.maxBodyBytes = maxBodyBytes
+        self.maxDepth = maxDepth
+    }
+}
+
+// The token is a secret: keep it out of logs even when the config is printed whole.
+extension WeChatPushConfig: CustomStringConvertible {
+    public var description: String {
+        "WeChatPushConfig(appId: \(appId), token: redacted, aesKey: \(aesKey == nil ? "none" : "redacted"), previousAESKey: \(previousAESKey == nil ? "none" : "redacted"), allowPlaintext: \(allowPlaintext))"
+    }
+}
+
+/// The query parameters WeChat sends with a push (decoded values).
+public struct PushQuery: Sendable, Equatable {
+    public var signature: String?
+    public var timestamp: String?
+    public var nonce: String?
+    public var echostr: String?
+    public var encryptType: String?
+    public var msgSignature: String?
+    public var openid: String?
+
+    public init(signature: String? = nil, timestamp: String? = nil, nonce: String? = nil, echostr: String? = nil,
+                encryptType: String? = nil, msgSignature: String? = nil, openid: String? = nil) {
+        self.signature = signature
+        self.timestamp = timestamp
+        self.nonce = nonce
+        self.echostr = echostr
+        self.encryptType = encryptType
+        self.msgSignature = msgSignature
+        self.openid = openid
+    }
+
+    /// From the decoded query parameters of the request.
+    public init(_ parameters: [String: String]) {
+        self.init(signature: parameters["signature"], timestamp: parameters["timestamp"], nonce: parameters["nonce"],
+                  echostr: parameters["echostr"], encryptType: parameters["encrypt_type"],
+                  msgSignature: parameters["msg_signature"], openid: parameters["openid"])
+    }
+
+    /// The parameters that re-verify the message later (echostr is only for GET).
+    var stored: [String: PushValue] {
+        var o: [String: PushValue] = [:]
+        for (k, v) in [("signature", signature), ("timestamp", timestamp), ("nonce", nonce), ("encrypt_type", encryptType),
+                       ("msg_signature", msgSignature), ("openid", openid)] {
+            if let v { o[k] = .string(v) }
+        }
+        return o
+    }
+}
+
+/// 明文 / 兼容 / 安全模式, as this push arrived.
+public enum PushMode: String, Sendable, Equatable {
+    case plaintext
+    case compatible
+    case secure
+}
+
+/// A push that passed every check: authentic, decrypted and parsed.
+public struct ReceivedPush: Sendable, Equatable {
+    public var format: PushFormat
+    public var mode: PushMode
+    /// The decrypted (or plaintext) message.
+    public var message: PushValue
+    /// The message as stored in the event's `payload`: the decrypted JSON bytes as received, or the
+    /// XML converted to a JSON object (every XML value is a string).
+    public var payload: Data
+    /// The evidence stored in the event's `raw` (see `RawPush`).
+    public var raw: Data
+    /// The request nonce, echoed in an encrypted reply.
+    public var nonce: String
+    /// Which key decrypted it; the reply is encrypted with the same one. nil in plaintext mode.
+    let key: EncodingAESKey?
+
+    public var event: String? { message.text("Event") }
+    public var msgType: String? { message.text("MsgType") }
+    /// True when `previousAESKey` decrypted the message: the sender has not switched yet.
+    public let usedPreviousKey: Bool
+}
+
+/// The `raw` column of a WeChat event: exactly what arrived, so an auditor holding the token and
+/// EncodingAESKey can re-verify the signature and decrypt again.
+///
+///     {"v":1,"format":"json"|"xml","query":{"signature":…,"timestamp":…,"nonce":…,
+///      "encrypt_type":…,"msg_signature":…,"openid":…},"body":"<exact body>"}
+///
+/// `body` is the body as a JSON string when it is valid UTF-8 (decoding the string gives back the
+/// same bytes), otherwise `body_base64` holds it in base64. Only query parameters that were sent
+/// appear; keys are sorted.
+public enum RawPush {
+    public static func encode(query: PushQuery, body: [UInt8], format: PushFormat) -> Data {
+        var o: [String: PushValue] = ["v": .integer(1), "format": .string(format.rawValue), "query": .object(query.stored)]
+        if let s = String(validating: body, as: UTF8.self) {
+            o["body"] = .string(s)
+        } else {
+            o["body_base64"] = .string(Data(body).base64EncodedString())
+        }
+        return PushValue.object(o).canonicalJSON()
+    }
+
+    /// The exact body bytes back from a stored `raw`.
+    public static func body(of raw: Data) -> [UInt8]? {
+        guard let v = try? JSONDecoder().decode(PushValue.self, from: raw) else { return nil }
+        if case .string(let s)? = v["body"] { return Array(s.utf8) }
+        if case .string(let s)? = v["body_base64"], let d = Data(base64Encoded: s) { return Array(d) }
+        return nil
+    }
+}
+
+/// Verifies, decrypts and parses pushes, and writes replies.
+public struct PushReceiver: Sendable {
+    public let config: WeChatPushConfig
+
+    public init(config: WeChatPushConfig) { self.config = config }
+
+    /// GET URL check: answers `echostr` (unencrypted in the mini-program flow) when `signature`
+    /// matches SHA-1 of the sorted token, timestamp and nonce.
+    public func verifyURL(_ query: PushQuery) throws(WeChatPushError) -> String {
+        let (ts, nonce) = try timestampAndNonce(query)
+        guard let signature = query.signature else { throw .missingParameter("signature") }
+        guard let echostr = query.echostr else { throw .missingParameter("echostr") }
+        guard echostr.utf8.count <= 512, echostr.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw .invalidParameter(name: "echostr", reason: "must be at most 512 printable ASCII characters")
+        }
+        guard PushSignature.matches(signature, [config.token, ts, nonce]) else { throw .badSignature }
+        return echostr
+    }
+
+    /// POST: checks size, signature (msg_signature when encrypted), decrypts with the current or
+    /// previous key, checks the appid, and parses the message in the body's format.
+    public func open(query: PushQuery, body: Data) throws(WeChatPushError) -> ReceivedPush {
+        guard body.count <= config.maxBodyBytes else { throw .bodyTooLarge(limit: config.maxBodyBytes, actual: body.count) }
+        let bytes = [UInt8](body)
+        let (ts, nonce) = try timestampAndNonce(query)
+        let format = try PushFormat.detect(bytes)
+        let envelope = try PushCodec.parse(bytes, format: format, maxDepth: config.maxDepth)
+        let raw = RawPush.encode(query: query, body: bytes, format: format)
+
+        let encryptedByQuery = query.encryptType?.lowercased() == "aes"
+        if let t = query.encryptType, !encryptedByQuery, t.lowercased() != "raw" {
+            throw .invalidParameter(name: "encrypt_type", reason: "must be 'aes' or 'raw', got a different value")
+        }
+        guard encryptedByQuery else {
+            guard let signature = query.signature else { throw .missingParameter("signature") }
+            guard PushSignature.matches(signature, [config.token, ts, nonce]) else { throw .badSignature }
+            guard config.allowPlaintext else { throw .plaintextRefused }
+            let payload = try payloadJSON(original: bytes, message: envelope, format: format)
+            return ReceivedPush(format: format, mode: .plaintext, message: envelope, payload: payload, raw: raw,
+                                nonce: nonce, key: nil, usedPreviousKey: false)
+        }
+
+        guard case .string(let encrypt)? = envelope["Encrypt"], !encrypt.isEmpty else { throw .missingEncrypt }
+        guard let msgSignature = query.msgSignature else { throw .missingParameter("msg_signature") }
+        guard PushSignature.matches(msgSignature, [config.token, ts, nonce, encrypt]) else { throw .badMsgSignature }
+        guard let current = config.aesKey else { throw .encryptedPushWithoutKey }
+
+        var inner: [UInt8]
+        var key = current
+        var usedPrevious = false
+        do {
+            inner = try MessageCipher.decrypt(encrypt, appId: config.appId, key: current)
+        } catch {
+            // Base64 and length errors do not depend on the key: report them as they are.
+            guard let previous = config.previousAESKey,
+                  [.badPadding, .badMessageLength, .appIdMismatch].contains(error) else { throw error }
+            guard let retried = try? MessageCipher.decrypt(encrypt, appId: config.appId, key: previous) else { throw error }
+            inner = retried
+            key = previous
+            usedPrevious = true
+        }
+        let innerFormat = (try? PushFormat.detect(inner)) ?? format
+        let message = try PushCodec.parse(inner, format: innerFormat, maxDepth: config.maxDepth)
+        let payload = try payloadJSON(original: inner, message: message, format: innerFormat)
+        let others = envelope.objectValue?.keys.filter { $0 != "Encrypt" && $0 != "ToUserName" } ?? []
+        return ReceivedPush(format: format, mode: others.isEmpty ? .secure : .compatible, message: message,
+                            payload: payload, raw: raw, nonce: nonce, key: key, usedPreviousKey: usedPrevious)
+    }
+
+    private func timestampAndNonce(_ query: PushQuery) throws(WeChatPushError) -> (String, String) {
+        guard let ts = query.timestamp else { throw .missingParameter("timestamp") }
+        guard let nonce = query.nonce else { throw .missingParameter("nonce") }
+        guard ts.utf8.count <= 20, !ts.isEmpty, ts.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+            throw .invalidParameter(name: "timestamp", reason: "must be decimal Unix seconds")
+        }
+        guard nonce.utf8.count <= 128, !nonce.isEmpty else {
+            throw .invalidParameter(name: "nonce", reason: "must be 1 to 128 characters")
+        }
+        return (ts, nonce)
+    }
+
+    /// JSON messages are stored byte for byte; XML messages as the equivalent JSON object.
+    private func payloadJSON(original: [UInt8], message: PushValue, format: PushFormat) throws(WeChatPushError) -> Data {
+        format == .json ? Data(original) : message.canonicalJSON()
+    }
+
+    // MARK: replies
+
+    /// The body to answer a push with, in the push's format. In compatible and secure mode every
+    /// reply except an empty one is encrypted (the protocol's rule for "other reply content"),
+    /// with the key that decrypted the push, a fresh random prefix, the current (or given)
+    /// timestamp, and `MsgSignature` over them. The nonce defaults to the request's, as the
+    /// official push document and its reply vector do; pass `nonce:` to send another one.
+    public func reply(_ reply: PushReply, to push: ReceivedPush, timestamp: Int64? = nil, nonce: String? = nil,
+                      random: [UInt8]? = nil) throws(WeChatPushError) -> Data {
+        let plain = reply.encoded(format: push.format)
+        guard let key = push.key, !plain.isEmpty else { return Data(plain) }
+        return try encryptReply(plain, format: push.format, key: key, timestamp: timestamp ?? Int64(Date().timeIntervalSince1970),
+                                nonce: nonce ?? push.nonce, random: random)
+    }
+
+    /// Encrypts an already encoded reply (exposed for the official vectors, whose messages are
+    /// not xpay replies).
+    public func encryptReply(_ plain: [UInt8], format: PushFormat, key: EncodingAESKey? = nil, timestamp: Int64,
+                             nonce: String, random: [UInt8]? = nil) throws(WeChatPushError) -> Data {
+        guard let key = key ?? config.aesKey else { throw .encryptedPushWithoutKey }
+        let encrypt = try MessageCipher.encrypt(plain, appId: config.appId, key: key, random: random ?? SecureRandom.bytes(16))
+        let ts = String(timestamp)
+        let signature = PushSignature.compute([config.token, ts, nonce, encrypt])
+        let fields: [(String, PushCodec.Field)] = [
+            ("Encrypt", .string(encrypt)), ("MsgSignature", .string(signature)),
+            ("TimeStamp", .int(timestamp)), ("Nonce", .string(nonce)),
+        ]
+        return Data(PushCodec.write(fields, format: format))
+    }
+
+    /// Decrypts an encrypted reply (ours or the vectors'), checking its MsgSignature.
+    public func openReply(_ body: Data, format: PushFormat) throws(WeChatPushError) -> [UInt8] {
+        let env = try PushCodec.parse([UInt8](body), format: format, maxDepth: config.maxDepth)
+        guard let encrypt = env.text("Encrypt") else { throw .missingEncrypt }
+        guard let sig = env.text("MsgSignature"), let ts = env.text("TimeStamp"), let nonce = env.text("Nonce") else {
+            throw .missingParameter("MsgSignature/TimeStamp/Nonce")
+        }
+        guard PushSignature.matches(sig, [config.token, ts, nonce, encrypt]) else { throw .badMsgSignature }
+        guard let key = config.aesKey else { throw .encryptedPushWithoutKey }
+        do {
+            return try MessageCipher.decrypt(encrypt, appId: config.appId, key: key)
+        } catch {
+            guard let previous = config.previousAESKey else { throw error }
+            return try MessageCipher.decrypt(encrypt, appId: config.appId, key: previous)
+        }
+    }
+
+}
+
+/// What to answer a push with.
+public enum PushReply: Sendable, Equatable {
+    /// `ErrCode` 0 / `ErrMsg` "success": the push is durably stored.
+    case success
+    /// `ErrCode` ≠ 0: WeChat will push again.
+    case failure(code: Int64, message: String)
+    /// The answer to `xpay_subscribe_ios_refund_query_notify`.
+    case refundAnswer(RefundDecision)
+    /// An empty body (accepted by WeChat as success, never encrypted).
+    case empty
+
+    func encoded(format: PushFormat) -> [UInt8] {
+        switch self {
+        case .empty: return []
+        case .success: return PushCodec.write([("ErrCode", .int(0)), ("ErrMsg", .string("success"))], format: format)
+        case .failure(let code, let message):
+            return PushCodec.write([("ErrCode", .int(code)), ("ErrMsg", .string(message))], format: format)
+        case .refundAnswer(let d):
+            return PushCodec.write([("result_code", .int(Int64(d.resultCode))), ("result_info", .string(d.resultInfo)),
+                                    ("evidence", .string(d.evidence))], format: format)
+        }
+    }
+
+    /// The plaintext reply, as recorded in the answer event's `raw`.
+    public func plaintext(format: PushFormat) -> Data { Data(encoded(format: format)) }
+}

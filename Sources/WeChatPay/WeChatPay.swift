@@ -1,1 +1,0 @@
-// WeChatPay: filled in by its issue.

@@ -1,0 +1,195 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// `query_subscribe_contract` (mode=apple) answer.
+public struct SubscribeContract: Sendable, Equatable, Codable {
+    public enum AuthorizationState: String, Sendable, Equatable, Codable {
+        case signed = "SIGNED"
+        case terminated = "TERMINATED"
+        case unbindUser = "UNBINDUSER"
+    }
+
+    public struct AppleSubscriptionInfo: Sendable, Equatable, Codable {
+        public var originalTransactionId: String
+        public var autoRenewStatus: Int
+        /// ms
+        public var recentSubscriptionStartDate: Int64?
+        /// ms
+        public var renewalDate: Int64?
+
+        enum CodingKeys: String, CodingKey {
+            case originalTransactionId = "original_transaction_id"
+            case autoRenewStatus = "auto_renew_status"
+            case recentSubscriptionStartDate = "recent_subscription_start_date"
+            case renewalDate = "renewal_date"
+        }
+
+        public init(originalTransactionId: String, autoRenewStatus: Int, recentSubscriptionStartDate: Int64?, renewalDate: Int64?) {
+            self.originalTransactionId = originalTransactionId
+            self.autoRenewStatus = autoRenewStatus
+            self.recentSubscriptionStartDate = recentSubscriptionStartDate
+            self.renewalDate = renewalDate
+        }
+    }
+
+    public var authorizationState: AuthorizationState
+    public var appleSubscriptionInfo: AppleSubscriptionInfo?
+
+    enum CodingKeys: String, CodingKey {
+        case authorizationState = "authorization_state"
+        case appleSubscriptionInfo = "apple_subscription_info"
+    }
+
+    public init(authorizationState: AuthorizationState, appleSubscriptionInfo: AppleSubscriptionInfo?) {
+        self.authorizationState = authorizationState
+        self.appleSubscriptionInfo = appleSubscriptionInfo
+    }
+}
+
+public enum XPayClientError: Error, Equatable, CustomStringConvertible {
+    /// WeChat answered with a non-zero errcode.
+    case wechat(errcode: Int64, errmsg: String)
+    case http(status: Int)
+    case transport(String)
+    case invalidResponse(String)
+    case invalidRequest(String)
+
+    public var code: String {
+        switch self {
+        case .wechat: return "wechat_errcode"
+        case .http: return "wechat_http_status"
+        case .transport: return "wechat_unreachable"
+        case .invalidResponse: return "wechat_invalid_response"
+        case .invalidRequest: return "wechat_invalid_request"
+        }
+    }
+
+    public var message: String {
+        switch self {
+        case .wechat(let c, let m):
+            let hint: String
+            switch c {
+            case 268490003: hint = "pay_sig is wrong: check LEDGER_WECHAT_APP_KEY (production AppKey; Apple has no sandbox) and that the body sent is the body signed"
+            case 268490009: hint = "the user's session_key is missing or expired: have the mini program log in again"
+            case 268490001: hint = "openid is not a user of this mini program"
+            case 268490002: hint = "a parameter is invalid; see errmsg"
+            case 268490015: hint = "rate limited; retry later"
+            case 40001, 42001, 40014: hint = "access_token is invalid or expired: fetch a new one"
+            case -1: hint = "WeChat system error; retry later"
+            default: hint = "see the xpay error code table"
+            }
+            return "WeChat answered errcode \(c) (\(m)): \(hint)"
+        case .http(let s): return "WeChat answered HTTP \(s); retry later"
+        case .transport(let why): return "could not reach the WeChat API: \(why)"
+        case .invalidResponse(let why): return "WeChat's answer could not be read: \(why)"
+        case .invalidRequest(let why): return why
+        }
+    }
+
+    public var description: String { message }
+}
+
+/// Sends an HTTP request; the default uses URLSession. Tests and the simulator supply their own.
+public protocol XPayTransport: Sendable {
+    func send(_ request: URLRequest) async throws -> (status: Int, body: Data)
+}
+
+public struct URLSessionTransport: XPayTransport {
+    public let timeout: TimeInterval
+    public init(timeout: TimeInterval = 5) { self.timeout = timeout }
+
+    public func send(_ request: URLRequest) async throws -> (status: Int, body: Data) {
+        var request = request
+        request.timeoutInterval = timeout
+        let session = URLSession(configuration: .ephemeral)
+        defer { session.finishTasksAndInvalidate() }
+        return try await withCheckedThrowingContinuation { cont in
+            session.dataTask(with: request) { data, response, error in
+                if let error {
+                    cont.resume(throwing: error)
+                } else {
+                    cont.resume(returning: ((response as? HTTPURLResponse)?.statusCode ?? 0, data ?? Data()))
+                }
+            }.resume()
+        }
+    }
+}
+
+/// The xpay server API, for reconciliation. Only `query_subscribe_contract` so far.
+public struct XPayClient: Sendable {
+    public let baseURL: URL
+    let appKey: String
+    let transport: any XPayTransport
+
+    public init(baseURL: URL = URL(string: "https://api.weixin.qq.com")!, appKey: String,
+                transport: any XPayTransport = URLSessionTransport()) {
+        self.baseURL = baseURL
+        self.appKey = appKey
+        self.transport = transport
+    }
+
+    public static let querySubscribeContractURI = "/xpay/query_subscribe_contract"
+
+    /// The request with the body serialized once and pay_sig computed over those exact bytes.
+    public func querySubscribeContractRequest(openid: String, productId: String, accessToken: String) throws(XPayClientError) -> URLRequest {
+        guard !openid.isEmpty, !productId.isEmpty else { throw .invalidRequest("openid and product_id are required") }
+        guard !accessToken.isEmpty else { throw .invalidRequest("an access_token is required") }
+        let body: Data
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            body = try encoder.encode(["mode": "apple", "openid": openid, "product_id": productId])
+        } catch {
+            throw .invalidRequest("could not encode the request body")
+        }
+        let sig = XPaySignature.paySig(appKey: appKey, uri: Self.querySubscribeContractURI, body: [UInt8](body))
+        guard var components = URLComponents(url: baseURL.appendingPathComponent(String(Self.querySubscribeContractURI.dropFirst())),
+                                             resolvingAgainstBaseURL: false) else {
+            throw .invalidRequest("base URL is not a valid URL")
+        }
+        components.queryItems = [URLQueryItem(name: "access_token", value: accessToken), URLQueryItem(name: "pay_sig", value: sig)]
+        // '+' is legal in a query but read as a space by many servers; tokens may contain it.
+        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        guard let url = components.url else { throw .invalidRequest("base URL is not a valid URL") }
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = body
+        return request
+    }
+
+    public func querySubscribeContract(openid: String, productId: String, accessToken: String) async throws(XPayClientError) -> SubscribeContract {
+        let request = try querySubscribeContractRequest(openid: openid, productId: productId, accessToken: accessToken)
+        let status: Int, body: Data
+        do {
+            (status, body) = try await transport.send(request)
+        } catch {
+            // The URL carries the access token: report only the error's kind, not its text.
+            throw .transport((error as NSError).domain + " code \((error as NSError).code)")
+        }
+        return try Self.decodeSubscribeContract(status: status, body: body)
+    }
+
+    public static func decodeSubscribeContract(status: Int, body: Data) throws(XPayClientError) -> SubscribeContract {
+        guard (200..<300).contains(status) else { throw .http(status: status) }
+        struct Header: Decodable {
+            var errcode: Int64?
+            var errmsg: String?
+        }
+        guard let header = try? JSONDecoder().decode(Header.self, from: body) else {
+            throw .invalidResponse("not a JSON object")
+        }
+        if let code = header.errcode, code != 0 { throw .wechat(errcode: code, errmsg: String((header.errmsg ?? "").prefix(200))) }
+        do {
+            return try JSONDecoder().decode(SubscribeContract.self, from: body)
+        } catch {
+            throw .invalidResponse("authorization_state must be SIGNED, TERMINATED or UNBINDUSER and apple_subscription_info well-formed")
+        }
+    }
+}
+
+extension XPayClient: CustomStringConvertible {
+    public var description: String { "XPayClient(baseURL: \(baseURL), appKey: redacted)" }
+}

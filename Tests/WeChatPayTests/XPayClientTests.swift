@@ -1,0 +1,99 @@
+import Crypto
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+@testable import WeChatPay
+import XCTest
+
+/// Answers like WeChat would and records what was sent.
+final class RecordingTransport: XPayTransport, @unchecked Sendable {
+    let status: Int
+    let body: Data
+    private let lock = NSLock()
+    private var _sent: [URLRequest] = []
+    var sent: [URLRequest] { lock.withLock { _sent } }
+
+    init(status: Int = 200, body: String) {
+        self.status = status
+        self.body = Data(body.utf8)
+    }
+
+    func send(_ request: URLRequest) async throws -> (status: Int, body: Data) {
+        lock.withLock { _sent.append(request) }
+        return (status, body)
+    }
+}
+
+final class XPayClientTests: XCTestCase {
+    let seedAnswer = #"{"errcode":0,"errmsg":"ok","authorization_state":"SIGNED","apple_subscription_info":{"original_transaction_id":"2000001147426510","auto_renew_status":1,"recent_subscription_start_date":1775226065000,"renewal_date":1775226245000}}"#
+
+    func testRequestIsSignedOverTheBodySent() async throws {
+        let t = RecordingTransport(body: seedAnswer)
+        let client = XPayClient(baseURL: URL(string: "https://wechat.example.test/base")!, appKey: "12345", transport: t)
+        let contract = try await client.querySubscribeContract(openid: "oUser1", productId: "subscription_vip_monthly", accessToken: "AT+/=x")
+        XCTAssertEqual(contract, SubscribeContract(authorizationState: .signed, appleSubscriptionInfo: .init(
+            originalTransactionId: "2000001147426510", autoRenewStatus: 1,
+            recentSubscriptionStartDate: 1_775_226_065_000, renewalDate: 1_775_226_245_000)))
+        let req = try XCTUnwrap(t.sent.first)
+        XCTAssertEqual(req.httpMethod, "POST")
+        XCTAssertEqual(req.value(forHTTPHeaderField: "Content-Type"), "application/json")
+        let url = try XCTUnwrap(req.url)
+        XCTAssertEqual(url.host, "wechat.example.test")
+        XCTAssertEqual(url.path, "/base/xpay/query_subscribe_contract")
+        let items = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems ?? []
+        XCTAssertEqual(items.first { $0.name == "access_token" }?.value, "AT+/=x", "'+' survives the query encoding")
+        let body = try XCTUnwrap(req.httpBody)
+        XCTAssertEqual(items.first { $0.name == "pay_sig" }?.value,
+                       Hex.encode(Digest.hmacSHA256(key: Array("12345".utf8), Array("/xpay/query_subscribe_contract&".utf8) + [UInt8](body))))
+        let sentBody = try JSONSerialization.jsonObject(with: body) as? [String: String]
+        XCTAssertEqual(sentBody, ["mode": "apple", "openid": "oUser1", "product_id": "subscription_vip_monthly"])
+    }
+
+    func testAnswersDecoded() throws {
+        let terminated = try XPayClient.decodeSubscribeContract(status: 200, body: Data(#"{"errcode":0,"authorization_state":"TERMINATED","apple_subscription_info":{"original_transaction_id":"1","auto_renew_status":0,"renewal_date":5}}"#.utf8))
+        XCTAssertEqual(terminated.authorizationState, .terminated)
+        XCTAssertEqual(terminated.appleSubscriptionInfo?.recentSubscriptionStartDate, nil)
+        let never = try XPayClient.decodeSubscribeContract(status: 200, body: Data(#"{"errcode":0,"errmsg":"ok","authorization_state":"UNBINDUSER"}"#.utf8))
+        XCTAssertEqual(never, SubscribeContract(authorizationState: .unbindUser, appleSubscriptionInfo: nil))
+    }
+
+    func testErrorsTyped() async throws {
+        func error(_ status: Int, _ body: String) -> XPayClientError? {
+            do {
+                _ = try XPayClient.decodeSubscribeContract(status: status, body: Data(body.utf8))
+                return nil
+            } catch {
+                return error
+            }
+        }
+        let sig = error(200, #"{"errcode":268490003,"errmsg":"signature error"}"#)
+        XCTAssertEqual(sig, .wechat(errcode: 268490003, errmsg: "signature error"))
+        XCTAssertTrue(sig?.message.contains("LEDGER_WECHAT_APP_KEY") ?? false)
+        XCTAssertTrue(error(200, #"{"errcode":268490009,"errmsg":"x"}"#)?.message.contains("session_key") ?? false)
+        XCTAssertEqual(error(502, "<html>bad gateway</html>"), .http(status: 502))
+        XCTAssertEqual(error(200, "not json")?.code, "wechat_invalid_response")
+        XCTAssertEqual(error(200, #"{"errcode":0,"authorization_state":"MAYBE"}"#)?.code, "wechat_invalid_response")
+
+        let client = XPayClient(appKey: "k", transport: RecordingTransport(body: "{}"))
+        do {
+            _ = try await client.querySubscribeContract(openid: "", productId: "p", accessToken: "t")
+            XCTFail("empty openid accepted")
+        } catch {
+            XCTAssertEqual(error.code, "wechat_invalid_request")
+        }
+    }
+
+    /// A real socket: nothing listens on port 9 of localhost, so URLSession fails; the error is
+    /// typed and does not repeat the URL (which holds the access token).
+    func testUnreachableServerWithRealURLSession() async throws {
+        let client = XPayClient(baseURL: URL(string: "http://127.0.0.1:9")!, appKey: "k", transport: URLSessionTransport(timeout: 2))
+        do {
+            _ = try await client.querySubscribeContract(openid: "o", productId: "p", accessToken: "SECRET_TOKEN_123")
+            XCTFail("no server, yet an answer")
+        } catch {
+            XCTAssertEqual(error.code, "wechat_unreachable")
+            XCTAssertFalse(error.message.contains("SECRET_TOKEN_123"))
+        }
+    }
+}
