@@ -149,6 +149,9 @@ final class ServerCore: Sendable {
                 option(.PER_IP_CONNECTION_LIMIT), CUnsignedInt(config.perIPConnectionLimit),
                 option(.CONNECTION_TIMEOUT), CUnsignedInt(config.connectionTimeoutSeconds),
                 option(.LISTEN_BACKLOG_SIZE), CUnsignedInt(511),
+                // Strict parsing: reject (400) what HTTP/1.1 forbids, such as a missing Host or
+                // whitespace before a header colon, which request-smuggling attacks rely on.
+                option(.STRICT_FOR_CLIENT), CInt(1),
             ]
             if config.threadPoolSize > 1 {
                 options += [option(.THREAD_POOL_SIZE), CUnsignedInt(config.threadPoolSize)]
