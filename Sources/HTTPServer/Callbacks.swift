@@ -24,11 +24,18 @@ func mhdAccessHandler(
     guard let cls, let connection, let uploadDataSize, let conCls else { return .NO }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
 
-    guard let existing = conCls.pointee else {
+    let existing = conCls.pointee
+    if existing == nil || existing == hostilePathMarker {
         let state = core.begin(
             connection, url: url.map { String(cString: $0) } ?? "/", method: method.map { String(cString: $0) } ?? ""
         )
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
+        if existing == hostilePathMarker {
+            return core.queue(.error(
+                status: 400, code: "invalid_path",
+                message: "The request path contains an encoded NUL byte (%00); remove it."
+            ), for: state, on: connection)
+        }
         // Refuse a declared oversized body before reading it (and before any 100 Continue).
         if let declared = contentLength(connection), declared > UInt64(core.configuration.maxBodyBytes) {
             state.overLimit = true
@@ -36,12 +43,13 @@ func mhdAccessHandler(
         }
         return .YES
     }
+    guard let existing else { return .NO }
     let state = Unmanaged<RequestState>.fromOpaque(existing).takeUnretainedValue()
 
     let size = uploadDataSize.pointee
     if size > 0 {
         uploadDataSize.pointee = 0
-        if state.overLimit {
+        if state.overLimit || state.isAnswered {
             state.discardedBytes += size
             return state.discardedBytes > drainAllowance ? .NO : .YES
         }
@@ -72,9 +80,30 @@ func mhdRequestCompleted(
 ) {
     guard let cls, let conCls, let existing = conCls.pointee else { return }
     conCls.pointee = nil
+    guard existing != hostilePathMarker else { return }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
     let state = Unmanaged<RequestState>.fromOpaque(existing).takeRetainedValue()
     core.completed(state)
+}
+
+/// Returned by the URI callback (it becomes the request's first `con_cls`) when the raw path holds
+/// `%00`: libmicrohttpd decodes the path into a C string, so the NUL would silently cut it short
+/// and `/v1/subscriptions/1%00/events` would reach the handler as `/v1/subscriptions/1`. A tag
+/// rather than an allocation, because a request the daemon rejects later never reaches the
+/// completion callback that would free it.
+nonisolated(unsafe) let hostilePathMarker = UnsafeMutableRawPointer(bitPattern: 1)
+
+func mhdURIReceived(
+    cls: UnsafeMutableRawPointer?, uri: UnsafePointer<CChar>?, connection: OpaquePointer?
+) -> UnsafeMutableRawPointer? {
+    guard let uri else { return nil }
+    var pointer = uri
+    // Only the path: query values are read with their lengths, so a NUL there is kept intact.
+    while pointer.pointee != 0, pointer.pointee != 0x3F {
+        if pointer.pointee == 0x25, pointer[1] == 0x30, pointer[2] == 0x30 { return hostilePathMarker }
+        pointer += 1
+    }
+    return nil
 }
 
 private func contentLength(_ connection: OpaquePointer) -> UInt64? {

@@ -141,10 +141,12 @@ final class ServerCore: Sendable {
 
         let unmanaged = Unmanaged.passRetained(self)
         let completed: MHD_RequestCompletedCallback = mhdRequestCompleted
+        let uriReceived: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = mhdURIReceived
         let started: OpaquePointer? = address.withSockaddr { sockaddr in
             var options: [any CVarArg] = [
                 option(.SOCK_ADDR), OpaquePointer(sockaddr),
                 option(.NOTIFY_COMPLETED), unsafeBitCast(completed, to: OpaquePointer.self), OpaquePointer(unmanaged.toOpaque()),
+                option(.URI_LOG_CALLBACK), unsafeBitCast(uriReceived, to: OpaquePointer.self), OpaquePointer(unmanaged.toOpaque()),
                 option(.CONNECTION_LIMIT), CUnsignedInt(config.connectionLimit),
                 option(.PER_IP_CONNECTION_LIMIT), CUnsignedInt(config.perIPConnectionLimit),
                 option(.CONNECTION_TIMEOUT), CUnsignedInt(config.connectionTimeoutSeconds),
@@ -239,9 +241,25 @@ final class ServerCore: Sendable {
         state.startRunning()
         MHD_suspend_connection(connection)
         let frozen = request
+        guard let limit = configuration.handlerTimeout else {
+            Task { state.resume(with: await handler(frozen)) }
+            return .YES
+        }
         Task {
-            let response = await handler(frozen)
-            state.resume(with: response)
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { state.resume(with: await handler(frozen)) }
+                group.addTask {
+                    do { try await Task.sleep(for: limit) } catch { return }
+                    state.resume(with: .error(
+                        status: 503, code: "handler_timeout",
+                        message: "The request was not finished within \(limit); retry it later, nothing was acknowledged."
+                    ))
+                }
+                // First to finish answers; the other is cancelled (a handler may ignore that, but
+                // the connection no longer waits for it).
+                await group.next()
+                group.cancelAll()
+            }
         }
         return .YES
     }

@@ -18,6 +18,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// libmicrohttpd I/O threads. Handlers do not run on them (they run as Swift tasks while the
     /// connection is suspended), so a small pool serves many slow handlers.
     public var threadPoolSize: Int
+    /// A handler still running after this long is answered 503 `handler_timeout` and cancelled;
+    /// nil lets handlers run as long as they like (a hung handler then holds its connection).
+    public var handlerTimeout: Duration?
 
     public init(
         host: String = "127.0.0.1",
@@ -26,8 +29,10 @@ public struct HTTPServerConfiguration: Sendable {
         connectionLimit: Int = 1024,
         perIPConnectionLimit: Int = 0,
         connectionTimeoutSeconds: Int = 30,
-        threadPoolSize: Int = max(1, ProcessInfo.processInfo.activeProcessorCount)
+        threadPoolSize: Int = max(1, ProcessInfo.processInfo.activeProcessorCount),
+        handlerTimeout: Duration? = nil
     ) {
+        self.handlerTimeout = handlerTimeout
         self.host = host
         self.port = port
         self.maxBodyBytes = maxBodyBytes
@@ -47,6 +52,7 @@ public struct HTTPServerConfiguration: Sendable {
         try check((0...1_000_000).contains(perIPConnectionLimit), "perIPConnectionLimit", "use 0 (no limit) or a positive count, not \(perIPConnectionLimit)")
         try check((0...86_400).contains(connectionTimeoutSeconds), "connectionTimeoutSeconds", "use 0 (never) to 86400 seconds, not \(connectionTimeoutSeconds)")
         try check((1...256).contains(threadPoolSize), "threadPoolSize", "use between 1 and 256 threads, not \(threadPoolSize)")
+        try check(handlerTimeout.map { $0 > .zero } ?? true, "handlerTimeout", "use a positive duration or nil (no limit)")
         return self
     }
 }

@@ -40,6 +40,10 @@ final class RequestState: @unchecked Sendable {
 
     var currentPhase: Phase { phase.withLock { $0 } }
 
+    var isAnswered: Bool {
+        phase.withLock { if case .answered = $0 { true } else { false } }
+    }
+
     func startRunning() {
         phase.withLock { $0 = .running }
     }

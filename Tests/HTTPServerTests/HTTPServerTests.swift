@@ -42,6 +42,17 @@ final class HTTPServerRoutingTests: ServerTestCase {
         XCTAssertEqual(document["remote"] as? String, "127.0.0.1")
     }
 
+    func testEncodedNulInThePathIsRefusedNotTruncated() throws {
+        let (_, port) = try serve(subscriptionsRouter())
+        let response = try RawClient.request(port: port, path: "/v1/subscriptions/1%00/events?x=%00")
+        XCTAssertEqual(response.status, 400)
+        XCTAssertEqual(response.errorBody?["error"], "invalid_path")
+        // A NUL in a query value is data, delivered whole.
+        let query = try RawClient.request(port: port, path: "/v1/subscriptions/1/events?x=a%00b")
+        XCTAssertEqual(query.status, 200)
+        XCTAssertEqual((decode(query.body)["query"] as? [String: String])?["x"], "a\u{0}b")
+    }
+
     func testBinaryBodyRoundTrips() throws {
         let (_, port) = try serve(subscriptionsRouter())
         let body = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
@@ -388,6 +399,48 @@ final class HTTPServerShutdownTests: ServerTestCase {
         XCTAssertEqual(requestDone.wait(timeout: .now() + 5), .success)
         XCTAssertEqual(answer.value?.status, 503)
         XCTAssertEqual(answer.value?.errorBody?["error"], "shutting_down")
+    }
+
+    func testHandlerTimeoutAnswers503AndFreesTheConnection() throws {
+        var router = Router()
+        router.add("GET", "/hang") { _ in
+            // Ignores cancellation on purpose: the answer must not wait for it.
+            let until = ContinuousClock.now + .seconds(2)
+            while ContinuousClock.now < until { try? await Task.sleep(for: .milliseconds(20)) }
+            return .text(200, "late")
+        }
+        router.add("GET", "/quick") { _ in .text(200, "quick") }
+        let (_, port) = try serve(router) { $0.handlerTimeout = .milliseconds(150) }
+        let client = try RawClient(port: port)
+        let started = Date()
+        client.send("GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 503)
+        XCTAssertEqual(response.errorBody?["error"], "handler_timeout")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 1)
+        client.send("GET /quick HTTP/1.1\r\nHost: x\r\n\r\n")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "quick")
+    }
+
+    func testReleasingARunningServerStopsItWithoutCrashing() throws {
+        let entered = DispatchSemaphore(value: 0)
+        var router = Router()
+        router.add("GET", "/slow") { _ in
+            entered.signal()
+            try? await Task.sleep(for: .seconds(1))
+            return .text(200, "late")
+        }
+        var server: HTTPServer? = HTTPServer(configuration: HTTPServerConfiguration(port: 0), router: router)
+        try server?.start()
+        let port = try XCTUnwrap(server?.port)
+        let client = try RawClient(port: port)
+        client.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        XCTAssertEqual(entered.wait(timeout: .now() + 5), .success)
+        server = nil
+        // The suspended request is resumed with a 503 and then the daemon stops: either the answer
+        // or the close reaches the client, and nothing listens any more.
+        if let response = try? client.readResponse() { XCTAssertEqual(response.status, 503) }
+        XCTAssertThrowsError(try RawClient(port: port))
     }
 
     func testShutdownIsIdempotentAndStartTwiceFails() throws {
