@@ -21,6 +21,8 @@ public struct HTTPServerConfiguration: Sendable {
     /// A handler still running after this long is answered 503 `handler_timeout` and cancelled;
     /// nil lets handlers run as long as they like (a hung handler then holds its connection).
     public var handlerTimeout: Duration?
+    /// How handlers are run; only tests measuring the alternative change it.
+    var handlerExecution = HandlerExecution.suspendConnection
 
     public init(
         host: String = "127.0.0.1",
@@ -55,6 +57,13 @@ public struct HTTPServerConfiguration: Sendable {
         try check(handlerTimeout.map { $0 > .zero } ?? true, "handlerTimeout", "use a positive duration or nil (no limit)")
         return self
     }
+}
+
+enum HandlerExecution: Sendable {
+    /// The connection is suspended while the handler's task runs: I/O threads never wait.
+    case suspendConnection
+    /// The I/O thread blocks until the handler returns (measured, not used).
+    case blockIOThread
 }
 
 /// Errors starting the server; each says what to change.
