@@ -41,7 +41,7 @@ public final class HTTPServer: Sendable {
         set { core.observer.withLock { $0 = newValue } }
     }
 
-    /// The bound port (useful with port 0), or nil before `start`.
+    /// The bound port (useful with port 0); nil before `start` and after `shutdown`.
     public var port: Int? {
         daemon.withLock { state in
             switch state {
@@ -49,6 +49,10 @@ public final class HTTPServer: Sendable {
             case .notStarted, .stopped: nil
             }
         }
+    }
+
+    private var isDraining: Bool {
+        daemon.withLock { if case .draining = $0 { true } else { false } }
     }
 
     /// Requests received and not yet fully answered.
@@ -72,7 +76,11 @@ public final class HTTPServer: Sendable {
             state = .draining(port: port)
             return (handle, port)
         }
-        guard let (handle, _) = taken else { return }
+        guard let (handle, _) = taken else {
+            // A concurrent caller returns only once the first one has finished stopping.
+            while isDraining { try? await Task.sleep(for: .milliseconds(5)) }
+            return
+        }
         core.draining.store(true, ordering: .releasing)
         // MHD requires the listening socket to stay open until MHD_stop_daemon; shutting it down
         // makes the kernel refuse new connections now instead of queueing them in the backlog.

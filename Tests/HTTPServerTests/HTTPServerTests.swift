@@ -446,7 +446,12 @@ final class HTTPServerShutdownTests: ServerTestCase {
     func testShutdownIsIdempotentAndStartTwiceFails() throws {
         let (server, _) = try serve(Router())
         XCTAssertThrowsError(try server.start()) { XCTAssertEqual($0 as? HTTPServerError, .alreadyStarted) }
-        blocking { await server.shutdown(gracePeriod: .milliseconds(10)) }
+        blocking {
+            async let first: Void = server.shutdown(gracePeriod: .milliseconds(10))
+            async let second: Void = server.shutdown(gracePeriod: .milliseconds(10))
+            _ = await (first, second)
+            XCTAssertNil(server.port, "both callers return only after the daemon stopped")
+        }
         blocking { await server.shutdown(gracePeriod: .milliseconds(10)) }
         XCTAssertNil(server.port)
     }
