@@ -196,7 +196,7 @@ final class ServerCore: Sendable {
     func abandonRunningHandlers() {
         let states = active.withLock { Array($0.values) }
         for state in states {
-            state.resume(with: .error(
+            state.abandon(with: .error(
                 status: 503, code: "shutting_down",
                 message: "The server shut down before this request finished; retry it, nothing was acknowledged."
             ))
@@ -253,10 +253,10 @@ final class ServerCore: Sendable {
         state.startRunning()
         MHD_suspend_connection(connection)
         guard let limit = configuration.handlerTimeout else {
-            Task { state.resume(with: await handler(frozen)) }
+            state.runs(Task { state.resume(with: await handler(frozen)) })
             return .YES
         }
-        Task {
+        state.runs(Task {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { state.resume(with: await handler(frozen)) }
                 group.addTask {
@@ -271,7 +271,7 @@ final class ServerCore: Sendable {
                 await group.next()
                 group.cancelAll()
             }
-        }
+        })
         return .YES
     }
 

@@ -31,11 +31,20 @@ final class RequestState: @unchecked Sendable {
 
     private let connection: ConnectionHandle
     private let phase = Mutex<Phase>(.receiving)
+    private let work = Mutex<Task<Void, Never>?>(nil)
+
+    /// Instances alive; tests use it to prove every `con_cls` retain is balanced by a release.
+    static let live = Atomic<Int>(0)
 
     init(connection: OpaquePointer, method: String, path: String) {
         self.connection = ConnectionHandle(raw: connection)
         self.method = method
         self.path = path
+        Self.live.add(1, ordering: .relaxed)
+    }
+
+    deinit {
+        Self.live.subtract(1, ordering: .relaxed)
     }
 
     var currentPhase: Phase { phase.withLock { $0 } }
@@ -50,6 +59,16 @@ final class RequestState: @unchecked Sendable {
 
     func markAnswered() {
         phase.withLock { $0 = .answered }
+    }
+
+    func runs(_ task: Task<Void, Never>) {
+        work.withLock { $0 = task }
+    }
+
+    /// Answers `response` in place of the handler and cancels it: its result has nowhere to go.
+    func abandon(with response: HTTPResponse) {
+        resume(with: response)
+        work.withLock { $0?.cancel() }
     }
 
     /// Hands `response` to the suspended connection, once: whichever of the handler and shutdown

@@ -23,7 +23,7 @@ final class RawClient {
         case timedOut
     }
 
-    let fd: Int32
+    private(set) var fd: Int32
     private var buffer = [UInt8]()
 
     init(port: Int, receiveTimeout: Double = 5) throws {
@@ -44,7 +44,13 @@ final class RawClient {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    deinit { close(fd) }
+    deinit { if fd >= 0 { close(fd) } }
+
+    /// Hangs up without reading the answer.
+    func closeNow() {
+        close(fd)
+        fd = -1
+    }
 
     func send(_ text: String) { send(Array(text.utf8)) }
 
