@@ -55,7 +55,8 @@ func mhdAccessHandler(
         }
         if state.body.count + size > core.configuration.maxBodyBytes {
             // Chunked bodies have no length up front: stop buffering the moment the limit is
-            // crossed; the 413 goes out once the rest is drained.
+            // crossed. libmicrohttpd 0.9.75 refuses a response queued mid-body (tried: MHD_NO), so
+            // the 413 goes out once the rest is drained, up to `drainAllowance`.
             state.overLimit = true
             state.discardedBytes = state.body.count + size
             state.body = Data()

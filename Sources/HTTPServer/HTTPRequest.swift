@@ -10,14 +10,12 @@ public struct HTTPHeaders: Sendable, Sequence {
 
     /// The first value of `name`, or nil when the field is absent.
     public subscript(name: String) -> String? {
-        let wanted = name.lowercased()
-        return fields.first { $0.name.lowercased() == wanted }?.value
+        fields.first { asciiCaseInsensitiveEqual($0.name, name) }?.value
     }
 
     /// Every value of a repeated field, in arrival order.
     public func values(for name: String) -> [String] {
-        let wanted = name.lowercased()
-        return fields.filter { $0.name.lowercased() == wanted }.map(\.value)
+        fields.filter { asciiCaseInsensitiveEqual($0.name, name) }.map(\.value)
     }
 
     public mutating func append(name: String, value: String) {
@@ -61,5 +59,21 @@ public struct HTTPRequest: Sendable {
         self.body = body
         self.remoteAddress = remoteAddress
         self.pathParameters = pathParameters
+    }
+}
+
+/// Field names are ASCII tokens: compare their bytes folding A–Z, without allocating lower-cased copies.
+func asciiCaseInsensitiveEqual(_ left: String, _ right: String) -> Bool {
+    var left = left
+    var right = right
+    return left.withUTF8 { l in
+        right.withUTF8 { r in
+            guard l.count == r.count else { return false }
+            for i in 0..<l.count where l[i] != r[i] {
+                let a = l[i] | 0x20, b = r[i] | 0x20
+                guard a == b, a >= 0x61, a <= 0x7A else { return false }
+            }
+            return true
+        }
     }
 }

@@ -15,8 +15,7 @@ public struct HTTPResponse: Sendable {
 
     /// The first value of header `name` (case-insensitive).
     public func header(_ name: String) -> String? {
-        let wanted = name.lowercased()
-        return headers.first { $0.0.lowercased() == wanted }?.1
+        headers.first { asciiCaseInsensitiveEqual($0.0, name) }?.1
     }
 
     public static func json(_ status: Int, _ body: Data, headers: [(String, String)] = []) -> HTTPResponse {

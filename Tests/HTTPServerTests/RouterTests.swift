@@ -83,5 +83,10 @@ final class RouterTests: XCTestCase {
         XCTAssertEqual(headers["X-APPLE-THING"], "1")
         XCTAssertEqual(headers.values(for: "x-Apple-thing"), ["1", "2"])
         XCTAssertNil(headers["missing"])
+        // Folding is ASCII letters only: "[" (0x5B) and "{" (0x7B) differ by the same bit as "A"/"a".
+        headers.append(name: "X-[", value: "bracket")
+        XCTAssertNil(headers["x-{"])
+        XCTAssertEqual(headers["X-["], "bracket")
+        XCTAssertNil(headers["X-Apple-Thin"])
     }
 }
