@@ -117,6 +117,12 @@ enum DaemonState: Sendable {
     case stopped
 }
 
+struct ActiveRequests {
+    var states: [ObjectIdentifier: RequestState] = [:]
+    /// Set when shutdown abandons handlers: a suspended connection left at MHD_stop_daemon aborts the process.
+    var refusingSuspension = false
+}
+
 enum Dispatch: Sendable {
     case router(Router)
     case handler(HTTPHandler)
@@ -130,7 +136,7 @@ final class ServerCore: Sendable {
     let draining = Atomic<Bool>(false)
     /// Every request between its first callback and its completion callback, so shutdown can count
     /// them and answer those whose handler outlives the grace period.
-    private let active = Mutex<[ObjectIdentifier: RequestState]>([:])
+    private let active = Mutex(ActiveRequests())
     /// Retain held on behalf of libmicrohttpd while the daemon may call back into this object.
     private let retainedForDaemon = Mutex<Unmanaged<ServerCore>?>(nil)
 
@@ -139,7 +145,7 @@ final class ServerCore: Sendable {
         self.dispatch = dispatch
     }
 
-    var inFlight: Int { active.withLock { $0.count } }
+    var inFlight: Int { active.withLock { $0.states.count } }
 
     func start(_ config: HTTPServerConfiguration) throws(HTTPServerError) -> (DaemonHandle, Int) {
         let address = try SocketAddress(host: config.host, port: config.port)
@@ -194,7 +200,12 @@ final class ServerCore: Sendable {
     }
 
     func abandonRunningHandlers() {
-        let states = active.withLock { Array($0.values) }
+        // From here on no connection is suspended any more (see `suspend`), so this snapshot holds
+        // every one that MHD_stop_daemon could find suspended.
+        let states = active.withLock { active in
+            active.refusingSuspension = true
+            return Array(active.states.values)
+        }
         for state in states {
             state.abandon(with: .error(
                 status: 503, code: "shutting_down",
@@ -214,7 +225,7 @@ final class ServerCore: Sendable {
         case .handler:
             state.label = "handler"
         }
-        active.withLock { $0[ObjectIdentifier(state)] = state }
+        active.withLock { $0.states[ObjectIdentifier(state)] = state }
         return state
     }
 
@@ -250,8 +261,12 @@ final class ServerCore: Sendable {
         if configuration.handlerExecution == .blockIOThread {
             return queue(runBlocking(handler, frozen), for: state, on: connection)
         }
-        state.startRunning()
-        MHD_suspend_connection(connection)
+        guard suspend(state, connection) else {
+            return queue(.error(
+                status: 503, code: "shutting_down",
+                message: "The server is shutting down; retry the request, nothing was acknowledged."
+            ), for: state, on: connection)
+        }
         guard let limit = configuration.handlerTimeout else {
             state.runs(Task { state.resume(with: await handler(frozen)) })
             return .YES
@@ -273,6 +288,17 @@ final class ServerCore: Sendable {
             }
         })
         return .YES
+    }
+
+    /// Suspends under the registry lock, so a request that arrives on a kept-alive connection while
+    /// shutdown abandons handlers is either in the abandoned snapshot or refused here.
+    private func suspend(_ state: RequestState, _ connection: OpaquePointer) -> Bool {
+        active.withLock { active in
+            guard !active.refusingSuspension else { return false }
+            state.startRunning()
+            MHD_suspend_connection(connection)
+            return true
+        }
     }
 
     /// The rejected alternative, kept for the comparison in HTTPServerThroughputTests: the I/O
@@ -335,7 +361,7 @@ final class ServerCore: Sendable {
 
     func completed(_ state: RequestState) {
         state.markAnswered()
-        active.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(state)) }
+        active.withLock { _ = $0.states.removeValue(forKey: ObjectIdentifier(state)) }
         guard let status = state.status, let observer = observer.withLock({ $0 }) else { return }
         observer(HTTPExchange(
             route: state.label, method: Self.metricMethod(state.method), status: status,
