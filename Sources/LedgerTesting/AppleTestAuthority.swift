@@ -19,7 +19,9 @@ public enum AppleTestAuthorityError: Error, CustomStringConvertible {
 }
 
 /// Where `shared/apple-vectors` lives: beside the repository clone (CI places a copy of shared/
-/// there), or `LEDGER_APPLE_VECTORS` when set. Never silently absent: a missing folder throws.
+/// there) — precisely, in the nearest folder above the package that holds `shared/apple-vectors`,
+/// so a git worktree nested one level deeper finds it too — or `LEDGER_APPLE_VECTORS` when set.
+/// Never silently absent: a missing folder throws.
 public enum AppleVectors {
     public static func directory(from file: String = #filePath) throws(AppleTestAuthorityError) -> URL {
         if let env = ProcessInfo.processInfo.environment["LEDGER_APPLE_VECTORS"], !env.isEmpty {
@@ -27,12 +29,11 @@ public enum AppleVectors {
         }
         var dir = URL(fileURLWithPath: file).deletingLastPathComponent()
         while dir.path != "/" {
-            if FileManager.default.fileExists(atPath: dir.appendingPathComponent("Package.swift").path) {
-                return try existing(dir.deletingLastPathComponent().appendingPathComponent("shared/apple-vectors"))
-            }
+            let candidate = dir.appendingPathComponent("shared/apple-vectors")
+            if FileManager.default.fileExists(atPath: candidate.path) { return try existing(candidate) }
             dir = dir.deletingLastPathComponent()
         }
-        throw .vectorsMissing("no Package.swift above \(file); set LEDGER_APPLE_VECTORS to the apple-vectors folder")
+        throw .vectorsMissing("no shared/apple-vectors in any folder above \(file); place a copy of shared/ beside the repository clone or set LEDGER_APPLE_VECTORS")
     }
 
     public static func read(_ relativePath: String, from file: String = #filePath) throws -> Data {
