@@ -109,7 +109,8 @@ public final class AppleNotificationIngestor: Sendable {
         var object: [String: Any]
         var bundleId: String
         var appAppleId: Int64?
-        var environment: String
+        /// nil only when Apple's payload lacks it; `accept` refuses that after the app check.
+        var environment: String?
     }
 
     /// Verifies the outer JWS and every nested JWS and checks they agree; no acceptance policy.
@@ -121,12 +122,12 @@ public final class AppleNotificationIngestor: Sendable {
         if let s = try Fields.string(section, "signedTransactionInfo") {
             let tx = try verifier.verify(s, kind: .transaction).object
             try Self.agree("bundleId", try Fields.string(tx, "bundleId"), identity.bundleId)
-            try Self.agree("environment", try Fields.string(tx, "environment"), identity.environment)
+            try Self.agree("environment", try Fields.string(tx, "environment"), identity.environment ?? "")
             decoded.transaction = tx
         }
         if let s = try Fields.string(section, "signedRenewalInfo") {
             let ri = try verifier.verify(s, kind: .renewalInfo).object
-            try Self.agree("environment", try Fields.string(ri, "environment"), identity.environment)
+            try Self.agree("environment", try Fields.string(ri, "environment"), identity.environment ?? "")
             if let tx = decoded.transaction, let txOT = try Fields.string(tx, "originalTransactionId") {
                 try Self.agree("originalTransactionId", try Fields.string(ri, "originalTransactionId"), txOT)
             }
@@ -135,7 +136,7 @@ public final class AppleNotificationIngestor: Sendable {
         if let s = try Fields.string(section, "signedAppTransactionInfo") {
             let at = try verifier.verify(s, kind: .appTransaction).object
             try Self.agree("bundleId", try Fields.string(at, "bundleId"), identity.bundleId)
-            try Self.agree("environment", try Fields.string(at, "receiptType"), identity.environment)
+            try Self.agree("environment", try Fields.string(at, "receiptType"), identity.environment ?? "")
             if let mine = identity.appAppleId, let theirs = try Fields.int64(at, "appAppleId"), mine != theirs {
                 throw .nestedMismatch(field: "appAppleId", detail: "nested \(theirs), notification \(mine)")
             }
@@ -161,14 +162,13 @@ public final class AppleNotificationIngestor: Sendable {
         guard let obj = outer[name] as? [String: Any] else { throw .malformed("\(name) is not a JSON object") }
         guard let bundleId = try Fields.string(obj, "bundleId") else { throw .missingField("\(name).bundleId") }
         let appAppleId = try Fields.int64(obj, "appAppleId")
-        let environment: String
+        let environment: String?
         if name == "externalPurchaseToken" {
             // Apple sends no environment here; sandbox tokens are marked by their id (reference §1.1).
             guard let id = try Fields.string(obj, "externalPurchaseId") else { throw .missingField("externalPurchaseToken.externalPurchaseId") }
             environment = id.hasPrefix("SANDBOX") ? "Sandbox" : "Production"
         } else {
-            guard let env = try Fields.string(obj, "environment") else { throw .missingField("\(name).environment") }
-            environment = env
+            environment = try Fields.string(obj, "environment")
         }
         return Identity(section: name, object: obj, bundleId: bundleId, appAppleId: appAppleId, environment: environment)
     }
@@ -177,10 +177,11 @@ public final class AppleNotificationIngestor: Sendable {
         guard acceptance.bundleIds.contains(id.bundleId) else {
             throw .appMismatch("bundleId \"\(id.bundleId)\" is not an accepted app")
         }
-        guard acceptance.environments.contains(id.environment) else {
-            throw .environmentMismatch("environment \"\(id.environment)\" is not accepted here")
+        guard let environment = id.environment else { throw .missingField("\(id.section).environment") }
+        guard acceptance.environments.contains(environment) else {
+            throw .environmentMismatch("environment \"\(environment)\" is not accepted here")
         }
-        if id.environment == "Production" {
+        if environment == "Production" {
             guard let appId = id.appAppleId else { throw .appMismatch("a Production notification without appAppleId cannot be attributed") }
             guard acceptance.appAppleIds.contains(appId) else { throw .appMismatch("appAppleId \(appId) is not an accepted app") }
         }

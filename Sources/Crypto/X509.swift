@@ -142,10 +142,11 @@ public struct VerifiedChainWindow: Sendable, Equatable {
 /// RFC 5280 path validation with OpenSSL: `roots` are the only trust anchors, `intermediates`
 /// are untrusted helpers, `X509_V_FLAG_X509_STRICT` is on and the time is fixed (no clock reads).
 public enum X509ChainVerifier {
-    /// `tolerateProfileGaps` accepts exactly three strict-profile findings that Apple's own
-    /// published test PKI (library-test-chain) has: missing authority/subject key identifiers and a
-    /// non-critical CA basicConstraints. They do not weaken signature, validity or CA checks, and
-    /// Apple's real chain has none of them, so production leaves this off.
+    /// `tolerateProfileGaps` accepts exactly the strict-profile findings that Apple's own published
+    /// test PKI (library-test-chain and the chains in its mock JWS) has: missing authority/subject
+    /// key identifiers, a non-critical CA basicConstraints, and a CA without keyUsage (hence also
+    /// "pathlen without keyCertSign"). Signature, validity, CA:TRUE and path-length checks still
+    /// apply, and Apple's real chain has none of these gaps, so production leaves this off.
     public static func verify(
         leaf: X509Certificate, intermediates: [X509Certificate], roots: [X509Certificate],
         atEpochSeconds time: Int64, tolerateProfileGaps: Bool = false
@@ -203,7 +204,8 @@ private func tolerateProfileGapsCallback(_ ok: Int32, _ ctx: OpaquePointer?) -> 
     if ok == 1 { return 1 }
     switch X509_STORE_CTX_get_error(ctx) {
     case X509_V_ERR_MISSING_AUTHORITY_KEY_IDENTIFIER, X509_V_ERR_MISSING_SUBJECT_KEY_IDENTIFIER,
-         X509_V_ERR_CA_BCONS_NOT_CRITICAL:
+         X509_V_ERR_CA_BCONS_NOT_CRITICAL, X509_V_ERR_CA_CERT_MISSING_KEY_USAGE,
+         X509_V_ERR_PATHLEN_WITHOUT_KU_KEY_CERT_SIGN:
         return 1
     default:
         return 0
