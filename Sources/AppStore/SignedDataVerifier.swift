@@ -198,13 +198,15 @@ struct CompactJWS {
     let signingInput: ArraySlice<UInt8>
 
     static func parse(_ bytes: [UInt8]) throws(AppleVerificationError) -> CompactJWS {
+        // firstIndex(of:) runs in the optimised standard library even in debug builds.
         var dots: [Int] = []
-        for (i, b) in bytes.enumerated() where b == UInt8(ascii: ".") {
-            dots.append(i)
-            if dots.count > 2 { break }
+        var from = 0
+        while dots.count < 3, let d = bytes[from...].firstIndex(of: UInt8(ascii: ".")) {
+            dots.append(d)
+            from = d + 1
         }
         guard dots.count == 2 else {
-            throw .malformed("a compact JWS has exactly three dot-separated segments, found \(min(dots.count, 3) + 1)\(dots.count > 2 ? " or more" : "")")
+            throw .malformed("a compact JWS has exactly three dot-separated segments, found \(dots.count + 1)\(dots.count > 2 ? " or more" : "")")
         }
         let h = bytes[..<dots[0]], p = bytes[(dots[0] + 1)..<dots[1]], s = bytes[(dots[1] + 1)...]
         guard !h.isEmpty, !p.isEmpty else { throw .malformed("JWS header or payload segment is empty") }

@@ -50,7 +50,7 @@ public final class ECPublicKey: @unchecked Sendable {
         guard let der = ECDSASignature.der(fromRaw: signature) else { return false }
         guard let ctx = EVP_MD_CTX_new() else { return false }
         defer { EVP_MD_CTX_free(ctx) }
-        guard EVP_DigestVerifyInit(ctx, nil, EVP_sha256(), nil, pkey) == 1 else {
+        guard EVP_DigestVerifyInit(ctx, nil, FetchedDigest.sha256, nil, pkey) == 1 else {
             ERR_clear_error()
             return false
         }
@@ -165,6 +165,12 @@ enum ECDSASignature {
         }
         return ok ? out : nil
     }
+}
+
+/// OpenSSL 3 re-fetches the implementation behind `EVP_sha256()` on every init (a locked
+/// provider lookup); fetching once keeps the per-JWS cost close to the bare ECDSA verify.
+enum FetchedDigest {
+    nonisolated(unsafe) static let sha256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
 }
 
 enum BIOBytes {
