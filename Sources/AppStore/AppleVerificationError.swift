@@ -75,7 +75,7 @@ public enum AppleVerificationError: Error, Equatable, CustomStringConvertible {
     public var message: String {
         switch self {
         case .malformed(let why):
-            return "\(why). Send the body exactly as Apple posts it: JSON {\"signedPayload\": \"<compact JWS>\"} for V2."
+            return "\(why). Send the body exactly as Apple posted it (V2: JSON {\"signedPayload\": \"<compact JWS>\"})."
         case .jsonTooDeep(let what, let limit):
             return "\(what) nests JSON deeper than \(limit) levels; no Apple document does, so it is refused unparsed."
         case .missingField(let f):

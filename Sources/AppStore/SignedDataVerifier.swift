@@ -222,10 +222,10 @@ enum JSONValue {
     /// A millisecond timestamp: integer, or fractional (Xcode) rounded to the nearest ms.
     static func millis(_ v: Any?) -> Int64? {
         guard let n = v as? NSNumber, !(v is Bool) else { return nil }
-        if let i = v as? Int64 { return i }
         let d = n.doubleValue
         guard d.isFinite, abs(d) < 9.2e18 else { return nil }
-        return Int64(d.rounded())
+        // Integers keep full precision (doubles lose it above 2^53); fractions round to nearest.
+        return d.rounded() == d ? n.int64Value : Int64(d.rounded())
     }
 
     static func int64(_ v: Any?) -> Int64? {

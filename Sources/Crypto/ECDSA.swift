@@ -13,13 +13,18 @@ public enum ECCurve: String, Sendable {
 /// threads; OpenSSL's EVP_PKEY is safe for concurrent verifies.
 public final class ECPublicKey: @unchecked Sendable {
     let pkey: OpaquePointer
+    /// The curve, or nil when the key is not an EC key on a curve the ledger knows. Read once:
+    /// verifying checks it every time.
+    public let curve: ECCurve?
 
     /// Takes ownership of one reference to `pkey`.
-    init(owning pkey: OpaquePointer) { self.pkey = pkey }
+    init(owning pkey: OpaquePointer) {
+        self.pkey = pkey
+        self.curve = Self.curve(of: pkey)
+    }
     deinit { EVP_PKEY_free(pkey) }
 
-    /// The curve, or nil when the key is not an EC key on a curve the ledger knows.
-    public var curve: ECCurve? {
+    private static func curve(of pkey: OpaquePointer) -> ECCurve? {
         guard EVP_PKEY_get_base_id(pkey) == EVP_PKEY_EC else { return nil }
         var name = [CChar](repeating: 0, count: 64)
         var len = 0

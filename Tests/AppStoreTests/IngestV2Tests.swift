@@ -15,7 +15,7 @@ final class IngestV2Tests: XCTestCase {
                                           signedDate: 1_767_225_600_123, expiresDate: 1_769_904_000_000)
         let body = try auth.signNotification(
             s.notification, transaction: s.transaction, renewal: s.renewal,
-            editTransaction: { $0["futureTxField"] = ["nested": [1, 2, 3]]; $0["expiresDate"] = 1_769_904_000_000.4 },
+            editTransaction: { $0["futureTxField"] = ["nested": [1, 2, 3]]; $0["expiresDate"] = 1_769_904_000_000.6 },
             editRenewal: { $0["commitmentInfo"] = ["commitmentAutoRenewStatus": 1] },
             editOuter: { $0["futureTopLevel"] = "kept"; var d = $0["data"] as! [String: Any]; d["futureDataField"] = true; $0["data"] = d })
         let event = try Fixtures.ingestor().ingestV2(body: body)
@@ -25,7 +25,7 @@ final class IngestV2Tests: XCTestCase {
         XCTAssertEqual(event.type, "SUBSCRIBED/INITIAL_BUY")
         XCTAssertEqual(event.environment, "Sandbox")
         XCTAssertEqual(event.signedAt, 1_767_225_600_123)
-        XCTAssertEqual(event.expiresAt, 1_769_904_000_000)  // fractional ms rounded
+        XCTAssertEqual(event.expiresAt, 1_769_904_000_001)  // fractional ms rounded to nearest
         XCTAssertEqual(event.raw, body)
 
         let p = try jsonObject(event.payload)
