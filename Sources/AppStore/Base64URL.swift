@@ -9,7 +9,6 @@ public enum Base64 {
 
     private static let urlTable: [UInt8] = table(plus: UInt8(ascii: "-"), slash: UInt8(ascii: "_"))
     private static let stdTable: [UInt8] = table(plus: UInt8(ascii: "+"), slash: UInt8(ascii: "/"))
-    private static let invalid: UInt8 = 0xFF
 
     private static func table(plus: UInt8, slash: UInt8) -> [UInt8] {
         var t = [UInt8](repeating: 0xFF, count: 256)
