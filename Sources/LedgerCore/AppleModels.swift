@@ -143,13 +143,35 @@ public struct AppleRenewalInfo: Sendable, Equatable, Codable {
     public var eligibleWinBackOfferIds: [String]?
     public var appAccountToken: String?
     public var appTransactionId: String?
+    /// 2026 addition (Advanced Commerce / commitment plans): the billing plan after renewal.
+    public var renewalBillingPlanType: String?
+    public init() {}
+}
+
+/// JWSAppTransactionDecodedPayload (nested in RESCIND_CONSENT's appData as signedAppTransactionInfo).
+/// Its environment is `receiptType`, and its chain is checked at `receiptCreationDate`.
+public struct AppleAppTransaction: Sendable, Equatable, Codable {
+    public var receiptType: String?
+    public var appAppleId: Int64?
+    public var bundleId: String?
+    public var applicationVersion: String?
+    public var versionExternalIdentifier: Int64?
+    public var receiptCreationDate: AppleTime?
+    public var originalPurchaseDate: AppleTime?
+    public var originalApplicationVersion: String?
+    public var deviceVerification: String?
+    public var deviceVerificationNonce: String?
+    public var preorderDate: AppleTime?
+    public var appTransactionId: String?
+    public var originalPlatform: String?
+    public var signedDate: AppleTime?
     public init() {}
 }
 
 /// What the ledger stores as an Apple V2 event's `payload`: the verified, decoded notification
 /// with its nested JWS decoded in place. Stored JSON keys: the notification's own keys, plus
-/// `transactionInfo` and `renewalInfo` (the decoded nested JWS; their signed strings stay in
-/// `raw`). Unknown keys are kept in the stored JSON; this type reads the ones the ledger uses.
+/// `transactionInfo`, `renewalInfo` and `appTransactionInfo` (the decoded nested JWS, added beside
+/// the signed strings, which stay where Apple put them). Unknown keys are kept in the stored JSON; this type reads the ones the ledger uses.
 public struct AppleEventPayload: Sendable, Equatable, Codable {
     public var notificationType: String?
     public var subtype: String?
@@ -161,5 +183,6 @@ public struct AppleEventPayload: Sendable, Equatable, Codable {
     public var appData: AppleNotification.AppData?
     public var transactionInfo: AppleTransaction?
     public var renewalInfo: AppleRenewalInfo?
+    public var appTransactionInfo: AppleAppTransaction?
     public init() {}
 }

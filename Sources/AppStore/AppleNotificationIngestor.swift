@@ -1,0 +1,204 @@
+import Crypto
+import Foundation
+import LedgerCore
+
+/// Which Apple notifications this deployment files: its apps and environments.
+public struct AppleAcceptance: Sendable, Equatable {
+    public let bundleIds: Set<String>
+    /// Required when Production is accepted: Apple's libraries refuse to build a Production
+    /// verifier without it, because bundle ids alone are not unique across developer accounts'
+    /// history (a transferred app keeps its bundle id).
+    public let appAppleIds: Set<Int64>
+    /// `Production`, `Sandbox` (Apple's spelling).
+    public let environments: Set<String>
+
+    public init(bundleIds: Set<String>, appAppleIds: Set<Int64>, environments: Set<String>) throws(AppleConfigurationError) {
+        guard !bundleIds.isEmpty else { throw .noBundleIds }
+        guard !environments.isEmpty else { throw .noEnvironments }
+        if environments.contains("Production"), appAppleIds.isEmpty { throw .productionWithoutAppAppleId }
+        self.bundleIds = bundleIds
+        self.appAppleIds = appAppleIds
+        self.environments = environments
+    }
+}
+
+/// Turns the bodies Apple posts into ledger events: verifies every signature (V2) or the shared
+/// secret (V1), checks the notification is for an accepted app and environment, and builds the
+/// `NewEvent` (stream, dedupe key, business times, decoded payload, exact raw bytes). Pure and
+/// synchronous — no I/O — so the HTTP handler calls it on its own thread and appends the result.
+public final class AppleNotificationIngestor: Sendable {
+    public let verifier: SignedDataVerifier
+    public let acceptance: AppleAcceptance
+
+    public init(verifier: SignedDataVerifier, acceptance: AppleAcceptance) {
+        self.verifier = verifier
+        self.acceptance = acceptance
+    }
+
+    /// V2: `{"signedPayload": "<JWS>"}`. Unknown top-level keys are ignored (the raw body keeps them).
+    public func ingestV2(body: Data) throws(AppleVerificationError) -> NewEvent {
+        let envelope = try JSONGuard.object(body, what: "request body")
+        guard let signed = envelope["signedPayload"] as? String else { throw .missingField("signedPayload (a string)") }
+        let decoded = try decodeV2(signedPayload: signed)
+        try accept(decoded.identity)
+        return try decoded.event(raw: body)
+    }
+
+    /// A verified, decoded V2 notification before the acceptance policy is applied.
+    struct DecodedV2 {
+        var outer: [String: Any]
+        var identity: Identity
+        var transaction: [String: Any]?
+        var renewal: [String: Any]?
+        var appTransaction: [String: Any]?
+
+        /// The merged payload: Apple's JSON as signed, plus the decoded nested objects.
+        var mergedPayload: [String: Any] {
+            var p = outer
+            if let transaction { p["transactionInfo"] = transaction }
+            if let renewal { p["renewalInfo"] = renewal }
+            if let appTransaction { p["appTransactionInfo"] = appTransaction }
+            return p
+        }
+
+        func event(raw: Data) throws(AppleVerificationError) -> NewEvent {
+            guard let uuid = outer["notificationUUID"] as? String, !uuid.isEmpty else {
+                throw .missingField("notificationUUID")
+            }
+            guard let type = outer["notificationType"] as? String, !type.isEmpty else { throw .missingField("notificationType") }
+            let subtype = try Fields.string(outer, "subtype")
+            let stream = try streamId(type: type)
+            let payload: Data
+            do { payload = try JSONSerialization.data(withJSONObject: mergedPayload, options: [.sortedKeys, .withoutEscapingSlashes]) } catch {
+                throw .malformed("decoded payload could not be re-encoded as JSON")
+            }
+            return NewEvent(
+                streamId: stream, dedupeKey: uuid, source: .apple,
+                type: subtype.map { "\(type)/\($0)" } ?? type,
+                environment: identity.environment,
+                signedAt: JSONValue.millis(outer["signedDate"]),
+                expiresAt: JSONValue.millis(transaction?["expiresDate"]),
+                payload: payload, raw: raw)
+        }
+
+        /// reference: StreamNames documents the provisional streams.
+        private func streamId(type: String) throws(AppleVerificationError) -> String {
+            if type == "TEST" { return StreamNames.appleTest }
+            switch identity.section {
+            case "summary":
+                guard let id = try Fields.string(identity.object, "requestIdentifier"), !id.isEmpty else {
+                    throw .missingField("summary.requestIdentifier")
+                }
+                return StreamNames.appleSummary(requestIdentifier: id)
+            case "externalPurchaseToken":
+                guard let id = try Fields.string(identity.object, "externalPurchaseId"), !id.isEmpty else {
+                    throw .missingField("externalPurchaseToken.externalPurchaseId")
+                }
+                return StreamNames.appleExternalPurchase(id: id)
+            default:
+                if let otid = try transaction.flatMap({ t throws(AppleVerificationError) in try Fields.string(t, "originalTransactionId") }), !otid.isEmpty { return otid }
+                if let otid = try renewal.flatMap({ r throws(AppleVerificationError) in try Fields.string(r, "originalTransactionId") }), !otid.isEmpty { return otid }
+                return StreamNames.appleApp(bundleId: identity.bundleId)
+            }
+        }
+    }
+
+    /// Who and where a notification is for, from whichever section it carries.
+    struct Identity {
+        var section: String
+        var object: [String: Any]
+        var bundleId: String
+        var appAppleId: Int64?
+        /// nil only when Apple's payload lacks it; `accept` refuses that after the app check.
+        var environment: String?
+    }
+
+    /// Verifies the outer JWS and every nested JWS and checks they agree; no acceptance policy.
+    func decodeV2(signedPayload: String) throws(AppleVerificationError) -> DecodedV2 {
+        let outer = try verifier.verify(signedPayload, kind: .notification).object
+        let identity = try Self.identity(of: outer)
+        var decoded = DecodedV2(outer: outer, identity: identity)
+        let section = identity.object
+        if let s = try Fields.string(section, "signedTransactionInfo") {
+            let tx = try verifier.verify(s, kind: .transaction).object
+            try Self.agree("bundleId", try Fields.string(tx, "bundleId"), identity.bundleId)
+            try Self.agree("environment", try Fields.string(tx, "environment"), identity.environment ?? "")
+            decoded.transaction = tx
+        }
+        if let s = try Fields.string(section, "signedRenewalInfo") {
+            let ri = try verifier.verify(s, kind: .renewalInfo).object
+            try Self.agree("environment", try Fields.string(ri, "environment"), identity.environment ?? "")
+            if let tx = decoded.transaction, let txOT = try Fields.string(tx, "originalTransactionId") {
+                try Self.agree("originalTransactionId", try Fields.string(ri, "originalTransactionId"), txOT)
+            }
+            decoded.renewal = ri
+        }
+        if let s = try Fields.string(section, "signedAppTransactionInfo") {
+            let at = try verifier.verify(s, kind: .appTransaction).object
+            try Self.agree("bundleId", try Fields.string(at, "bundleId"), identity.bundleId)
+            try Self.agree("environment", try Fields.string(at, "receiptType"), identity.environment ?? "")
+            if let mine = identity.appAppleId, let theirs = try Fields.int64(at, "appAppleId"), mine != theirs {
+                throw .nestedMismatch(field: "appAppleId", detail: "nested \(theirs), notification \(mine)")
+            }
+            decoded.appTransaction = at
+        }
+        return decoded
+    }
+
+    /// A nested value that states a field must state the notification's value.
+    private static func agree(_ field: String, _ nested: String?, _ outer: String) throws(AppleVerificationError) {
+        if let nested, nested != outer {
+            throw .nestedMismatch(field: field, detail: "nested \"\(nested)\", notification \"\(outer)\"")
+        }
+    }
+
+    static func identity(of outer: [String: Any]) throws(AppleVerificationError) -> Identity {
+        let sections = ["data", "summary", "externalPurchaseToken", "appData"].filter { outer[$0] != nil && !(outer[$0] is NSNull) }
+        guard sections.count == 1, let name = sections.first else {
+            throw .malformed(sections.isEmpty
+                ? "the notification has none of data, summary, externalPurchaseToken, appData"
+                : "the notification has more than one of data, summary, externalPurchaseToken, appData: \(sections.joined(separator: ", "))")
+        }
+        guard let obj = outer[name] as? [String: Any] else { throw .malformed("\(name) is not a JSON object") }
+        guard let bundleId = try Fields.string(obj, "bundleId") else { throw .missingField("\(name).bundleId") }
+        let appAppleId = try Fields.int64(obj, "appAppleId")
+        let environment: String?
+        if name == "externalPurchaseToken" {
+            // Apple sends no environment here; sandbox tokens are marked by their id (reference §1.1).
+            guard let id = try Fields.string(obj, "externalPurchaseId") else { throw .missingField("externalPurchaseToken.externalPurchaseId") }
+            environment = id.hasPrefix("SANDBOX") ? "Sandbox" : "Production"
+        } else {
+            environment = try Fields.string(obj, "environment")
+        }
+        return Identity(section: name, object: obj, bundleId: bundleId, appAppleId: appAppleId, environment: environment)
+    }
+
+    func accept(_ id: Identity) throws(AppleVerificationError) {
+        guard acceptance.bundleIds.contains(id.bundleId) else {
+            throw .appMismatch("bundleId \"\(id.bundleId)\" is not an accepted app")
+        }
+        guard let environment = id.environment else { throw .missingField("\(id.section).environment") }
+        guard acceptance.environments.contains(environment) else {
+            throw .environmentMismatch("environment \"\(environment)\" is not accepted here")
+        }
+        if environment == "Production" {
+            guard let appId = id.appAppleId else { throw .appMismatch("a Production notification without appAppleId cannot be attributed") }
+            guard acceptance.appAppleIds.contains(appId) else { throw .appMismatch("appAppleId \(appId) is not an accepted app") }
+        }
+    }
+}
+
+/// Typed reads from JSONSerialization objects: absent is nil, the wrong type is malformed.
+enum Fields {
+    static func string(_ o: [String: Any], _ key: String) throws(AppleVerificationError) -> String? {
+        guard let v = o[key], !(v is NSNull) else { return nil }
+        guard let s = v as? String else { throw .malformed("field \(key) must be a string") }
+        return s
+    }
+
+    static func int64(_ o: [String: Any], _ key: String) throws(AppleVerificationError) -> Int64? {
+        guard let v = o[key], !(v is NSNull) else { return nil }
+        guard let i = JSONValue.int64(v) else { throw .malformed("field \(key) must be an integer") }
+        return i
+    }
+}

@@ -1,0 +1,148 @@
+import Foundation
+
+/// Strict base64 decoding on bytes. JWS segments are unpadded base64url (RFC 7515 §2); `x5c`
+/// entries are padded standard base64 (RFC 7515 §4.1.6). Anything else — a character from the
+/// other alphabet, whitespace, a length no encoder produces, non-zero unused bits — is refused,
+/// so one signed value has exactly one accepted spelling.
+public enum Base64 {
+    public enum Alphabet: Sendable { case url, standard }
+
+    private static let urlTable: [UInt8] = table(plus: UInt8(ascii: "-"), slash: UInt8(ascii: "_"))
+    private static let stdTable: [UInt8] = table(plus: UInt8(ascii: "+"), slash: UInt8(ascii: "/"))
+
+    private static func table(plus: UInt8, slash: UInt8) -> [UInt8] {
+        var t = [UInt8](repeating: 0xFF, count: 256)
+        for (i, c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8.enumerated() { t[Int(c)] = UInt8(i) }
+        t[Int(plus)] = 62
+        t[Int(slash)] = 63
+        return t
+    }
+
+    /// base64url without padding, as JWS uses it. Returns nil for any non-canonical input.
+    public static func decodeURL<C: Collection>(_ input: C) -> [UInt8]? where C.Element == UInt8 {
+        decode(input, alphabet: .url, padded: false)
+    }
+
+    /// Standard base64 with mandatory padding, as `x5c` uses it.
+    public static func decodeStandard<C: Collection>(_ input: C) -> [UInt8]? where C.Element == UInt8 {
+        decode(input, alphabet: .standard, padded: true)
+    }
+
+    static func decode<C: Collection>(_ input: C, alphabet: Alphabet, padded: Bool) -> [UInt8]? where C.Element == UInt8 {
+        if let r = input.withContiguousStorageIfAvailable({ decode($0, alphabet: alphabet, padded: padded) }) { return r }
+        return Array(input).withUnsafeBufferPointer { decode($0, alphabet: alphabet, padded: padded) }
+    }
+
+    /// The hot path of every JWS: non-generic, on a buffer, four characters per step.
+    static func decode(_ input: UnsafeBufferPointer<UInt8>, alphabet: Alphabet, padded: Bool) -> [UInt8]? {
+        var count = input.count
+        if padded {
+            guard count % 4 == 0 else { return nil }
+            // Up to two '=' at the very end, nowhere else (the table refuses '=' elsewhere).
+            if count > 0, input[count - 1] == UInt8(ascii: "=") { count -= 1 }
+            if count > 0, input[count - 1] == UInt8(ascii: "="), input.count - count == 1 { count -= 1 }
+        }
+        guard count % 4 != 1 else { return nil }
+        return (alphabet == .url ? urlTable : stdTable).withUnsafeBufferPointer { table -> [UInt8]? in
+            let full = count / 4
+            let rest = count % 4
+            let outCount = full * 3 + (rest == 0 ? 0 : rest - 1)
+            var bad: UInt8 = 0
+            let out = [UInt8](unsafeUninitializedCapacity: outCount) { o, initialized in
+                var i = 0, j = 0
+                for _ in 0..<full {
+                    let a = table[Int(input[i])], b = table[Int(input[i + 1])], c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
+                    bad |= (a | b | c | d) & 0xC0
+                    let n = UInt32(a & 63) << 18 | UInt32(b & 63) << 12 | UInt32(c & 63) << 6 | UInt32(d & 63)
+                    o[j] = UInt8(truncatingIfNeeded: n >> 16)
+                    o[j + 1] = UInt8(truncatingIfNeeded: n >> 8)
+                    o[j + 2] = UInt8(truncatingIfNeeded: n)
+                    i += 4
+                    j += 3
+                }
+                if rest >= 2 {
+                    let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+                    let c = rest == 3 ? table[Int(input[i + 2])] : 0
+                    bad |= (a | b | c) & 0xC0
+                    let n = UInt32(a & 63) << 18 | UInt32(b & 63) << 12 | UInt32(c & 63) << 6
+                    o[j] = UInt8(truncatingIfNeeded: n >> 16)
+                    if rest == 3 { o[j + 1] = UInt8(truncatingIfNeeded: n >> 8) }
+                    // Unused low bits must be zero: one spelling per value.
+                    if rest == 2, n & 0xFFFF != 0 { bad |= 0x80 }
+                    if rest == 3, n & 0xFF != 0 { bad |= 0x80 }
+                }
+                initialized = outCount
+            }
+            return bad == 0 ? out : nil
+        }
+    }
+
+    public static func encodeURL<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
+        encode(bytes, alphabet: .url, padded: false)
+    }
+
+    public static func encodeStandard<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
+        encode(bytes, alphabet: .standard, padded: true)
+    }
+
+    static func encode<C: Collection>(_ bytes: C, alphabet: Alphabet, padded: Bool) -> String where C.Element == UInt8 {
+        let chars = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8)
+            + (alphabet == .url ? [UInt8(ascii: "-"), UInt8(ascii: "_")] : [UInt8(ascii: "+"), UInt8(ascii: "/")])
+        var out = [UInt8]()
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var it = bytes.makeIterator()
+        while let a = it.next() {
+            let b = it.next(), c = it.next()
+            let n = UInt32(a) << 16 | UInt32(b ?? 0) << 8 | UInt32(c ?? 0)
+            out.append(chars[Int(n >> 18 & 63)])
+            out.append(chars[Int(n >> 12 & 63)])
+            if b != nil { out.append(chars[Int(n >> 6 & 63)]) } else if padded { out.append(UInt8(ascii: "=")) }
+            if c != nil { out.append(chars[Int(n & 63)]) } else if padded { out.append(UInt8(ascii: "=")) }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// Guards JSON parsing: Foundation's parsers recurse per nesting level, so a 10,000-deep `[[[[…`
+/// can exhaust the stack. This scan runs on the raw bytes first, in one pass, and refuses input
+/// nested deeper than any Apple document needs.
+enum JSONGuard {
+    /// Apple's deepest documents (advancedCommerceInfo items → refunds) nest about 6 levels.
+    static let maxDepth = 32
+
+    static func depthWithinLimit<C: Collection>(_ bytes: C, limit: Int = maxDepth) -> Bool where C.Element == UInt8 {
+        if let r = bytes.withContiguousStorageIfAvailable({ depthWithinLimit($0, limit: limit) }) { return r }
+        return Array(bytes).withUnsafeBufferPointer { depthWithinLimit($0, limit: limit) }
+    }
+
+    static func depthWithinLimit(_ bytes: UnsafeBufferPointer<UInt8>, limit: Int) -> Bool {
+        var depth = 0
+        var inString = false
+        var escaped = false
+        for b in bytes {
+            if inString {
+                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch b {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                depth += 1
+                if depth > limit { return false }
+            case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
+            default: break
+            }
+        }
+        return true
+    }
+
+    /// Parses a JSON object after the depth check; nil when the bytes are not one JSON object.
+    static func object<C: Collection>(_ bytes: C, what: String) throws(AppleVerificationError) -> [String: Any] where C.Element == UInt8 {
+        guard depthWithinLimit(bytes) else { throw .jsonTooDeep(what: what, limit: maxDepth) }
+        let data = Data(bytes)
+        guard let any = try? JSONSerialization.jsonObject(with: data, options: []), let obj = any as? [String: Any] else {
+            throw .malformed("\(what) is not a JSON object")
+        }
+        return obj
+    }
+}

@@ -1,0 +1,237 @@
+import Crypto
+import Foundation
+import Synchronization
+
+/// Apple's marker extensions (reference/apple.md §1.1 step 6): present on every App Store
+/// signing chain, absent from ordinary WWDR/TLS certificates that also chain to Apple's root.
+public enum AppleOID {
+    public static let receiptSigningLeaf = "1.2.840.113635.100.6.11.1"
+    public static let wwdrIntermediate = "1.2.840.113635.100.6.2.1"
+}
+
+/// Which kind of signed value is being verified; decides the field that gives the validation time.
+public enum SignedDataKind: String, Sendable {
+    case notification, transaction, renewalInfo, appTransaction
+
+    /// App transactions are dated by `receiptCreationDate` (what Apple's libraries use), the rest by
+    /// `signedDate`.
+    var timeFields: [String] {
+        self == .appTransaction ? ["receiptCreationDate", "signedDate"] : ["signedDate"]
+    }
+}
+
+/// A verified JWS: the decoded payload and the facts the verification relied on.
+public struct VerifiedSignedData {
+    /// The payload exactly as signed (UTF-8 JSON).
+    public let payloadJSON: [UInt8]
+    /// The chain was checked at this time (ms): the payload's date, the override, or now.
+    public let validationTime: Int64
+    public let leafSubject: String
+    /// The payload parsed once; unknown fields included.
+    let object: [String: Any]
+
+    public func payloadObject() -> [String: Any] { object }
+}
+
+public struct SignedDataVerifierOptions: Sendable {
+    /// Verified chains kept; Apple rotates its leaf about every two years, so a handful is plenty.
+    public var chainCacheCapacity: Int = 32
+    /// Forces the chain validation time (ms) instead of the payload's date — for auditing whether
+    /// stored evidence would verify at a given moment.
+    public var validationTimeOverride: Int64? = nil
+    /// The clock used when a payload carries no date (ms).
+    public var now: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
+    /// Accept the strict-profile gaps of Apple's published library test PKI (see
+    /// `X509ChainVerifier.verify`). Only for tests that use `library-test-chain`.
+    public var tolerateTestPKIProfileGaps: Bool = false
+
+    public init() {}
+}
+
+/// Verifies Apple's signed data (compact JWS with an `x5c` chain) the way reference/apple.md §1
+/// describes: ES256 only, exactly three certificates of which the third is ignored, leaf and
+/// intermediate chained to the configured roots at the payload's signing date, Apple's marker
+/// OIDs, then the signature. Verified chains are cached, so steady traffic costs one P-256
+/// verification per JWS. Thread-safe.
+public final class SignedDataVerifier: Sendable {
+    public let trustedRoots: [X509Certificate]
+    public let options: SignedDataVerifierOptions
+    private let cache: Mutex<ChainCache>
+
+    public init(trustedRoots: [X509Certificate], options: SignedDataVerifierOptions = .init()) {
+        precondition(!trustedRoots.isEmpty, "a verifier without trusted roots would refuse everything")
+        self.trustedRoots = trustedRoots
+        self.options = options
+        self.cache = Mutex(ChainCache(capacity: max(1, options.chainCacheCapacity)))
+    }
+
+    /// How many full X.509 path validations ran (cache misses); a counter for tests and metrics.
+    public var chainValidationCount: Int { cache.withLock { $0.validations } }
+    public var cacheHitCount: Int { cache.withLock { $0.hits } }
+    public var cachedChainCount: Int { cache.withLock { $0.entries.count } }
+
+    public func verify(_ jws: String, kind: SignedDataKind) throws(AppleVerificationError) -> VerifiedSignedData {
+        try verify(bytes: Array(jws.utf8), kind: kind)
+    }
+
+    public func verify(bytes: [UInt8], kind: SignedDataKind) throws(AppleVerificationError) -> VerifiedSignedData {
+        let jws = try CompactJWS.parse(bytes)
+        let header = try JSONGuard.object(jws.header, what: "JWS header")
+        guard let alg = header["alg"] as? String else { throw .missingField("JWS header alg") }
+        guard alg == "ES256" else { throw .unsupportedAlgorithm(alg) }
+        // RFC 7515 §4.1.11: a `crit` extension we do not implement must make the JWS invalid.
+        guard header["crit"] == nil else { throw .malformed("JWS header has a crit parameter this verifier does not implement") }
+        guard let x5cAny = header["x5c"] else { throw .missingField("JWS header x5c") }
+        guard let x5c = x5cAny as? [String] else { throw .malformed("JWS header x5c is not an array of strings") }
+        guard x5c.count == 3 else { throw .invalidChainLength(x5c.count) }
+        let payload = try JSONGuard.object(jws.payload, what: "JWS payload")
+        guard jws.signature.count == 64 else {
+            throw .malformed("ES256 signature must be 64 bytes (r‖s), got \(jws.signature.count)")
+        }
+        let time = try validationTime(payload, kind: kind)
+        let (leafKey, leafSubject) = try verifiedLeaf(leaf: x5c[0], intermediate: x5c[1], atMillis: time)
+        guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
+        return VerifiedSignedData(payloadJSON: jws.payload, validationTime: time, leafSubject: leafSubject, object: payload)
+    }
+
+    /// Decodes without verifying — only for showing what a refused JWS claims (PayloadInspector).
+    public static func decodeUnverified(_ jws: String) throws(AppleVerificationError) -> (header: [String: Any], payload: [String: Any]) {
+        let parsed = try CompactJWS.parse(Array(jws.utf8))
+        return (try JSONGuard.object(parsed.header, what: "JWS header"), try JSONGuard.object(parsed.payload, what: "JWS payload"))
+    }
+
+    private func validationTime(_ payload: [String: Any], kind: SignedDataKind) throws(AppleVerificationError) -> Int64 {
+        if let forced = options.validationTimeOverride { return forced }
+        for field in kind.timeFields {
+            guard let value = payload[field] else { continue }
+            guard let ms = JSONValue.millis(value) else { throw .malformed("\(field) is not a millisecond timestamp") }
+            return ms
+        }
+        return options.now()
+    }
+
+    private func verifiedLeaf(leaf: String, intermediate: String, atMillis ms: Int64) throws(AppleVerificationError) -> (ECPublicKey, String) {
+        let seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
+        var keyMaterial = Array(leaf.utf8)
+        keyMaterial.append(UInt8(ascii: "."))
+        keyMaterial.append(contentsOf: intermediate.utf8)
+        let key = Data(Digest.sha256(keyMaterial))
+        if let hit = cache.withLock({ $0.lookup(key) }), hit.window.contains(epochSeconds: seconds) {
+            return (hit.leafKey, hit.leafSubject)
+        }
+        // Miss, or a cached chain outside its window: validate in full (another root might cover
+        // this time), outside the lock so concurrent requests are not serialised on P-384 math.
+        guard let leafDER = Base64.decodeStandard(leaf.utf8), let intDER = Base64.decodeStandard(intermediate.utf8) else {
+            throw .invalidCertificate("x5c entries must be standard base64 DER")
+        }
+        let leafCert: X509Certificate, intCert: X509Certificate
+        do {
+            leafCert = try X509Certificate(der: leafDER)
+            intCert = try X509Certificate(der: intDER)
+        } catch {
+            throw .invalidCertificate("\(error)")
+        }
+        // Cheap policy checks first: a chain without Apple's markers is refused before any signature math.
+        guard leafCert.hasExtension(oid: AppleOID.receiptSigningLeaf) else {
+            throw .missingAppleOID(certificate: "leaf \(leafCert.subject)", oid: AppleOID.receiptSigningLeaf)
+        }
+        guard intCert.hasExtension(oid: AppleOID.wwdrIntermediate) else {
+            throw .missingAppleOID(certificate: "intermediate \(intCert.subject)", oid: AppleOID.wwdrIntermediate)
+        }
+        let leafKey: ECPublicKey
+        do { leafKey = try leafCert.publicKey() } catch { throw .invalidCertificate("leaf key: \(error)") }
+        guard leafKey.curve == .p256 else { throw .invalidCertificate("the leaf key is not P-256, so it cannot sign ES256") }
+        cache.withLock { $0.validations += 1 }
+        let window: VerifiedChainWindow
+        do {
+            window = try X509ChainVerifier.verify(
+                leaf: leafCert, intermediates: [intCert], roots: trustedRoots,
+                atEpochSeconds: seconds, tolerateProfileGaps: options.tolerateTestPKIProfileGaps)
+        } catch {
+            switch error {
+            case .expired, .notYetValid: throw .certificateNotValidAtSigningTime("\(error) (validation time \(ms) ms)")
+            case .untrusted, .invalid: throw .untrustedChain("\(error)")
+            }
+        }
+        let entry = ChainCache.Entry(leafKey: leafKey, leafSubject: leafCert.subject, window: window)
+        cache.withLock { $0.insert(key, entry) }
+        return (leafKey, leafCert.subject)
+    }
+}
+
+/// Verified leaf+intermediate pairs, keyed by SHA-256 of their x5c text. FIFO-bounded.
+struct ChainCache: ~Copyable {
+    struct Entry {
+        let leafKey: ECPublicKey
+        let leafSubject: String
+        let window: VerifiedChainWindow
+    }
+
+    let capacity: Int
+    var entries: [Data: Entry] = [:]
+    var order: [Data] = []
+    var validations = 0
+    var hits = 0
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    mutating func lookup(_ key: Data) -> Entry? {
+        guard let e = entries[key] else { return nil }
+        hits += 1
+        return e
+    }
+
+    mutating func insert(_ key: Data, _ entry: Entry) {
+        if entries[key] == nil {
+            if entries.count >= capacity, !order.isEmpty { entries[order.removeFirst()] = nil }
+            order.append(key)
+        }
+        entries[key] = entry
+    }
+}
+
+/// The three parts of a compact JWS, decoded strictly.
+struct CompactJWS {
+    let header: [UInt8]
+    let payload: [UInt8]
+    let signature: [UInt8]
+    let signingInput: ArraySlice<UInt8>
+
+    static func parse(_ bytes: [UInt8]) throws(AppleVerificationError) -> CompactJWS {
+        // firstIndex(of:) runs in the optimised standard library even in debug builds.
+        var dots: [Int] = []
+        var from = 0
+        while dots.count < 3, let d = bytes[from...].firstIndex(of: UInt8(ascii: ".")) {
+            dots.append(d)
+            from = d + 1
+        }
+        guard dots.count == 2 else {
+            throw .malformed("a compact JWS has exactly three dot-separated segments, found \(dots.count + 1)\(dots.count > 2 ? " or more" : "")")
+        }
+        let h = bytes[..<dots[0]], p = bytes[(dots[0] + 1)..<dots[1]], s = bytes[(dots[1] + 1)...]
+        guard !h.isEmpty, !p.isEmpty else { throw .malformed("JWS header or payload segment is empty") }
+        guard let header = Base64.decodeURL(h) else { throw .malformed("JWS header is not base64url") }
+        guard let payload = Base64.decodeURL(p) else { throw .malformed("JWS payload is not base64url") }
+        guard let signature = Base64.decodeURL(s) else { throw .malformed("JWS signature is not base64url") }
+        return CompactJWS(header: header, payload: payload, signature: signature, signingInput: bytes[..<dots[1]])
+    }
+}
+
+/// Reading values out of JSONSerialization results.
+enum JSONValue {
+    /// A millisecond timestamp: integer, or fractional (Xcode) rounded to the nearest ms.
+    static func millis(_ v: Any?) -> Int64? {
+        guard let n = v as? NSNumber, !(v is Bool) else { return nil }
+        let d = n.doubleValue
+        guard d.isFinite, abs(d) < 9.2e18 else { return nil }
+        // Integers keep full precision (doubles lose it above 2^53); fractions round to nearest.
+        return d.rounded() == d ? n.int64Value : Int64(d.rounded())
+    }
+
+    static func int64(_ v: Any?) -> Int64? {
+        guard let n = v as? NSNumber, !(v is Bool) else { return nil }
+        let d = n.doubleValue
+        guard d.isFinite, d == d.rounded(), abs(d) < 9.2e18 else { return nil }
+        return n.int64Value
+    }
+}

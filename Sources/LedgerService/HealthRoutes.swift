@@ -1,0 +1,47 @@
+import Foundation
+import HTTPServer
+import LedgerStore
+import Postgres
+
+extension LedgerApp {
+    func addHealthRoutes(to router: inout Router) {
+        router.add("GET", "/healthz") { _ in JSONBody.response(200, ["status": "ok"]) }
+        router.add("GET", "/readyz") { [self] _ in await readiness() }
+        router.add("GET", "/metrics") { [self] _ in
+            .text(200, metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+        }
+    }
+
+    /// Ready = the database answers, every migration in Migrations/ is applied, and no
+    /// projection is stopped on a failing event. The body says which check failed.
+    func readiness() async -> HTTPResponse {
+        var body: [String: Any] = ["status": "ready", "database": "ok"]
+        var ready = true
+        do {
+            let directory = try migrationsDirectory ?? Migrator.locateDirectory()
+            let migrator = Migrator(conninfo: configuration.databaseURL, directory: directory)
+            let status = try await migrator.status(pool: pool)
+            body["migrations"] = ["applied": status.applied.count, "pending": status.pending.count + status.changed.count]
+            if !status.isCurrent {
+                ready = false
+                body["reason"] = status.changed.isEmpty
+                    ? "migrations pending: \(status.pending.joined(separator: ", ")); run `ledger migrate`"
+                    : "landed migrations changed on disk: \(status.changed.joined(separator: ", "))"
+            }
+        } catch let e as MigrationError where e.isUnavailable {
+            ready = false
+            body["database"] = "unavailable"
+            body["reason"] = "the database is not reachable: \(e)"
+        } catch {
+            ready = false
+            body["database"] = "unavailable"
+            body["reason"] = "\(error)"
+        }
+        body["projections"] = await projectionHealth(&ready)
+        body["status"] = ready ? "ready" : "not_ready"
+        return JSONBody.response(ready ? 200 : 503, body)
+    }
+
+    /// Filled in by the projections: each projection's checkpoint, lag and error.
+    func projectionHealth(_ ready: inout Bool) async -> [[String: Any]] { [] }
+}

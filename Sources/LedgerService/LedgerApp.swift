@@ -1,0 +1,107 @@
+import Foundation
+import HTTPServer
+import LedgerCore
+import LedgerStore
+import Postgres
+
+/// The running service: configuration, the database pool and event store, metrics, and the
+/// router that ties the HTTP endpoints to them. `ServeCommand` builds one and serves it; tests
+/// build one against a throw-away database and serve it on an ephemeral port.
+public final class LedgerApp: Sendable {
+    public let configuration: LedgerConfiguration
+    public let pool: ConnectionPool
+    public let store: EventStore
+    public let metrics: Metrics
+    public let tokens: TokenAuthority
+    public let log: Log
+    let migrationsDirectory: URL?
+
+    public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) {
+        self.configuration = configuration
+        self.log = log
+        self.migrationsDirectory = migrationsDirectory
+        let metrics = Metrics()
+        self.metrics = metrics
+        self.pool = ConnectionPool(
+            conninfo: configuration.databaseURL, maxConnections: configuration.databasePoolSize,
+            acquireTimeout: .seconds(5))
+        self.store = EventStore(pool: pool, hooks: [], onHookFailure: { failure in
+            metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
+            log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
+        })
+        self.tokens = TokenAuthority(tokens: configuration.tokens)
+        describeMetrics()
+    }
+
+    private func describeMetrics() {
+        metrics.describe("ledger_http_requests_total", type: "counter", help: "HTTP requests by route, method and status")
+        metrics.describe("ledger_http_request_duration_seconds", type: "histogram", help: "HTTP request latency by route")
+        metrics.describe("ledger_notifications_total", type: "counter", help: "Notifications received by source and outcome")
+        let store = self.store
+        metrics.gauge("ledger_events_appended_total", help: "Events appended since start (new, not duplicates)") {
+            [(labels: [:], value: Double(store.metrics.appended))]
+        }
+        metrics.gauge("ledger_events_duplicates_total", help: "Appends answered with an already stored event since start") {
+            [(labels: [:], value: Double(store.metrics.duplicates))]
+        }
+        metrics.gauge("ledger_append_batches_total", help: "Group-commit transactions since start") {
+            [(labels: [:], value: Double(store.metrics.batches))]
+        }
+        metrics.gauge("ledger_append_queue", help: "Appends waiting for the group-commit writer") {
+            [(labels: [:], value: Double(store.metrics.queued))]
+        }
+        metrics.gauge("ledger_db_pool_connections", help: "Database pool connections by state") {
+            let s = store.metrics.pool
+            return [(labels: ["state": "in_use"], value: Double(s.inUse)),
+                    (labels: ["state": "idle"], value: Double(s.idle)),
+                    (labels: ["state": "waiting"], value: Double(s.waiting)),
+                    (labels: ["state": "max"], value: Double(s.maxConnections))]
+        }
+    }
+
+    /// Records one finished exchange (called on a server thread: counting only).
+    public func observe(_ exchange: HTTPExchange) {
+        let status = String(exchange.status)
+        metrics.increment("ledger_http_requests_total", ["route": exchange.route, "method": exchange.method, "status": status])
+        let seconds = Double(exchange.duration.components.seconds) + Double(exchange.duration.components.attoseconds) / 1e18
+        metrics.observe("ledger_http_request_duration_seconds", ["route": exchange.route], value: seconds)
+    }
+
+    public func makeRouter() -> Router {
+        var router = Router()
+        addHealthRoutes(to: &router)
+        return router
+    }
+
+    public func httpConfiguration() -> HTTPServerConfiguration {
+        var c = HTTPServerConfiguration(host: configuration.listenHost, port: configuration.listenPort)
+        c.maxBodyBytes = configuration.http.maxBodyBytes
+        c.connectionLimit = configuration.http.connectionLimit
+        c.perIPConnectionLimit = configuration.http.perIPConnectionLimit
+        c.connectionTimeoutSeconds = configuration.http.connectionTimeoutSeconds
+        c.threadPoolSize = configuration.http.threadPoolSize
+        return c
+    }
+
+    public func shutdown() {
+        pool.close()
+    }
+}
+
+/// JSON bodies for answers, built with JSONSerialization so every value is escaped correctly.
+enum JSONBody {
+    static func data(_ object: Any) -> Data {
+        (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+    }
+
+    static func response(_ status: Int, _ object: Any) -> HTTPResponse {
+        .json(status, data(object))
+    }
+}
+
+extension LedgerApp {
+    /// Starts the work that runs beside the HTTP server (the projection catch-up worker).
+    public func startBackgroundWork() async {}
+    /// Stops it, letting a batch in progress commit.
+    public func stopBackgroundWork() async {}
+}
