@@ -16,6 +16,17 @@ public struct PoolStatistics: Sendable, Equatable {
     public var discarded: Int
     /// Acquires that gave up after the acquire timeout.
     public var timeouts: Int
+
+    public init(maxConnections: Int = 0, open: Int = 0, idle: Int = 0, inUse: Int = 0, waiting: Int = 0, opened: Int = 0, discarded: Int = 0, timeouts: Int = 0) {
+        self.maxConnections = maxConnections
+        self.open = open
+        self.idle = idle
+        self.inUse = inUse
+        self.waiting = waiting
+        self.opened = opened
+        self.discarded = discarded
+        self.timeouts = timeouts
+    }
 }
 
 /// A bounded set of connections to one database.
