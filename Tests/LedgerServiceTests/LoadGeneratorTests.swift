@@ -143,12 +143,14 @@ final class LoadGeneratorTests: XCTestCase {
         let port = try XCTUnwrap(probe.port)
         await probe.shutdown(gracePeriod: .seconds(1))
         let generator = try LoadGenerator(target: LoopbackTarget(host: "127.0.0.1", port: port),
-                                          options: LoadOptions(connections: 2, limit: .count(10), reconnectDelay: .milliseconds(1)),
+                                          options: LoadOptions(connections: 2, limit: .count(10), reconnectDelay: .milliseconds(1),
+                                                               recordOutcomes: true),
                                           cycling: [LoadRequest(path: "/ok")])
         let report = await generator.run()
-        XCTAssertEqual(report.attempted, 10)
+        XCTAssertEqual(report.attempted, 0, "nothing was written")
         XCTAssertEqual(report.answered, 0)
         XCTAssertEqual(report.transportErrorKinds["connect"], 10)
+        XCTAssertEqual(report.outcomes, Array(repeating: .notConnected, count: 10))
     }
 
     func testStopEndsADurationRunEarly() async throws {
