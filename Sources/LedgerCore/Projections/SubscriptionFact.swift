@@ -262,7 +262,11 @@ public struct SubscriptionFact: Sendable, Hashable {
     /// A total order on content only (never position or recordedAt), used to break exact version
     /// ties so that which of two equally-versioned facts wins cannot depend on arrival order.
     func contentPrecedes(_ other: SubscriptionFact) -> Bool {
-        contentKey < other.contentKey
+        // Duplicates (the common tie) differ at most in position and recordedAt: equal content.
+        var a = self, b = other
+        (a.position, a.recordedAt, b.position, b.recordedAt) = (0, 0, 0, 0)
+        if a == b { return false }
+        return contentKey < other.contentKey
     }
 
     private var contentKey: String {

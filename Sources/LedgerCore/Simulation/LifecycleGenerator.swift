@@ -241,23 +241,32 @@ private struct LifecycleRun {
         var cursor = max(periodStart, lastSigned) &+ minute
         // Mid-period events, in time order, before the renewal window opens.
         let windowEnd = expires &- 13 * hour
-        let actions = Int(rng.int(in: 0...3))
+        let actions = rng.chance(0.45) ? (rng.chance(0.3) ? 2 : 1) : 0
         for _ in 0..<actions where cursor < windowEnd {
             let at = rng.int(in: cursor...windowEnd)
             cursor = at &+ minute
-            let roll = rng.int(in: 0...99)
-            switch roll {
-            case 0..<30:
+            switch rng.int(in: 0...99) {
+            case 0..<22:
                 toggleAutoRenew(at: at)
-            case 30..<40 where renewal.priceIncreaseStatus != 0:
+                // Some switch it back on before the period ends.
+                if renewal.autoRenewStatus == 0, rng.chance(0.35), cursor < windowEnd {
+                    let back = rng.int(in: cursor...windowEnd)
+                    cursor = back &+ minute
+                    toggleAutoRenew(at: back)
+                }
+            case 22..<40 where renewal.priceIncreaseStatus != 0:
                 renewal.priceIncreaseStatus = 0
                 emit("PRICE_INCREASE", "PENDING", at: at)
-            case 40..<48 where renewal.priceIncreaseStatus == 0:
-                renewal.priceIncreaseStatus = 1
-                emit("PRICE_INCREASE", "ACCEPTED", at: at)
-            case 48..<66:
+                // Most customers consent before the period ends; the rest expire on it.
+                if rng.chance(0.7), cursor < windowEnd {
+                    let consent = rng.int(in: cursor...windowEnd)
+                    cursor = consent &+ minute
+                    renewal.priceIncreaseStatus = 1
+                    emit("PRICE_INCREASE", "ACCEPTED", at: consent)
+                }
+            case 40..<65:
                 if changePlan(at: at) { return lastSigned }
-            case 66..<80:
+            case 65..<80:
                 if refund(at: at, windowEnd: windowEnd) { return afterRevocation() }
                 cursor = max(cursor, lastSigned &+ minute)
             default:
@@ -279,7 +288,7 @@ private struct LifecycleRun {
             expire(subtype: "PRICE_INCREASE", intent: 3, at: e &+ rng.int(in: minute...hour))
             return resubscribeLater()
         }
-        if rng.chance(0.12) { return billingFailure() }
+        if rng.chance(0.08) { return billingFailure() }
         if rng.chance(0.01) {
             expire(subtype: "PRODUCT_NOT_FOR_SALE", intent: 4, at: e &+ rng.int(in: minute...hour))
             return resubscribeLater()
@@ -293,7 +302,9 @@ private struct LifecycleRun {
     // MARK: - Events
 
     mutating func subscribe(at t: EpochMillis, subtype: String, trial: Bool) {
-        let p = rng.pick(generator.products)
+        // Most subscribers pick a monthly plan, as in real stores.
+        let monthly = generator.products.filter { $0.days <= 31 }
+        let p = rng.chance(0.75) && !monthly.isEmpty ? rng.pick(monthly) : rng.pick(generator.products)
         var tx = newTransaction(product: p, purchase: t, expires: t &+ EpochMillis(trial ? 7 : p.days) &* day)
         if trial {
             tx.offerType = 1
@@ -452,7 +463,7 @@ private struct LifecycleRun {
     }
 
     mutating func resubscribeLater(after: EpochMillis? = nil) -> EpochMillis? {
-        guard rng.chance(0.45) else { return nil }
+        guard rng.chance(0.6) else { return nil }
         let t = max(after ?? lastSigned, lastSigned) &+ rng.int(in: day...(90 * day))
         if t >= end { return nil }
         subscribe(at: t, subtype: "RESUBSCRIBE", trial: false)
