@@ -26,7 +26,7 @@ final class OrderIndependencePropertyTests: XCTestCase {
     }
 
     func testThousandLifecyclesFoldTheSameInAnyOrderWithDuplicates() {
-        let generator = LifecycleGenerator(customers: 1_000, days: 540, start: Self.start, seed: seed)
+        let generator = LifecycleGenerator(customers: 1_000, days: 730, start: Self.start, seed: seed)
         var checkedFacts = 0
         var statusesSeen = Set<SubscriptionStatus>()
         for customer in 0..<generator.customers {

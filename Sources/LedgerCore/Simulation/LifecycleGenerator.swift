@@ -499,6 +499,9 @@ private struct LifecycleRun {
 
     mutating func emit(_ type: String, _ subtype: String?, at t: EpochMillis, transactionIndex: Int? = nil) {
         let signed = max(t, lastSigned &+ 1_000)
+        // The simulated span ends at `end`: nothing after it is observed (signed times only grow,
+        // so this truncates the story cleanly).
+        guard signed < end else { return }
         lastSigned = signed
         var tx = transactions[transactionIndex ?? current]
         tx.signedDate = AppleTime(signed)
