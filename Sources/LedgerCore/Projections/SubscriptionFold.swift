@@ -26,6 +26,14 @@ public struct SubscriptionFold: Sendable {
         var upgraded: Bool
         var refundSigned: EpochMillis?
         var reversalSigned: EpochMillis?
+
+        mutating func merge(_ fact: SubscriptionFact, upgraded isUpgraded: Bool, refund: EpochMillis?, reversal: EpochMillis?) {
+            if SubscriptionFold.snapshotPrecedes(snapshot, fact) { snapshot = fact }
+            if SubscriptionFold.versionPrecedes(head, fact) { head = fact }
+            if isUpgraded { upgraded = true }
+            if let refund, refund > (refundSigned ?? .min) { refundSigned = refund }
+            if let reversal, reversal > (reversalSigned ?? .min) { reversalSigned = reversal }
+        }
     }
 
     private var slots: [String: TransactionSlot] = [:]
@@ -62,13 +70,9 @@ public struct SubscriptionFold: Sendable {
         }
         let refund = fact.isRefund ? fact.signedDate : nil
         let reversal = fact.isRefundReversal ? fact.signedDate : nil
-        if var slot = slots[tx.transactionId] {
-            if Self.snapshotPrecedes(slot.snapshot, fact) { slot.snapshot = fact }
-            if Self.versionPrecedes(slot.head, fact) { slot.head = fact }
-            slot.upgraded = slot.upgraded || tx.isUpgraded
-            slot.refundSigned = Self.later(slot.refundSigned, refund)
-            slot.reversalSigned = Self.later(slot.reversalSigned, reversal)
-            slots[tx.transactionId] = slot
+        // Mutate in place: copying a slot (two facts) per event would dominate the rebuild.
+        if let index = slots.index(forKey: tx.transactionId) {
+            slots.values[index].merge(fact, upgraded: tx.isUpgraded, refund: refund, reversal: reversal)
         } else {
             slots[tx.transactionId] = TransactionSlot(
                 snapshot: fact, head: fact, upgraded: tx.isUpgraded, refundSigned: refund, reversalSigned: reversal)
@@ -101,9 +105,10 @@ public struct SubscriptionFold: Sendable {
            head == nil || late.signedDate > head!.signedDate {
             renewal = Self.overlay(lateRenewal, on: renewal)
         }
-        let record = headSlot.map { Self.record(of: $0, originalTransactionId: originalTransactionId) }
-        let status = Self.status(record: record, expires: tx?.expiresDate, renewal: renewal, asOf: asOf)
-        let token = tx?.appAccountToken ?? record?.appAccountToken ?? renewal?.appAccountToken
+        let status = Self.status(
+            hasTransaction: headSlot != nil, revokedAt: headSlot.flatMap(Self.revocationInForce),
+            expires: tx?.expiresDate, renewal: renewal, asOf: asOf)
+        let token = tx?.appAccountToken ?? headSlot?.snapshot.transaction?.appAccountToken ?? renewal?.appAccountToken
         let openId = head?.openId ?? renewalOnly?.openId
         return SubscriptionState(
             originalTransactionId: originalTransactionId,
@@ -137,10 +142,10 @@ public struct SubscriptionFold: Sendable {
     /// active whatever auto-renew says; after expiry, a grace period still running keeps access;
     /// an open billing retry (at most 60 days) does not; otherwise it has expired.
     static func status(
-        record: TransactionRecord?, expires: EpochMillis?, renewal: RenewalFact?, asOf: EpochMillis
+        hasTransaction: Bool, revokedAt: EpochMillis?, expires: EpochMillis?, renewal: RenewalFact?, asOf: EpochMillis
     ) -> SubscriptionStatus {
-        guard let record else { return .expired }
-        if let revoked = record.revocationDate, revoked <= asOf { return .revoked }
+        guard hasTransaction else { return .expired }
+        if let revokedAt, revokedAt <= asOf { return .revoked }
         guard let expires else { return .expired }
         if asOf < expires { return .active }
         if let grace = renewal?.gracePeriodExpiresDate, grace > expires, asOf < grace { return .gracePeriod }
@@ -193,12 +198,6 @@ public struct SubscriptionFold: Sendable {
         return a.contentPrecedes(b)
     }
 
-    private static func later(_ a: EpochMillis?, _ b: EpochMillis?) -> EpochMillis? {
-        guard let a else { return b }
-        guard let b else { return a }
-        return max(a, b)
-    }
-
     private static func overlay(_ top: RenewalFact, on base: RenewalFact?) -> RenewalFact {
         guard var merged = base else { return top }
         if let v = top.productId { merged.productId = v }
@@ -217,11 +216,16 @@ public struct SubscriptionFold: Sendable {
         return merged
     }
 
+    /// The revocation date of the transaction's winning snapshot, unless that snapshot is a
+    /// reversal: a reversal reinstates the transaction even if it still lists the revocation.
+    static func revocationInForce(_ slot: TransactionSlot) -> EpochMillis? {
+        slot.snapshot.isRefundReversal ? nil : slot.snapshot.transaction?.revocationDate
+    }
+
     static func record(of slot: TransactionSlot, originalTransactionId: String) -> TransactionRecord {
         let fact = slot.snapshot
         let tx = fact.transaction!
-        // A reversal reinstates the transaction even if its snapshot still lists the revocation.
-        let revoked = fact.isRefundReversal ? false : tx.revocationDate != nil
+        let revoked = revocationInForce(slot) != nil
         return TransactionRecord(
             transactionId: tx.transactionId,
             originalTransactionId: tx.originalTransactionId ?? originalTransactionId,

@@ -13,8 +13,13 @@ public struct SubscriptionProjection: Sendable {
 
     public mutating func apply(_ fact: SubscriptionFact) {
         let id = fact.originalTransactionId
-        if subscriptions[id] == nil { subscriptions[id] = SubscriptionFold(originalTransactionId: id) }
-        subscriptions[id]!.apply(fact)
+        if let index = subscriptions.index(forKey: id) {
+            subscriptions.values[index].apply(fact)
+        } else {
+            var fold = SubscriptionFold(originalTransactionId: id)
+            fold.apply(fact)
+            subscriptions[id] = fold
+        }
     }
 
     /// The projections as they stand for facts folded so far, status evaluated at `now`.

@@ -9,16 +9,20 @@ public enum FoldBenchmark {
         public var subscriptions: Int
         /// Subscriptions entitled at the end of the simulated span (a sanity figure).
         public var entitledAtEnd: Int
-        /// Folding prepared facts into `SubscriptionProjection` and evaluating every state once.
+        /// Folding prepared facts into `SubscriptionProjection` (what a rebuild does per event).
         public var foldSeconds: Double
         public var factsPerSecond: Double
+        /// Evaluating every subscription's state once (what a rebuild does per subscription).
+        public var evaluateSeconds: Double
+        public var statesPerSecond: Double
         /// Turning stored JSON payloads into facts (`SubscriptionFact.decode`), the live-path cost
         /// the rebuild path avoids by reading columns.
         public var decodeSeconds: Double
         public var decodedPerSecond: Double
 
         public var description: String {
-            "folded \(facts) facts of \(subscriptions) subscriptions: \(Int(factsPerSecond)) facts/s; "
+            "folded \(facts) facts of \(subscriptions) subscriptions: \(Int(factsPerSecond)) facts/s, "
+                + "\(Int(statesPerSecond)) states/s; "
                 + "JSON payload → fact: \(Int(decodedPerSecond)) events/s"
         }
     }
@@ -43,6 +47,8 @@ public enum FoldBenchmark {
         var entitled = 0
         let foldTime = clock.measure {
             for fact in facts { projection.apply(fact) }
+        }
+        let evaluateTime = clock.measure {
             for fold in projection.subscriptions.values where fold.state(at: evaluateAt)?.status.isEntitled == true {
                 entitled += 1
             }
@@ -56,10 +62,13 @@ public enum FoldBenchmark {
             for event in sample where (try? SubscriptionFact.decode(event, decoder: decoder)) != nil { decoded += 1 }
         }
         let foldSeconds = seconds(foldTime)
+        let evaluateSeconds = seconds(evaluateTime)
         let decodeSeconds = seconds(decodeTime)
         return Result(
             facts: facts.count, subscriptions: projection.subscriptions.count, entitledAtEnd: entitled,
             foldSeconds: foldSeconds, factsPerSecond: Double(facts.count) / max(foldSeconds, 1e-9),
+            evaluateSeconds: evaluateSeconds,
+            statesPerSecond: Double(projection.subscriptions.count) / max(evaluateSeconds, 1e-9),
             decodeSeconds: decodeSeconds, decodedPerSecond: Double(decoded) / max(decodeSeconds, 1e-9))
     }
 
