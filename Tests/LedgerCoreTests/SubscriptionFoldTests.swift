@@ -240,6 +240,31 @@ final class SubscriptionFoldTests: XCTestCase {
         XCTAssertNil(fold.state(at: F.d(1)))
     }
 
+    /// The worked example of docs/projections.md, step by step (Jan 1 = day 0).
+    func testTheDocumentedOutOfOrderExample() throws {
+        let a = F.fact("SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: F.tx("T1", from: 0, to: 30, signed: 0), renewal: F.renewal(signed: 0))
+        let b = F.fact("DID_RENEW", signed: 29, tx: F.tx("T2", from: 30, to: 60, signed: 29), renewal: F.renewal(signed: 29))
+        let c = F.fact("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", signed: 40,
+                       tx: F.tx("T2", from: 30, to: 60, signed: 40), renewal: F.renewal(autoRenew: 0, signed: 40))
+        let d = F.fact("REFUND", signed: 42, tx: F.tx("T1", from: 0, to: 30, signed: 42, revoked: 42),
+                       renewal: F.renewal(autoRenew: 0, signed: 42))
+        XCTAssertEqual(F.state([d], at: 43)?.status, .revoked, "step 1: D alone")
+        let two = try XCTUnwrap(F.state([d, c], at: 43))
+        XCTAssertEqual(two.status, .active, "step 2: C's later expiry wins")
+        XCTAssertEqual(two.autoRenewStatus, 0)
+        XCTAssertEqual(F.state([d, c, a], at: 43), two, "step 3: A is older and moves nothing")
+        let all = try XCTUnwrap(F.state([d, c, a, b, b], at: 43))
+        XCTAssertEqual(all, two, "step 4: the late renewal does not switch auto-renew back on")
+        XCTAssertEqual(all.expiresDate, F.d(60))
+        let txs = SubscriptionProjection(facts: [d, c, a, b]).view(at: F.d(43)).transactions
+        XCTAssertEqual(txs.map(\.transactionId), ["T1", "T2"])
+        XCTAssertEqual(txs.map(\.isRevoked), [true, false])
+        XCTAssertEqual(txs[1].signedDate, F.d(40), "T2's snapshot stays C's")
+        XCTAssertEqual(F.state([a, b, c, d], at: 43), all)
+        XCTAssertEqual(F.state([d, c, a, b], at: 61)?.status, .expired)
+        F.assertOrderIndependent([a, b, c, d, b], at: [43, 61])
+    }
+
     // MARK: - Time travel
 
     func testTimeTravelAtBusinessTimeUsesOnlyFactsSignedByThen() throws {
