@@ -233,6 +233,27 @@ final class SubscriptionFoldTests: XCTestCase {
         XCTAssertEqual(F.state(early, at: 42)?.autoRenewStatus, 1)
     }
 
+    func testHostileFactsNeitherCrashNorBecomeOrderDependent() throws {
+        var bare = TransactionFact(transactionId: "bare")  // no dates, no product, nothing
+        bare.originalTransactionId = F.sub
+        var huge = F.tx("huge", from: 0, to: 1, signed: 1)
+        huge.expiresDate = .max
+        huge.purchaseDate = .min
+        let facts = [
+            F.fact("DID_RENEW", signed: 1, tx: bare, renewal: nil),
+            F.fact("DID_FAIL_TO_RENEW", signed: 2, tx: huge, renewal: F.renewal(retry: true, grace: 1e9, signed: 2)),
+            F.fact("UNKNOWN_FUTURE_TYPE", "NEW_SUBTYPE", signed: -5, tx: F.tx("neg", from: -10, to: -5, signed: -5), renewal: nil),
+            SubscriptionFact(position: 0, recordedAt: 0, originalTransactionId: F.sub, signedDate: .min),
+        ]
+        let s = try XCTUnwrap(F.state(facts, at: 10))
+        XCTAssertEqual(s.latestTransactionId, "huge")
+        XCTAssertEqual(s.status, .active)
+        XCTAssertEqual(SubscriptionFold.status(hasTransaction: true, revokedAt: nil, expires: .max - 1,
+                                               renewal: RenewalFact(isInBillingRetryPeriod: true), asOf: .max),
+                       .billingRetry, "no overflow near the end of time")
+        F.assertOrderIndependent(facts, at: [-6, 0, 10])
+    }
+
     func testFactsOfAnotherSubscriptionAreIgnoredByAFold() {
         var fold = SubscriptionFold(originalTransactionId: "other")
         for f in F.renewedTwice() { fold.apply(f) }

@@ -149,7 +149,10 @@ public struct SubscriptionFold: Sendable {
         guard let expires else { return .expired }
         if asOf < expires { return .active }
         if let grace = renewal?.gracePeriodExpiresDate, grace > expires, asOf < grace { return .gracePeriod }
-        if renewal?.isInBillingRetryPeriod == true, asOf < expires &+ billingRetryLimit { return .billingRetry }
+        if renewal?.isInBillingRetryPeriod == true,
+           expires > EpochMillis.max - billingRetryLimit || asOf < expires + billingRetryLimit {
+            return .billingRetry
+        }
         return .expired
     }
 
