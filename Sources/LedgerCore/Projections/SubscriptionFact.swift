@@ -180,8 +180,18 @@ public struct SubscriptionFact: Sendable, Hashable {
     public var environment: String?
     /// The WeChat user the event names (customer id for WeChat purchases); nil for Apple.
     public var openId: String?
-    public var transaction: TransactionFact?
-    public var renewal: RenewalFact?
+    public var transaction: TransactionFact? {
+        get { transactionBox?.value }
+        set { transactionBox = newValue.map(FactBox.init) }
+    }
+    public var renewal: RenewalFact? {
+        get { renewalBox?.value }
+        set { renewalBox = newValue.map(FactBox.init) }
+    }
+    // Boxed so that a fact is small: the folds copy facts into their slots on every event, and
+    // copying two large inline structs each time was the rebuild's main cost.
+    private var transactionBox: FactBox<TransactionFact>?
+    private var renewalBox: FactBox<RenewalFact>?
 
     public init(
         position: Int64, recordedAt: EpochMillis, source: FactSource = .appleNotification,
@@ -200,8 +210,8 @@ public struct SubscriptionFact: Sendable, Hashable {
         self.bundleId = bundleId
         self.environment = environment
         self.openId = openId
-        self.transaction = transaction
-        self.renewal = renewal
+        self.transactionBox = transaction.map(FactBox.init)
+        self.renewalBox = renewal.map(FactBox.init)
     }
 
     /// Builds the fact of an Apple event payload. Nil when the payload is not about one
@@ -277,6 +287,14 @@ public struct SubscriptionFact: Sendable, Hashable {
         if let r = renewal { parts.append(String(describing: r)) } else { parts.append("-") }
         return parts.joined(separator: "\u{1F}")
     }
+}
+
+/// An immutable, shared value: copying a fact copies a reference, not the value.
+final class FactBox<Value: Hashable & Sendable>: Hashable, Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+    static func == (a: FactBox, b: FactBox) -> Bool { a === b || a.value == b.value }
+    func hash(into hasher: inout Hasher) { hasher.combine(value) }
 }
 
 /// Why an event could not be turned into a fact; each case names the event so it can be found.
