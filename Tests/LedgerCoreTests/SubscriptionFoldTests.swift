@@ -113,6 +113,10 @@ final class SubscriptionFoldTests: XCTestCase {
         XCTAssertEqual(F.state(facts, at: 99)?.productId, F.premium,
                        "state(at:) over all facts is the latest knowledge; use time travel for the past")
         XCTAssertEqual(SubscriptionProjection.asOfBusinessTime(F.d(99), facts: facts).subscription(F.sub)?.productId, F.yearly)
+        let records = SubscriptionProjection(facts: facts).view(at: F.d(101)).transactions
+        XCTAssertEqual(records.map(\.transactionId), ["y1", "p2"])
+        XCTAssertEqual(records.map(\.isUpgraded), [true, false],
+                       "the period the upgrade cut short is marked upgraded though Apple sends no message for it")
         F.assertOrderIndependent(facts, at: [101, 131])
 
         // The old transaction's own snapshot saying isUpgraded (e.g. on its prorated refund) changes nothing.

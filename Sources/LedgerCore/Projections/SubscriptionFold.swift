@@ -43,6 +43,9 @@ public struct SubscriptionFold: Sendable {
     /// The purchaseDate of the newest transaction an upgrade introduced: transactions bought
     /// before it were superseded at that moment, even if no message says `isUpgraded` for them.
     private var upgradeCutoff: EpochMillis?
+    /// Every upgrade's moment (its new transaction's purchaseDate): the transaction whose period
+    /// spans one of them is the one that was upgraded, whether or not a message says so.
+    private var upgradeTimes: Set<EpochMillis> = []
 
     public init(originalTransactionId: String) {
         self.originalTransactionId = originalTransactionId
@@ -67,6 +70,7 @@ public struct SubscriptionFold: Sendable {
         }
         if fact.isUpgrade, let purchased = tx.purchaseDate {
             upgradeCutoff = max(upgradeCutoff ?? purchased, purchased)
+            upgradeTimes.insert(purchased)
         }
         let refund = fact.isRefund ? fact.signedDate : nil
         let reversal = fact.isRefundReversal ? fact.signedDate : nil
@@ -84,12 +88,12 @@ public struct SubscriptionFold: Sendable {
 
     /// The merged transactions, ordered by purchaseDate then transactionId.
     public var transactions: [TransactionRecord] {
-        slots.map { Self.record(of: $0.value, originalTransactionId: originalTransactionId) }
+        slots.values.map(record(of:))
             .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
     }
 
     public func transaction(_ transactionId: String) -> TransactionRecord? {
-        slots[transactionId].map { Self.record(of: $0, originalTransactionId: originalTransactionId) }
+        slots[transactionId].map(record(of:))
     }
 
     /// The subscription as the merged facts describe it, with its status evaluated at `asOf`.
@@ -225,10 +229,17 @@ public struct SubscriptionFold: Sendable {
         slot.snapshot.isRefundReversal ? nil : slot.snapshot.transaction?.revocationDate
     }
 
-    static func record(of slot: TransactionSlot, originalTransactionId: String) -> TransactionRecord {
+    private func wasUpgraded(_ slot: TransactionSlot) -> Bool {
+        if slot.upgraded { return true }
+        guard !upgradeTimes.isEmpty, let tx = slot.snapshot.transaction,
+              let purchased = tx.purchaseDate, let expires = tx.expiresDate else { return false }
+        return upgradeTimes.contains { purchased < $0 && $0 < expires }
+    }
+
+    private func record(of slot: TransactionSlot) -> TransactionRecord {
         let fact = slot.snapshot
         let tx = fact.transaction!
-        let revoked = revocationInForce(slot) != nil
+        let revoked = Self.revocationInForce(slot) != nil
         return TransactionRecord(
             transactionId: tx.transactionId,
             originalTransactionId: tx.originalTransactionId ?? originalTransactionId,
@@ -243,7 +254,7 @@ public struct SubscriptionFold: Sendable {
             revocationPercentage: revoked ? tx.revocationPercentage : nil,
             refundSignedDate: slot.refundSigned,
             refundReversedSignedDate: slot.reversalSigned,
-            isUpgraded: slot.upgraded,
+            isUpgraded: wasUpgraded(slot),
             price: tx.price,
             currency: tx.currency,
             offerType: tx.offerType,
