@@ -27,7 +27,7 @@ final class ServiceProcess {
     /// Starts the service and returns once `/healthz` answers 200 (bounded by `timeout`).
     func start(timeout: Duration = .seconds(30)) throws(ReliabilityError) {
         if !FileManager.default.fileExists(atPath: logURL.path) {
-            FileManager.default.createFile(atPath: logURL.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         }
         let log: FileHandle
         do {
