@@ -134,22 +134,31 @@ enum Scenarios {
         return report
     }
 
-    /// Runs `scripts/db.sh stop|start` (bounded: 90 s).
+    /// Runs `scripts/db.sh stop|start` (bounded: 90 s). posix_spawn + waitpid rather than
+    /// Foundation's Process: Process learns of the exit through a descriptor the child inherits,
+    /// and the postmaster that `start` daemonises inherits it too, so Process would wait for
+    /// PostgreSQL to stop rather than for the script to finish.
     static func runScript(_ script: String, _ verb: String) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/bash")
-        p.arguments = [script, verb]
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
+        let words: [String] = ["/bin/bash", script, verb]
+        let argv: [UnsafeMutablePointer<CChar>?] = words.map { (word: String) in strdup(word) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, "/bin/bash", nil, nil, argv, environ)
+        guard rc == 0 else { throw ReliabilityError.database("cannot run \(script) \(verb): posix_spawn error \(rc)") }
         let deadline = monotonicNanos() + 90_000_000_000
-        while p.isRunning {
+        var status: Int32 = 0
+        while waitpid(pid, &status, WNOHANG) == 0 {
             if monotonicNanos() > deadline {
-                p.terminate()
+                kill(pid, SIGKILL)
+                _ = waitpid(pid, &status, 0)
                 throw ReliabilityError.database("\(script) \(verb) did not finish within 90 s")
             }
             Thread.sleep(forTimeInterval: 0.05)
         }
-        guard p.terminationStatus == 0 else { throw ReliabilityError.database("\(script) \(verb) exited with \(p.terminationStatus)") }
+        // WIFEXITED / WEXITSTATUS are macros Swift cannot import.
+        let exited = status & 0x7f == 0
+        let code = (status >> 8) & 0xff
+        guard exited, code == 0 else { throw ReliabilityError.database("\(script) \(verb) failed (wait status \(status))") }
     }
 
     // MARK: duplicate storm
