@@ -234,7 +234,8 @@ enum Scenarios {
         let load = await running.value
         if let failure { throw failure }
         try h.tally(&report, outcomes: load.outcomes, mint: mint)
-        report.check("exited cleanly", exit?.status == 0, "exit status \(exit.map { "\($0.status)" } ?? "-"); log:\n\(exit?.status == 0 ? "" : h.service.logTail())")
+        report.check("exited cleanly", exit?.status == 0,
+                     "exit status \(exit.map { "\($0.status)" } ?? "-")" + (exit?.status == 0 ? "" : "; log:\n\(h.service.logTail())"))
         report.check("within its grace period", (exit?.seconds ?? 99) < 12, String(format: "%.2f s after SIGTERM (grace 10 s)", exit?.seconds ?? -1))
         report.check("no 500, only 200 or 503", unexpectedStatuses(load).isEmpty, statusDetail(load))
         let hung = load.transportErrorKinds["timeout", default: 0]
