@@ -1,3 +1,4 @@
+import AppStore
 import Foundation
 import HTTPServer
 import LedgerTesting
@@ -187,6 +188,88 @@ final class LoadGeneratorTests: XCTestCase {
         XCTAssertThrowsError(try LoopbackTarget(host: "127.0.0.1", port: 0))
         XCTAssertThrowsError(try LoadGenerator(target: LoopbackTarget(host: "127.0.0.1", port: 1), options: LoadOptions(limit: LoadLimit())) { _ in nil })
         XCTAssertThrowsError(try LoadGenerator(target: LoopbackTarget(host: "127.0.0.1", port: 1), options: LoadOptions(connections: 0, limit: .count(1))) { _ in nil })
+    }
+
+    /// The ingest benchmark's notifications pass the real verifier (chain, OIDs, nested JWS
+    /// agreeing with the outer) and are all distinct; the report carries the given baseline.
+    func testIngestBenchmarkPostsDistinctVerifiableNotifications() async throws {
+        var chain = AppleTestAuthority.ChainOptions()
+        chain.caCurve = .p256
+        let authority = try AppleTestAuthority.mint(chain)
+        let ingestor = AppleNotificationIngestor(
+            verifier: authority.verifier(),
+            acceptance: try AppleAcceptance(bundleIds: ["com.example"], appAppleIds: [], environments: ["Sandbox"]))
+        final class Seen: Sendable {
+            let keys = Mutex<[String: Int]>([:])
+            let refused = Atomic<Int>(0)
+        }
+        let seen = Seen()
+        var router = Router()
+        router.add("POST", "/v1/apple/notifications") { request in
+            do throws(AppleVerificationError) {
+                let event = try ingestor.ingestV2(body: request.body)
+                seen.keys.withLock { $0[event.dedupeKey, default: 0] += 1 }
+                return .text(200, "stored")
+            } catch {
+                seen.refused.add(1, ordering: .relaxed)
+                return .error(status: 401, code: error.code, message: error.message)
+            }
+        }
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2), router: router)
+        try server.start()
+        self.server = server
+        let options = IngestBenchmark.Options(
+            baseURL: "http://127.0.0.1:\(try XCTUnwrap(server.port))", notifications: 120, connections: 4, warmup: 10,
+            baseline: { connections in BaselineMeasurement(name: "fixed", perSecond: 50, detail: "\(connections) clients") })
+        let report = try await IngestBenchmark.run(options, authority: authority)
+        XCTAssertEqual(seen.refused.load(ordering: .relaxed), 0)
+        let counted = seen.keys.withLock { $0 }
+        XCTAssertEqual(counted.count, 130, "warm-up and measured notifications are all distinct")
+        XCTAssertTrue(counted.values.allSatisfy { $0 == 1 })
+        XCTAssertEqual(report.notifications, 120)
+        XCTAssertEqual(report.load.count(200), 120)
+        XCTAssertEqual(report.baseline?.detail, "4 clients")
+        XCTAssertEqual(try XCTUnwrap(report.ratio), report.notificationsPerSecond / 50, accuracy: 1e-9)
+        XCTAssertTrue(report.text.contains("ratio"), report.text)
+
+        // A service that does not trust the authority refuses everything: the benchmark says so.
+        let stranger = try AppleTestAuthority.mint(chain)
+        do {
+            _ = try await IngestBenchmark.run(IngestBenchmark.Options(baseURL: options.baseURL, notifications: 5, connections: 2, warmup: 0), authority: stranger)
+            XCTFail("a refused benchmark must throw")
+        } catch let error as BenchmarkError {
+            guard case .rejected(401, 5, _, _) = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testReadBenchmarkSendsTheTokenAndMeasuresBothModes() async throws {
+        final class Seen: Sendable { let ids = Mutex<[String: Int]>([:]) }
+        let seen = Seen()
+        var router = Router()
+        router.add("GET", "/v1/subscriptions/{id}") { request in
+            guard request.headers["Authorization"] == "Bearer app-token" else { return .error(status: 401, code: "unauthorized", message: "token") }
+            let id = request.pathParameters["id"] ?? ""
+            seen.ids.withLock { $0[id, default: 0] += 1 }
+            return .text(200, "{\"originalTransactionId\":\"\(id)\"}")
+        }
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2), router: router)
+        try server.start()
+        self.server = server
+        let base = "http://127.0.0.1:\(try XCTUnwrap(server.port))"
+        let report = try await ReadBenchmark.run(ReadBenchmark.Options(
+            baseURL: base, ids: ["1000000000000001", "1000000000000002"], token: "app-token", connections: 2,
+            duration: .milliseconds(300), fixedRate: 100, warmup: .zero))
+        XCTAssertGreaterThan(report.maximum.count(200), 0)
+        XCTAssertEqual(report.atFixedRate?.attempted, 30, "100 req/s for 0.3 s")
+        XCTAssertEqual(Set(seen.ids.withLock { $0 }.keys), ["1000000000000001", "1000000000000002"])
+        XCTAssertTrue(report.text.contains("at   100/s"), report.text)
+        do {
+            _ = try await ReadBenchmark.run(ReadBenchmark.Options(baseURL: base, ids: ["1"], token: "wrong", connections: 1,
+                                                                  duration: .milliseconds(50), fixedRate: nil, warmup: .zero))
+            XCTFail("a wrong token must end the benchmark")
+        } catch let error as BenchmarkError {
+            guard case .rejected(401, _, _, _) = error else { return XCTFail("\(error)") }
+        }
     }
 
     /// Opt-in (LEDGER_MEASURE_URLSESSION=1): the measurement behind the choice of a socket client
