@@ -231,7 +231,8 @@ final class Harness {
     let directory: URL
     let service: ServiceProcess
 
-    init(scenario: String, options: ReliabilityOptions) throws {
+    init(scenario: String, options: ReliabilityOptions, authority given: AppleTestAuthority? = nil,
+         environment extra: [String: String] = [:]) throws {
         self.scenario = scenario
         self.options = options
         guard FileManager.default.isExecutableFile(atPath: options.ledgerBinary) else {
@@ -242,7 +243,7 @@ final class Harness {
         // P-256 CAs mint quickly; the chain's shape (OIDs, three certificates) is Apple's.
         var chain = AppleTestAuthority.ChainOptions()
         chain.caCurve = .p256
-        authority = try AppleTestAuthority.mint(chain)
+        authority = try given ?? AppleTestAuthority.mint(chain)
         let rootPath = directory.appendingPathComponent("test-root.der")
         try Data(authority.root.der).write(to: rootPath)
         do {
@@ -258,6 +259,7 @@ final class Harness {
         environment["LEDGER_APPLE_BUNDLE_IDS"] = "com.example"
         environment["LEDGER_APPLE_ENVIRONMENTS"] = "Sandbox,Production"
         environment["LEDGER_APPLE_APP_APPLE_IDS"] = "1234"
+        environment.merge(extra) { $1 }
         service = ServiceProcess(binary: options.ledgerBinary, environment: environment,
                                  target: try LoopbackTarget(host: "127.0.0.1", port: port),
                                  logURL: directory.appendingPathComponent("service.log"))
@@ -315,4 +317,29 @@ final class Harness {
         report.check("no event that was never sent", phantoms.isEmpty,
                      phantoms.isEmpty ? "every stored key was posted by this run" : "\(phantoms.count) stored keys were never posted")
     }
+}
+
+/// `ledger serve` started as a child on a free loopback port over a fresh scratch database,
+/// trusting `authority`'s root and accepting com.example (Sandbox, Production with appAppleId
+/// 1234): what `ledger bench ingest|read` need when no service is given. Call `stop()`.
+public final class SpawnedService: @unchecked Sendable {
+    // Used from one task at a time (start, benchmark, stop); not shared concurrently.
+    private let harness: Harness
+
+    public var baseURL: String { harness.service.target.description }
+    public var database: TestDatabase { harness.database }
+    public var authority: AppleTestAuthority { harness.authority }
+    public var logPath: String { harness.service.logURL.path }
+
+    /// - Parameter environment: extra variables for the service (e.g. LEDGER_TOKENS).
+    public init(options: ReliabilityOptions, authority: AppleTestAuthority? = nil, environment: [String: String] = [:]) throws {
+        // Default: Apple's shape exactly (P-384 CAs), so bodies are as large as production's.
+        harness = try Harness(scenario: "spawned", options: options, authority: authority ?? AppleTestAuthority.mint(), environment: environment)
+        do { try harness.service.start() } catch {
+            harness.finish()
+            throw error
+        }
+    }
+
+    public func stop() { harness.finish() }
 }
