@@ -51,6 +51,18 @@ public enum ReadBenchmark {
         }
     }
 
+    /// Populates a service for the benchmark: one signed notification per subscription, posted
+    /// over `connections`; returns the subscriptions' originalTransactionIds.
+    public static func populate(baseURL: String, authority: AppleTestAuthority, subscriptions: Int, connections: Int = 32,
+                                bundleId: String = "com.example", environment: String = "Sandbox") async throws -> [String] {
+        let target = try LoopbackTarget(url: baseURL)
+        let mint = NotificationMint(authority: authority, notificationsPerStream: 1, bundleId: bundleId, environment: environment)
+        let generator = try LoadGenerator(target: target, options: LoadOptions(connections: connections, limit: .count(subscriptions)),
+                                          source: mint.loadSource())
+        try requireAllOK(await generator.run(), fix: "start the service trusting the authority's root and accepting \(bundleId)/\(environment)")
+        return (0..<subscriptions).map(mint.streamId)
+    }
+
     static func requests(_ options: Options) -> [LoadRequest] {
         var headers: [(String, String)] = []
         if let token = options.token { headers.append(("Authorization", "Bearer \(token)")) }

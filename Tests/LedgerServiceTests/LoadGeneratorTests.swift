@@ -1,7 +1,8 @@
 import AppStore
 import Foundation
 import HTTPServer
-import LedgerTesting
+@testable import LedgerTesting
+import Postgres
 import Synchronization
 import XCTest
 #if canImport(FoundationNetworking)
@@ -310,5 +311,55 @@ final class LoadGeneratorTests: XCTestCase {
                      Double(total) / urlSessionSeconds, report.requestsPerSecond, connections, total))
         XCTAssertEqual(ok, total)
         XCTAssertEqual(report.count(200), total)
+    }
+}
+
+/// The reliability suite's audit must see loss, duplicates and phantom events when they exist —
+/// otherwise its "lost 0" proves nothing. Real PostgreSQL: rows are appended through
+/// append_events() into a scratch database, then tallied against invented client outcomes.
+final class ReliabilityAuditTests: XCTestCase {
+    func testTallyReportsLossDuplicatesAndPhantoms() throws {
+        let options = try ReliabilityOptions(ledgerBinary: "/bin/true")
+        let harness = try Harness(scenario: "audit-test", options: options)
+        defer { harness.finish() }
+        let mint = NotificationMint(authority: harness.authority, runTag: 0xfeed)
+        let connection = try Connection(conninfo: harness.database.adminConninfo)
+        func store(stream: String, key: String) throws {
+            _ = try connection.query("""
+                SELECT * FROM append_events(ARRAY[$1], ARRAY[$2], ARRAY['apple'], ARRAY['DID_RENEW'], ARRAY[NULL]::text[],
+                    ARRAY[NULL]::timestamptz[], ARRAY[NULL]::timestamptz[], ARRAY['{}']::jsonb[], ARRAY['\\x00']::bytea[])
+                """, [.text(stream), .text(key)])
+        }
+        // Notification 0 stored once; 1 acknowledged but missing; 2 stored under two streams
+        // (one key, two rows); 3 failed in transit and was not stored; a key nobody sent.
+        try store(stream: "s0", key: mint.dedupeKey(0))
+        try store(stream: "s2", key: mint.dedupeKey(2))
+        try store(stream: "other", key: mint.dedupeKey(2))
+        try store(stream: "s9", key: "never-sent")
+        var report = ReliabilityReport(scenario: "audit-test")
+        try harness.tally(&report, outcomes: [.status(200), .status(200), .status(200), .transportError, .notConnected, .notSent], mint: mint)
+        XCTAssertEqual(report.sent, 4)
+        XCTAssertEqual(report.acknowledged, 3)
+        XCTAssertEqual(report.stored, 2)
+        XCTAssertEqual(report.duplicates, 1)
+        XCTAssertEqual(report.lost, 1)
+        XCTAssertFalse(report.passed)
+        XCTAssertEqual(report.checks.filter { !$0.passed }.map(\.name), ["no event that was never sent"])
+        XCTAssertTrue(ReliabilitySuite.table([report]).contains("FAIL"))
+
+        var clean = ReliabilityReport(scenario: "clean")
+        try harness.tally(&clean, outcomes: [.status(200), .status(503)], mint: mint, notificationOf: { _ in 0 })
+        XCTAssertEqual(clean.lost, 0)
+        XCTAssertEqual(clean.stored, 1)
+    }
+
+    func testUnknownScenarioIsRefused() async throws {
+        let options = try ReliabilityOptions(ledgerBinary: "/bin/true")
+        do {
+            _ = try await ReliabilitySuite.run(name: "meteor-strike", options)
+            XCTFail("unknown scenario accepted")
+        } catch let error as ReliabilityError {
+            guard case .unknownScenario = error else { return XCTFail("\(error)") }
+        }
     }
 }
