@@ -1,0 +1,244 @@
+import Crypto
+import Foundation
+import LedgerCore
+import LedgerTesting
+@testable import WeChatPay
+import XCTest
+
+/// Seeded mutation fuzzing of every WeChat parser that reads untrusted bytes: the XML and JSON push
+/// codecs, the secure-mode AES frame (unpadding, length field, appid), the base64 `Encrypt` text
+/// and the URL check. The contract under test: every input ends as a parsed message or a typed
+/// `WeChatPushError` of a request status (never a crash, a hang, or a 500-class refusal), and a
+/// parsed push keeps its exact bytes as evidence.
+///
+/// Each run prints its seed; `LEDGER_FUZZ_SEED=0x… swift test --filter WeChatPayTests.FuzzTests`
+/// replays it, `LEDGER_FUZZ_ITERATIONS` changes the count (default 100,000 per parser).
+final class FuzzTests: XCTestCase {
+    static let iterations = Int(ProcessInfo.processInfo.environment["LEDGER_FUZZ_ITERATIONS"] ?? "") ?? 100_000
+    static let timestamp = "1775226065"
+    static let nonce = "987654321"
+    /// A fixed random prefix keeps the frames (and so every mutated input) reproducible.
+    static let prefix = [UInt8](repeating: 0x5A, count: 16)
+
+    static let corpusDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fuzz/corpus/wechat")
+
+    func corpus(_ ext: String) throws -> [[UInt8]] {
+        let names = try FileManager.default.contentsOfDirectory(atPath: Self.corpusDirectory.path)
+            .filter { $0.hasSuffix("." + ext) }.sorted()
+        XCTAssertFalse(names.isEmpty, "no *.\(ext) seeds in \(Self.corpusDirectory.path)")
+        return try names.map { [UInt8](try Data(contentsOf: Self.corpusDirectory.appendingPathComponent($0))) }
+    }
+
+    let receiver = PushFixture.receiver(allowPlaintext: true)
+    let plainQuery = PushQuery(signature: PushFixture.sha1Hex([PushFixture.token, FuzzTests.timestamp, FuzzTests.nonce]),
+                               timestamp: FuzzTests.timestamp, nonce: FuzzTests.nonce)
+
+    // MARK: the parsers
+
+    func testXMLPushParsing() throws {
+        let tally = Tally()
+        try fuzz("XML push", corpus: try corpus("xml"), seed: 0x5EED_0001) { input in
+            try tally.outcome(self.receiver, input) { try self.receiver.open(query: self.plainQuery, body: Data(input)) }
+        }
+        XCTAssertGreaterThan(tally["parsed"], Self.iterations / 50, "mutations should leave many XML pushes parseable: \(tally)")
+        XCTAssertGreaterThan(tally["invalid_xml"], 0, "\(tally)")
+        XCTAssertGreaterThan(tally["xml_declaration_forbidden"], 0, "\(tally)")
+        XCTAssertGreaterThan(tally["nesting_too_deep"], 0, "\(tally)")
+    }
+
+    func testJSONPushParsing() throws {
+        let tally = Tally()
+        try fuzz("JSON push", corpus: try corpus("json"), seed: 0x5EED_0002) { input in
+            try tally.outcome(self.receiver, input) { try self.receiver.open(query: self.plainQuery, body: Data(input)) }
+        }
+        XCTAssertGreaterThan(tally["parsed"], Self.iterations / 50, "\(tally)")
+        XCTAssertGreaterThan(tally["invalid_json"], 0, "\(tally)")
+        XCTAssertGreaterThan(tally["nesting_too_deep"], 0, "\(tally)")
+    }
+
+    /// The decrypted frame `random16 | len4 | msg | appid | PKCS#7(32)` is what is mutated; it is then
+    /// encrypted with the real key and signed, so every input reaches unpadding, the length field,
+    /// the appid check and the inner parser.
+    func testSecureModeFrame() throws {
+        let messages = try corpus("json") + corpus("xml")
+        let frames = messages.map { Self.frame($0) }
+        let key = PushFixture.key
+        let tally = Tally()
+        try fuzz("secure frame", corpus: frames, seed: 0x5EED_0003) { input in
+            var plain = input.isEmpty ? [0] : input
+            // Mostly whole 32-byte blocks (WeChat's), sometimes 16 (AES's own block, which WeChat refuses).
+            let block = plain.count % 7 == 0 ? 16 : 32
+            let pad = (block - plain.count % block) % block
+            plain += [UInt8](repeating: UInt8(pad), count: pad)
+            let encrypt = Data(try AES256CBC.encrypt(key: key.key, iv: key.iv, plaintext: plain)).base64EncodedString()
+            let (query, body) = Self.secure(encrypt: encrypt)
+            try tally.outcome(self.receiver, body) { try self.receiver.open(query: query, body: Data(body)) }
+        }
+        for code in ["parsed", "bad_padding", "bad_message_length", "appid_mismatch", "invalid_ciphertext_length"] {
+            XCTAssertGreaterThan(tally[code], 0, "the secure-mode path '\(code)' was never reached: \(tally)")
+        }
+        XCTAssertGreaterThan(tally["invalid_json"] + tally["invalid_xml"], 0, "the inner parser was never reached: \(tally)")
+    }
+
+    /// The base64 `Encrypt` text is what is mutated (signed after mutation): base64 decoding and
+    /// ciphertext length checks, and AES over arbitrary blocks.
+    func testSecureModeEncryptText() throws {
+        let messages = try corpus("json") + corpus("xml")
+        let key = PushFixture.key
+        let texts = try messages.map {
+            Array(try MessageCipher.encrypt($0, appId: PushFixture.appId, key: key, random: Self.prefix).utf8)
+        }
+        let tally = Tally()
+        try fuzz("Encrypt text", corpus: texts, seed: 0x5EED_0004) { input in
+            let (query, body) = Self.secure(encrypt: String(decoding: input, as: UTF8.self))
+            try tally.outcome(self.receiver, body) { try self.receiver.open(query: query, body: Data(body)) }
+        }
+        for code in ["parsed", "invalid_base64", "invalid_ciphertext_length", "bad_padding"] {
+            XCTAssertGreaterThan(tally[code], 0, "the path '\(code)' was never reached: \(tally)")
+        }
+    }
+
+    /// The GET URL check's query. A `signature` of `@SIGN@` in a seed is replaced by the correct
+    /// signature over the (mutated) timestamp and nonce, so the echostr checks are reached too.
+    func testURLCheck() throws {
+        let tally = Tally()
+        try fuzz("URL check", corpus: try corpus("query"), seed: 0x5EED_0005) { input in
+            let query = Self.query(input)
+            do {
+                let echo = try self.receiver.verifyURL(query)
+                guard echo == query.echostr, echo.utf8.count <= 512, echo.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                    throw FuzzViolation("verifyURL answered an echostr that is not the checked one")
+                }
+                tally.count("parsed")
+            } catch let error as WeChatPushError {
+                try Tally.checkRefusal(error)
+                tally.count(error.code)
+            }
+        }
+        for code in ["parsed", "bad_signature", "invalid_parameter", "missing_parameter"] {
+            XCTAssertGreaterThan(tally[code], 0, "\(code) never reached: \(tally)")
+        }
+    }
+
+    // MARK: harness
+
+    func fuzz(_ name: String, corpus: [[UInt8]], seed fallback: UInt64, body: ([UInt8]) throws -> Void) throws {
+        let seed = MutationFuzzer.seed(default: fallback)
+        let report = MutationFuzzer.run(corpus: corpus, iterations: Self.iterations, seed: seed, timeBudget: .seconds(2),
+                                        extraTokens: Self.tokens, body: body)
+        print("fuzz \(name): \(report)")
+        XCTAssertTrue(report.failures.isEmpty, "\(name): \(report)")
+        XCTAssertEqual(report.iterations, Self.iterations)
+    }
+
+    static let tokens: [[UInt8]] = ["<Encrypt>", "</Encrypt>", "\"Encrypt\":\"", "AppleSubscriptionInfo", "OutTradeNo",
+                                    "xpay_goods_deliver_notify", "xpay_subscribe_ios_refund_query_notify", PushFixture.appId,
+                                    "==", "=", "+/", "@SIGN@", "&echostr=", "&timestamp=", "&nonce=", "&signature="]
+        .map { Array($0.utf8) }
+
+    static func frame(_ message: [UInt8]) -> [UInt8] {
+        let n = UInt32(message.count)
+        var full = prefix + [UInt8(n >> 24), UInt8((n >> 16) & 0xFF), UInt8((n >> 8) & 0xFF), UInt8(n & 0xFF)]
+        full += message + Array(PushFixture.appId.utf8)
+        let pad = 32 - full.count % 32
+        return full + [UInt8](repeating: UInt8(pad), count: pad)
+    }
+
+    /// A JSON secure-mode envelope with a correct msg_signature over exactly this Encrypt text.
+    static func secure(encrypt: String) -> (PushQuery, [UInt8]) {
+        let query = PushQuery(signature: PushFixture.sha1Hex([PushFixture.token, timestamp, nonce]), timestamp: timestamp,
+                              nonce: nonce, encryptType: "aes",
+                              msgSignature: PushSignature.compute([PushFixture.token, timestamp, nonce, encrypt]))
+        var body = Array(#"{"ToUserName":"gh_97417a04a28d","Encrypt":""#.utf8)
+        jsonEscape(encrypt, into: &body)
+        body += Array(#""}"#.utf8)
+        return (query, body)
+    }
+
+    static func jsonEscape(_ s: String, into out: inout [UInt8]) {
+        let hex = Array("0123456789abcdef".utf8)
+        for b in s.utf8 {
+            switch b {
+            case 0x22, 0x5C: out += [0x5C, b]
+            case 0..<0x20: out += Array("\\u00".utf8) + [hex[Int(b >> 4)], hex[Int(b & 0xF)]]
+            default: out.append(b)
+            }
+        }
+    }
+
+    /// `a=b&c=d` without percent-decoding (the HTTP layer decodes; here every byte is hostile).
+    static func query(_ input: [UInt8]) -> PushQuery {
+        var params: [String: String] = [:]
+        for pair in input.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: UInt8(ascii: "="), maxSplits: 1, omittingEmptySubsequences: false)
+            params[String(decoding: parts[0], as: UTF8.self)] = parts.count > 1 ? String(decoding: parts[1], as: UTF8.self) : ""
+        }
+        var query = PushQuery(params)
+        if query.signature == "@SIGN@" {
+            query.signature = PushSignature.compute([PushFixture.token, query.timestamp ?? "", query.nonce ?? ""])
+        }
+        return query
+    }
+}
+
+struct FuzzViolation: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Counts outcomes by error code ("parsed" for success), and checks each outcome against the contract.
+final class Tally: CustomStringConvertible {
+    private var counts: [String: Int] = [:]
+
+    subscript(code: String) -> Int { counts[code, default: 0] }
+    func count(_ code: String) { counts[code, default: 0] += 1 }
+    var description: String { counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
+
+    /// A push either opens — and then its payload is JSON, its raw evidence gives back the exact
+    /// body, and the xpay decoding answers a notification or a typed refusal — or is refused with
+    /// a request-class WeChatPushError.
+    func outcome(_ receiver: PushReceiver, _ body: [UInt8], _ open: () throws -> ReceivedPush) throws {
+        let push: ReceivedPush
+        do {
+            push = try open()
+        } catch let error as WeChatPushError {
+            try Self.checkRefusal(error)
+            count(error.code)
+            return
+        }
+        guard case .object = push.message else { throw FuzzViolation("opened a push whose message is not an object") }
+        guard RawPush.body(of: push.raw) == body else { throw FuzzViolation("raw evidence does not give back the exact body") }
+        guard (try? JSONSerialization.jsonObject(with: push.payload, options: [.fragmentsAllowed])) != nil else {
+            throw FuzzViolation("payload is not JSON: \(String(decoding: push.payload.prefix(200), as: UTF8.self))")
+        }
+        do {
+            _ = try XPayNotification(push).event()
+            count("parsed")
+        } catch {
+            try Self.checkRefusal(error)
+            count("parsed")
+            count("xpay:" + error.code)
+        }
+    }
+
+    static let secrets = [PushFixture.token, PushFixture.keyText].map { Array($0.utf8) }
+
+    static func checkRefusal(_ error: WeChatPushError) throws {
+        guard [400, 401, 413, 422].contains(error.kind.httpStatus) else {
+            throw FuzzViolation("a request was refused as \(error.kind.httpStatus) (\(error)); only the server's settings may be a 500")
+        }
+        let text = Array(error.description.utf8)
+        for secret in secrets where contains(text, secret) {
+            throw FuzzViolation("error message reveals a secret: \(error.code)")
+        }
+    }
+
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard needle.count <= haystack.count else { return false }
+        for i in 0...(haystack.count - needle.count) where haystack[i] == needle[0] {
+            if haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+        }
+        return false
+    }
+}
