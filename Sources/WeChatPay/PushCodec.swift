@@ -114,6 +114,9 @@ enum PushCodec {
     }
 
     static func parseXML(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> PushValue {
+        // FoundationXML (swift-corelibs) traps on an element name that is not UTF-8 (found by the
+        // fuzzer: `<E\xdaFmpty/>` kills the process). WeChat sends UTF-8 only: refuse anything else here.
+        guard String(validating: bytes, as: UTF8.self) != nil else { throw .invalidXML("body is not valid UTF-8") }
         try preflightXML(bytes)
         let parser = XMLParser(data: Data(bytes))
         parser.shouldResolveExternalEntities = false

@@ -23,7 +23,9 @@ final class FuzzTests: XCTestCase {
     static let corpusDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Fuzz/corpus/wechat")
 
-    func corpus(_ ext: String) throws -> [[UInt8]] {
+    func corpus(_ ext: String) throws -> [[UInt8]] { try Self.corpus(ext) }
+
+    static func corpus(_ ext: String) throws -> [[UInt8]] {
         let names = try FileManager.default.contentsOfDirectory(atPath: Self.corpusDirectory.path)
             .filter { $0.hasSuffix("." + ext) }.sorted()
         XCTAssertFalse(names.isEmpty, "no *.\(ext) seeds in \(Self.corpusDirectory.path)")
@@ -213,7 +215,9 @@ final class Tally: CustomStringConvertible {
             throw FuzzViolation("payload is not JSON: \(String(decoding: push.payload.prefix(200), as: UTF8.self))")
         }
         do {
-            _ = try XPayNotification(push).event()
+            let notification = try XPayNotification(push)
+            _ = notification.event()
+            if case .refundInquiry = notification.message { _ = try RefundInquiryAnswer.facts(for: notification) }
             count("parsed")
         } catch {
             try Self.checkRefusal(error)
