@@ -194,9 +194,8 @@ public enum MutationFuzzer {
             d.insert(contentsOf: (0..<len).map { _ in UInt8(truncatingIfNeeded: r.next()) }, at: pos(1))
         case 6 where n > 0: // duplicate a chunk elsewhere, possibly many times
             let a = pos(), len = 1 + r.below(min(n - a, 256))
-            let chunk = Array(d[a..<(a + len)])
             let times = r.chance(4) ? 1 + r.below(64) : 1
-            d.insert(contentsOf: Array([[UInt8]](repeating: chunk, count: times).joined()), at: pos(1))
+            d.insert(contentsOf: repeated(Array(d[a..<(a + len)]), times), at: pos(1))
         case 7: // splice with another corpus entry
             let other = corpus[r.below(corpus.count)]
             let cut = pos(1), from = r.below(other.count + 1)
@@ -228,7 +227,8 @@ public enum MutationFuzzer {
     }
 
     static func nesting(_ r: inout SplitMix64) -> [UInt8] {
-        let depth = r.chance(4) ? 100 + r.below(5000) : 2 + r.below(40)
+        // Past any sane limit (the parsers' are tens) without spending the run on building inputs.
+        let depth = r.chance(4) ? 100 + r.below(2000) : 2 + r.below(40)
         let open: [UInt8], close: [UInt8]
         switch r.below(4) {
         case 0: (open, close) = (Array("[".utf8), Array("]".utf8))
@@ -236,9 +236,22 @@ public enum MutationFuzzer {
         case 2: (open, close) = (Array("<a>".utf8), Array("</a>".utf8))
         default: (open, close) = (Array("<x:a xmlns:x=\"u\">".utf8), Array("</x:a>".utf8))
         }
-        var out = Array([[UInt8]](repeating: open, count: depth).joined())
-        if r.chance(2) { out += Array([[UInt8]](repeating: close, count: depth).joined()) }
+        var out = repeated(open, depth)
+        if r.chance(2) { out += repeated(close, depth) }
         return out
+    }
+
+    /// `chunk` `times` over. A plain loop: `joined()` is generic and unspecialised in a debug build,
+    /// where it cost more than the parsers under test.
+    static func repeated(_ chunk: [UInt8], _ times: Int) -> [UInt8] {
+        let total = chunk.count * times
+        guard total > 0 else { return [] }
+        return [UInt8](unsafeUninitializedCapacity: total) { out, count in
+            chunk.withUnsafeBufferPointer { c in
+                for k in 0..<times { (out.baseAddress! + k * c.count).initialize(from: c.baseAddress!, count: c.count) }
+            }
+            count = total
+        }
     }
 
     /// Lowercase hex of the first `limit` bytes, with the count of the rest.

@@ -50,25 +50,43 @@ enum PushCodec {
     }
 
     /// Counts bracket depth outside strings, so a hostile `[[[[…` is refused before the decoder
-    /// recurses into it.
+    /// recurses into it; and refuses the escape `\u0000`, which JSONDecoder accepts but PostgreSQL's
+    /// jsonb cannot store (the payload column would refuse the append).
+    /// Numeric byte values and a raw buffer: this runs over every byte of every JSON push, and in a
+    /// debug build `UInt8(ascii:)` per byte made it the slowest step of parsing.
     static func checkJSONDepth(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) {
-        var depth = 0
-        var inString = false
-        var escaped = false
-        for b in bytes {
-            if inString {
-                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == UInt8(ascii: "\"") { inString = false }
-                continue
+        let quote: UInt8 = 0x22, backslash: UInt8 = 0x5C, u: UInt8 = 0x75, zero: UInt8 = 0x30
+        let result: WeChatPushError? = bytes.withUnsafeBufferPointer { b -> WeChatPushError? in
+            var depth = 0
+            var inString = false
+            var i = 0
+            let n = b.count
+            while i < n {
+                let c = b[i]
+                i += 1
+                if inString {
+                    if c == backslash, i < n {
+                        if b[i] == u, i + 4 < n, b[i + 1] == zero, b[i + 2] == zero, b[i + 3] == zero, b[i + 4] == zero {
+                            return .invalidJSON("the escape \\u0000 (NUL) cannot be stored")
+                        }
+                        i += 1
+                    } else if c == quote {
+                        inString = false
+                    }
+                    continue
+                }
+                switch c {
+                case quote: inString = true
+                case 0x7B, 0x5B: // { [
+                    depth += 1
+                    if depth > maxDepth { return .nestingTooDeep(limit: maxDepth) }
+                case 0x7D, 0x5D: depth -= 1 // } ]
+                default: break
+                }
             }
-            switch b {
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "{"), UInt8(ascii: "["):
-                depth += 1
-                if depth > maxDepth { throw .nestingTooDeep(limit: maxDepth) }
-            case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
-            default: break
-            }
+            return nil
         }
+        if let result { throw result }
     }
 
     // MARK: XML
