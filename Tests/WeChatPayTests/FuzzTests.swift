@@ -40,6 +40,7 @@ final class FuzzTests: XCTestCase {
 
     func testXMLPushParsing() throws {
         let tally = Tally()
+        lastTally = tally
         try fuzz("XML push", corpus: try corpus("xml"), seed: 0x5EED_0001) { input in
             try tally.outcome(self.receiver, input) { try self.receiver.open(query: self.plainQuery, body: Data(input)) }
         }
@@ -51,6 +52,7 @@ final class FuzzTests: XCTestCase {
 
     func testJSONPushParsing() throws {
         let tally = Tally()
+        lastTally = tally
         try fuzz("JSON push", corpus: try corpus("json"), seed: 0x5EED_0002) { input in
             try tally.outcome(self.receiver, input) { try self.receiver.open(query: self.plainQuery, body: Data(input)) }
         }
@@ -67,6 +69,7 @@ final class FuzzTests: XCTestCase {
         let frames = messages.map { Self.frame($0) }
         let key = PushFixture.key
         let tally = Tally()
+        lastTally = tally
         try fuzz("secure frame", corpus: frames, seed: 0x5EED_0003) { input in
             var plain = input.isEmpty ? [0] : input
             // Mostly whole 32-byte blocks (WeChat's), sometimes 16 (AES's own block, which WeChat refuses).
@@ -92,6 +95,7 @@ final class FuzzTests: XCTestCase {
             Array(try MessageCipher.encrypt($0, appId: PushFixture.appId, key: key, random: Self.prefix).utf8)
         }
         let tally = Tally()
+        lastTally = tally
         try fuzz("Encrypt text", corpus: texts, seed: 0x5EED_0004) { input in
             let (query, body) = Self.secure(encrypt: String(decoding: input, as: UTF8.self))
             try tally.outcome(self.receiver, body) { try self.receiver.open(query: query, body: Data(body)) }
@@ -105,6 +109,7 @@ final class FuzzTests: XCTestCase {
     /// signature over the (mutated) timestamp and nonce, so the echostr checks are reached too.
     func testURLCheck() throws {
         let tally = Tally()
+        lastTally = tally
         try fuzz("URL check", corpus: try corpus("query"), seed: 0x5EED_0005) { input in
             let query = Self.query(input)
             do {
@@ -124,6 +129,14 @@ final class FuzzTests: XCTestCase {
     }
 
     // MARK: harness
+
+    override func tearDown() {
+        if let tally = lastTally { print("outcomes: \(tally)") }
+        lastTally = nil
+        super.tearDown()
+    }
+
+    private var lastTally: Tally?
 
     func fuzz(_ name: String, corpus: [[UInt8]], seed fallback: UInt64, body: ([UInt8]) throws -> Void) throws {
         let seed = MutationFuzzer.seed(default: fallback)
