@@ -19,6 +19,7 @@ final class FuzzTests: XCTestCase {
     static let nonce = "987654321"
     /// A fixed random prefix keeps the frames (and so every mutated input) reproducible.
     static let prefix = [UInt8](repeating: 0x5A, count: 16)
+    static let plainSignature = PushFixture.sha1Hex([PushFixture.token, timestamp, nonce])
 
     static let corpusDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Fuzz/corpus/wechat")
@@ -162,7 +163,7 @@ final class FuzzTests: XCTestCase {
 
     /// A JSON secure-mode envelope with a correct msg_signature over exactly this Encrypt text.
     static func secure(encrypt: String) -> (PushQuery, [UInt8]) {
-        let query = PushQuery(signature: PushFixture.sha1Hex([PushFixture.token, timestamp, nonce]), timestamp: timestamp,
+        let query = PushQuery(signature: plainSignature, timestamp: timestamp,
                               nonce: nonce, encryptType: "aes",
                               msgSignature: PushSignature.compute([PushFixture.token, timestamp, nonce, encrypt]))
         var body = Array(#"{"ToUserName":"gh_97417a04a28d","Encrypt":""#.utf8)
