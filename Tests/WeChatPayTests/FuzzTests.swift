@@ -270,3 +270,53 @@ final class Tally: CustomStringConvertible {
         return false
     }
 }
+
+/// The fuzzer's own promises: reproducible inputs, and failures reported with what reproduces them.
+final class MutationFuzzerTests: XCTestCase {
+    let corpus: [[UInt8]] = [Array(#"{"a":[1,2,{"b":"c"}]}"#.utf8), Array("<xml><A>1</A></xml>".utf8)]
+
+    func testSameSeedSameInputsAndEachIterationReproducible() {
+        var first: [[UInt8]] = [], second: [[UInt8]] = []
+        _ = MutationFuzzer.run(corpus: corpus, iterations: 300, seed: 42) { first.append($0) }
+        _ = MutationFuzzer.run(corpus: corpus, iterations: 300, seed: 42) { second.append($0) }
+        XCTAssertEqual(first, second)
+        for i in [0, 7, 299] {
+            XCTAssertEqual(MutationFuzzer.input(corpus: corpus, seed: 42, iteration: i), first[i], "iteration \(i)")
+        }
+        var other: [[UInt8]] = []
+        _ = MutationFuzzer.run(corpus: corpus, iterations: 300, seed: 43) { other.append($0) }
+        XCTAssertNotEqual(first, other)
+        // Mutations, not copies: most inputs differ from every seed.
+        XCTAssertGreaterThan(first.filter { !corpus.contains($0) }.count, 250)
+    }
+
+    func testFailuresCarrySeedIterationAndInput() {
+        struct Refused: Error {}
+        let report = MutationFuzzer.run(corpus: corpus, iterations: 1_000, seed: 0xF00D, maxFailures: 3) { input in
+            if input.contains(UInt8(ascii: "<")) { throw Refused() }
+        }
+        XCTAssertEqual(report.failures.count, 3)
+        XCTAssertLessThan(report.iterations, 1_000, "the run stops at maxFailures")
+        for f in report.failures {
+            XCTAssertEqual(f.seed, 0xF00D)
+            XCTAssertEqual(MutationFuzzer.input(corpus: corpus, seed: 0xF00D, iteration: f.iteration), f.input)
+            XCTAssertTrue(f.description.contains("seed=0xf00d iteration=\(f.iteration)"), f.description)
+            XCTAssertTrue(f.description.contains(MutationFuzzer.hex(Array(f.input.prefix(8)), limit: 8)), f.description)
+        }
+    }
+
+    func testAnInputOverTheTimeBudgetIsAFailure() {
+        let report = MutationFuzzer.run(corpus: corpus, iterations: 5, seed: 1, timeBudget: .milliseconds(20),
+                                        hangLimit: .seconds(30)) { _ in Thread.sleep(forTimeInterval: 0.05) }
+        XCTAssertEqual(report.failures.count, 5)
+        XCTAssertTrue(report.failures[0].reason.contains("budget"), report.failures[0].reason)
+        XCTAssertGreaterThanOrEqual(report.slowest, .milliseconds(50))
+    }
+
+    func testInputsRespectMaxLength() {
+        let report = MutationFuzzer.run(corpus: corpus, iterations: 2_000, seed: 9, maxLength: 100) { input in
+            if input.count > 100 { throw FuzzViolation("\(input.count) bytes") }
+        }
+        XCTAssertTrue(report.failures.isEmpty, "\(report)")
+    }
+}
