@@ -38,15 +38,16 @@ checks=(not_a_server_error response_schema_conformance)
 args=()
 if [[ "$version" -ge 4 ]]; then
     args+=(--url "$LEDGER_API_URL" --checks "$(IFS=,; echo "${checks[*]}")")
-    args+=(--max-examples "${LEDGER_API_MAX_EXAMPLES:-50}" --request-timeout 10 --no-color)
+    # No example database: it would be written into the repository (.schemathesis/).
+    args+=(--max-examples "${LEDGER_API_MAX_EXAMPLES:-50}" --request-timeout 10 --no-color --generation-database none)
     [[ -n "${LEDGER_API_SEED:-}" ]] && args+=(--seed "$LEDGER_API_SEED")
-    [[ -n "${LEDGER_API_REPORT_DIR:-}" ]] && args+=(--report junit --report-dir "$LEDGER_API_REPORT_DIR")
+    [[ -n "${LEDGER_API_REPORT_DIR:-}" ]] && args+=(--report junit --report-dir "$(realpath -m "$LEDGER_API_REPORT_DIR")")
 else
     args+=(--base-url "$LEDGER_API_URL")
     for c in "${checks[@]}"; do args+=(--checks "$c"); done
     args+=(--hypothesis-max-examples "${LEDGER_API_MAX_EXAMPLES:-50}" --request-timeout 10000 --no-color)
     [[ -n "${LEDGER_API_SEED:-}" ]] && args+=(--hypothesis-seed "$LEDGER_API_SEED")
-    [[ -n "${LEDGER_API_REPORT_DIR:-}" ]] && args+=(--junit-xml "$LEDGER_API_REPORT_DIR/junit.xml")
+    [[ -n "${LEDGER_API_REPORT_DIR:-}" ]] && args+=(--junit-xml "$(realpath -m "$LEDGER_API_REPORT_DIR")/junit.xml")
 fi
 
 status=0
@@ -55,6 +56,8 @@ for token in $tokens; do
     n=$((n + 1))
     # The token is a secret: name it by its position, never echo it.
     echo "test-api: schemathesis $version against $LEDGER_API_URL with token #$n" >&2
-    "$st" run "$schema" "${args[@]}" -H "Authorization: Bearer $token" || status=$?
+    # Run inside the ignored .venv: schemathesis keeps its crash cache (for `st replay`) in the
+    # working directory, which must not be the repository.
+    (cd "$venv" && "$st" run "$schema" "${args[@]}" -H "Authorization: Bearer $token") || status=$?
 done
 exit "$status"
