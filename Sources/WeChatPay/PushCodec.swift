@@ -38,7 +38,7 @@ enum PushCodec {
     // MARK: JSON
 
     static func parseJSON(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> PushValue {
-        try checkJSONDepth(bytes, maxDepth: maxDepth)
+        let members = try checkJSONDepth(bytes, maxDepth: maxDepth)
         let value: PushValue
         do {
             value = try JSONDecoder().decode(PushValue.self, from: Data(bytes))
@@ -46,7 +46,19 @@ enum PushCodec {
             throw .invalidJSON("not a JSON document")
         }
         guard case .object = value else { throw .notAnObject }
+        // JSONDecoder keeps the first of two equal member names, PostgreSQL's jsonb the last: the
+        // stored payload would say something else than what the ledger acted on (found by the fuzzer).
+        // Every member has one `:` outside strings, so fewer decoded members means a duplicate.
+        guard memberCount(value) == members else { throw .invalidJSON("an object has the same member name twice") }
         return value
+    }
+
+    static func memberCount(_ v: PushValue) -> Int {
+        switch v {
+        case .object(let o): return o.values.reduce(o.count) { $0 + memberCount($1) }
+        case .array(let a): return a.reduce(0) { $0 + memberCount($1) }
+        default: return 0
+        }
     }
 
     /// Counts bracket depth outside strings, so a hostile `[[[[…` is refused before the decoder
@@ -54,8 +66,11 @@ enum PushCodec {
     /// jsonb cannot store (the payload column would refuse the append).
     /// Numeric byte values and a raw buffer: this runs over every byte of every JSON push, and in a
     /// debug build `UInt8(ascii:)` per byte made it the slowest step of parsing.
-    static func checkJSONDepth(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) {
+    /// Returns the number of `:` outside strings (the object members of a valid document).
+    @discardableResult
+    static func checkJSONDepth(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> Int {
         let quote: UInt8 = 0x22, backslash: UInt8 = 0x5C, u: UInt8 = 0x75, zero: UInt8 = 0x30
+        var members = 0
         let result: WeChatPushError? = bytes.withUnsafeBufferPointer { b -> WeChatPushError? in
             var depth = 0
             var inString = false
@@ -81,12 +96,14 @@ enum PushCodec {
                     depth += 1
                     if depth > maxDepth { return .nestingTooDeep(limit: maxDepth) }
                 case 0x7D, 0x5D: depth -= 1 // } ]
+                case 0x3A: members += 1 // :
                 default: break
                 }
             }
             return nil
         }
         if let result { throw result }
+        return members
     }
 
     // MARK: XML

@@ -234,6 +234,11 @@ final class Tally: CustomStringConvertible {
         }
         guard case .object = push.message else { throw FuzzViolation("opened a push whose message is not an object") }
         guard RawPush.body(of: push.raw) == body else { throw FuzzViolation("raw evidence does not give back the exact body") }
+        // Dedupe hashes and XML payloads are the canonical JSON of the message: it must encode
+        // (a non-finite number would make every such message hash alike).
+        guard push.message.canonicalJSON() != Data("null".utf8) else {
+            throw FuzzViolation("the parsed message has no canonical JSON (a non-finite number?)")
+        }
         // The stored payload must read back as the message that was parsed (XML is converted).
         guard let back = try? JSONDecoder().decode(PushValue.self, from: push.payload), back == push.message else {
             throw FuzzViolation("payload does not decode to the parsed message: \(String(decoding: push.payload.prefix(200), as: UTF8.self))")
@@ -318,5 +323,53 @@ final class MutationFuzzerTests: XCTestCase {
             if input.count > 100 { throw FuzzViolation("\(input.count) bytes") }
         }
         XCTAssertTrue(report.failures.isEmpty, "\(report)")
+    }
+}
+
+/// What the fuzzer found, pinned as plain regression tests.
+final class FuzzFindingTests: XCTestCase {
+    let receiver = PushFixture.receiver(allowPlaintext: true)
+    let query = PushQuery(signature: FuzzTests.plainSignature, timestamp: FuzzTests.timestamp, nonce: FuzzTests.nonce)
+
+    func open(_ body: [UInt8]) throws -> ReceivedPush { try receiver.open(query: query, body: Data(body)) }
+
+    /// Seconds × 1000 overflowed Int64 and trapped the process (seed 0x5eed0002, iteration 2256).
+    func testTimestampsBeyondMillisecondRangeDoNotTrap() throws {
+        guard case .object(var o) = PushFixture.refundNotify() else { return XCTFail("fixture is an object") }
+        o["RefundSuccTimestamp"] = .integer(6_479_066_520_700_676_582)
+        let notify = try XPayNotification(try open(PushFixture.encode(.object(o), .json)))
+        XCTAssertEqual(notify.event().signedAt, 1_776_200_000_000, "an impossible time falls back to CreateTime")
+
+        o = PushFixture.header("some_other_event", createTime: .max).merging(["MsgId": .string("1")]) { a, _ in a }
+        XCTAssertNil(try XPayNotification(try open(PushFixture.encode(.object(o), .xml))).event().signedAt)
+
+        let inquiry = try XPayNotification(try open(PushFixture.encode(
+            PushFixture.refundInquiry(refundTime: "9223372036854775807"), .json)))
+        XCTAssertEqual(pushError { try RefundInquiryAnswer.facts(for: inquiry) }?.code, "invalid_field")
+    }
+
+    /// FoundationXML trapped on an element name that is not UTF-8 (seed 0x5eed0001, iteration 9).
+    func testXMLThatIsNotUTF8IsRefused() {
+        let body = Array("<xml><E".utf8) + [0xDA] + Array("F>1</E".utf8) + [0xDA] + Array("F></xml>".utf8)
+        XCTAssertEqual(pushError { try open(body) }, .invalidXML("body is not valid UTF-8"))
+        XCTAssertEqual(pushError { try open(Array("<xml><A>".utf8) + [0xFF] + Array("</A></xml>".utf8)) }?.code, "invalid_xml")
+        XCTAssertNoThrow(try open(Array("<xml><A>中文</A></xml>".utf8)))
+    }
+
+    /// JSONDecoder accepts `\u0000`; jsonb cannot store it, so the append would fail after parsing.
+    func testNULEscapeIsRefusedButAnEscapedBackslashIsNot() throws {
+        XCTAssertEqual(pushError { try open(Array(#"{"MsgType":"event","A":"x\u0000"}"#.utf8)) }?.code, "invalid_json")
+        let ok = try open(Array(#"{"MsgType":"event","A":"\\u0000"}"#.utf8))
+        XCTAssertEqual(ok.message.text("A"), #"\u0000"#)
+    }
+
+    /// JSONDecoder keeps the first of two equal member names and jsonb the last: refused, however spelled.
+    func testDuplicateMemberNamesAreRefused() throws {
+        for body in [#"{"OutTradeNo":"A","MsgType":"event","OutTradeNo":"B"}"#, #"{"a":1,"\u0061":2}"#,
+                     #"{"x":[{"k":1,"k":1}]}"#, #"{"x":{"y":{"z":1,"z":2}}}"#] {
+            XCTAssertEqual(pushError { try open(Array(body.utf8)) }?.code, "invalid_json", body)
+        }
+        let nested = try open(Array(#"{"a":{"a":{"a":"a:b"}},"b":[{"a":1},{"a":2}],"c":"{\"a\":1}"}"#.utf8))
+        XCTAssertEqual(nested.message["b"], .array([.object(["a": .integer(1)]), .object(["a": .integer(2)])]))
     }
 }
