@@ -42,6 +42,14 @@ extension LedgerApp {
         return JSONBody.response(ready ? 200 : 503, body)
     }
 
-    /// Filled in by the projections: each projection's checkpoint, lag and error.
-    func projectionHealth(_ ready: inout Bool) async -> [[String: Any]] { [] }
+    /// Each projection's checkpoint, lag and error; a stopped projection makes the service not ready,
+    /// because its answers are stale until the failing event is dealt with.
+    func projectionHealth(_ ready: inout Bool) async -> [[String: Any]] {
+        guard let statuses = try? await ProjectionStatusReader.statuses(pool) else { return [] }
+        return statuses.map { s in
+            if s.isFailed { ready = false }
+            return ["name": s.name, "position": s.position, "head": s.head, "lag": s.lag, "status": s.status,
+                    "lastError": s.lastError ?? NSNull()] as [String: Any]
+        }
+    }
 }
