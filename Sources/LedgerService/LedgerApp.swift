@@ -15,9 +15,13 @@ public final class LedgerApp: Sendable {
     public let tokens: TokenAuthority
     public let log: Log
     let migrationsDirectory: URL?
+    let apple: AppleWebhook
 
-    public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) {
+    public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) throws(LedgerAppError) {
         self.configuration = configuration
+        do { self.apple = try AppleWebhook(configuration: configuration.apple) } catch {
+            throw .configuration("Apple: \(error)")
+        }
         self.log = log
         self.migrationsDirectory = migrationsDirectory
         let metrics = Metrics()
@@ -70,6 +74,7 @@ public final class LedgerApp: Sendable {
     public func makeRouter() -> Router {
         var router = Router()
         addHealthRoutes(to: &router)
+        addAppleRoutes(to: &router)
         return router
     }
 
@@ -85,6 +90,13 @@ public final class LedgerApp: Sendable {
 
     public func shutdown() {
         pool.close()
+    }
+}
+
+public enum LedgerAppError: Error, CustomStringConvertible {
+    case configuration(String)
+    public var description: String {
+        switch self { case .configuration(let m): return "configuration: \(m)" }
     }
 }
 

@@ -1,0 +1,101 @@
+import Foundation
+
+/// Which entitlements each product grants, from the configuration file:
+/// `{"products": {"com.example.monthly": {"entitlements": ["premium"]}}}`.
+/// Changing it changes no event: the entitlements projection is simply rebuilt.
+public struct ProductCatalog: Sendable, Hashable, Codable {
+    public struct Product: Sendable, Hashable, Codable {
+        public var entitlements: [String]
+        public init(entitlements: [String]) { self.entitlements = entitlements }
+    }
+
+    public var products: [String: Product]
+
+    public init(products: [String: Product]) { self.products = products }
+
+    /// productId → entitlement names.
+    public init(entitlementsByProduct: [String: [String]]) {
+        self.products = entitlementsByProduct.mapValues { Product(entitlements: $0) }
+    }
+
+    /// Decodes and checks the catalog; every error says where in the JSON the problem is.
+    public static func decode(json: Data) throws(ProductCatalogError) -> ProductCatalog {
+        let catalog: ProductCatalog
+        do {
+            catalog = try JSONDecoder().decode(ProductCatalog.self, from: json)
+        } catch {
+            throw .malformed(reason: String(describing: error))
+        }
+        for (productId, product) in catalog.products {
+            if productId.isEmpty { throw .emptyProductId }
+            for name in product.entitlements where name.trimmingCharacters(in: .whitespaces).isEmpty {
+                throw .emptyEntitlement(productId: productId)
+            }
+        }
+        return catalog
+    }
+
+    /// Entitlements of a product, sorted and without repeats; empty for a product not listed.
+    public func entitlements(for productId: String) -> [String] {
+        guard let names = products[productId]?.entitlements else { return [] }
+        return Array(Set(names)).sorted()
+    }
+}
+
+public enum ProductCatalogError: Error, Equatable, CustomStringConvertible {
+    case malformed(reason: String)
+    case emptyProductId
+    case emptyEntitlement(productId: String)
+
+    public var description: String {
+        switch self {
+        case .malformed(let reason):
+            return "the product catalog is not of the form {\"products\": {\"<productId>\": {\"entitlements\": [\"<name>\", …]}}}: \(reason)"
+        case .emptyProductId:
+            return "the product catalog lists a product with an empty id; use the App Store productId as the key"
+        case .emptyEntitlement(let productId):
+            return "product \(productId) in the product catalog grants an empty entitlement name; remove it or name it"
+        }
+    }
+}
+
+/// One entitlement a customer holds through one subscription at the evaluation time.
+public struct EntitlementGrant: Sendable, Hashable, Codable {
+    public var customerId: String
+    public var entitlement: String
+    public var productId: String
+    public var originalTransactionId: String
+    /// Until when access lasts if nothing else happens (the grace end during a grace period).
+    public var expiresDate: EpochMillis?
+    public var status: SubscriptionStatus
+
+    public init(
+        customerId: String, entitlement: String, productId: String, originalTransactionId: String,
+        expiresDate: EpochMillis?, status: SubscriptionStatus
+    ) {
+        self.customerId = customerId
+        self.entitlement = entitlement
+        self.productId = productId
+        self.originalTransactionId = originalTransactionId
+        self.expiresDate = expiresDate
+        self.status = status
+    }
+
+    /// The grants one subscription state gives: none unless it is entitled (active or in grace)
+    /// and names a customer; one per entitlement of its current product.
+    public static func grants(of state: SubscriptionState, catalog: ProductCatalog) -> [EntitlementGrant] {
+        guard state.status.isEntitled, let customer = state.customerId, let product = state.productId else { return [] }
+        return catalog.entitlements(for: product).map {
+            EntitlementGrant(
+                customerId: customer, entitlement: $0, productId: product,
+                originalTransactionId: state.originalTransactionId, expiresDate: state.entitledUntil,
+                status: state.status)
+        }
+    }
+
+    /// Deterministic order for lists of grants.
+    public static func ordered(_ a: EntitlementGrant, _ b: EntitlementGrant) -> Bool {
+        (a.customerId, a.entitlement, a.originalTransactionId, a.productId)
+            < (b.customerId, b.entitlement, b.originalTransactionId, b.productId)
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+
+/// How fast the pure folds run, for `ledger bench` (never a timed unit test: timings belong to a
+/// release build on a quiet machine, not to a pass/fail check).
+public enum FoldBenchmark {
+    public struct Result: Sendable, Equatable, CustomStringConvertible {
+        /// Facts folded.
+        public var facts: Int
+        public var subscriptions: Int
+        /// Subscriptions entitled at the end of the simulated span (a sanity figure).
+        public var entitledAtEnd: Int
+        /// Folding prepared facts into `SubscriptionProjection` (what a rebuild does per event).
+        public var foldSeconds: Double
+        public var factsPerSecond: Double
+        /// Evaluating every subscription's state once (what a rebuild does per subscription).
+        public var evaluateSeconds: Double
+        public var statesPerSecond: Double
+        /// Turning stored JSON payloads into facts (`SubscriptionFact.decode`), the live-path cost
+        /// the rebuild path avoids by reading columns.
+        public var decodeSeconds: Double
+        public var decodedPerSecond: Double
+
+        public var description: String {
+            "folded \(facts) facts of \(subscriptions) subscriptions: \(Int(factsPerSecond)) facts/s, "
+                + "\(Int(statesPerSecond)) states/s; "
+                + "JSON payload → fact: \(Int(decodedPerSecond)) events/s"
+        }
+    }
+
+    /// Generates at least `events` notifications (seed 1, 2 years from 2025-01-01), folds them
+    /// in delivery order and reports the rates. `decodeSample` caps how many are JSON-decoded.
+    public static func run(events: Int, seed: UInt64 = 1, decodeSample: Int = 20_000) -> Result {
+        let start: EpochMillis = 1_735_689_600_000
+        var notifications: [SimulatedNotification] = []
+        var customer = 0
+        let generator = LifecycleGenerator(customers: 0, days: 730, start: start, seed: seed)
+        while notifications.count < events {
+            notifications += generator.lifecycle(customerIndex: customer).notifications
+            customer += 1
+        }
+        notifications.sort(by: LifecycleGenerator.deliveryOrder)
+        let facts = notifications.enumerated().map { i, n in n.fact(position: Int64(i + 1), recordedAt: n.deliveredAt) }
+        let evaluateAt = start + 730 * 86_400_000
+
+        let clock = ContinuousClock()
+        var projection = SubscriptionProjection()
+        var entitled = 0
+        let foldTime = clock.measure {
+            for fact in facts { projection.apply(fact) }
+        }
+        let evaluateTime = clock.measure {
+            for fold in projection.subscriptions.values where fold.state(at: evaluateAt)?.status.isEntitled == true {
+                entitled += 1
+            }
+        }
+        let sample = Array(notifications.prefix(decodeSample)).enumerated().compactMap { i, n in
+            try? n.recordedEvent(position: Int64(i + 1), recordedAt: n.deliveredAt)
+        }
+        var decoded = 0
+        let decoder = JSONDecoder()
+        let decodeTime = clock.measure {
+            for event in sample where (try? SubscriptionFact.decode(event, decoder: decoder)) != nil { decoded += 1 }
+        }
+        let foldSeconds = seconds(foldTime)
+        let evaluateSeconds = seconds(evaluateTime)
+        let decodeSeconds = seconds(decodeTime)
+        return Result(
+            facts: facts.count, subscriptions: projection.subscriptions.count, entitledAtEnd: entitled,
+            foldSeconds: foldSeconds, factsPerSecond: Double(facts.count) / max(foldSeconds, 1e-9),
+            evaluateSeconds: evaluateSeconds,
+            statesPerSecond: Double(projection.subscriptions.count) / max(evaluateSeconds, 1e-9),
+            decodeSeconds: decodeSeconds, decodedPerSecond: Double(decoded) / max(decodeSeconds, 1e-9))
+    }
+
+    private static func seconds(_ d: Duration) -> Double {
+        Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+    }
+}
