@@ -115,7 +115,7 @@ final class SimulatorTests: XCTestCase {
                        "the shuffle is seeded: the same options give the same order")
 
         let stub = try Stub(trusting: simulator.authority)
-        let tally = await NotificationPoster(baseURL: serve(stub), concurrency: 4).post(shuffled)
+        let tally = try await NotificationPoster(baseURL: serve(stub), concurrency: 4).post(shuffled)
         XCTAssertEqual(tally.stored, plain.count)
         XCTAssertEqual(tally.failures, 0)
         XCTAssertEqual(stub.arrivals.sorted(), plain.map(\.notificationUUID).sorted())
@@ -133,7 +133,7 @@ final class SimulatorTests: XCTestCase {
         XCTAssertTrue(bodies.values.allSatisfy { $0.count == 1 })
 
         let stub = try Stub(trusting: simulator.authority)
-        let tally = await NotificationPoster(baseURL: serve(stub), concurrency: 6).post(deliveries)
+        let tally = try await NotificationPoster(baseURL: serve(stub), concurrency: 6).post(deliveries)
         XCTAssertEqual(tally.sent, distinct.count * 3)
         XCTAssertEqual(tally.stored, distinct.count)
         XCTAssertEqual(tally.duplicate, distinct.count * 2)
@@ -190,12 +190,12 @@ final class SimulatorTests: XCTestCase {
         let simulator = try Simulator(options: o)
         let deliveries = try simulator.deliveries()
         let accepting = try Stub(trusting: simulator.authority, environments: ["Production"], appAppleIds: [555])
-        let tally = await NotificationPoster(baseURL: serve(accepting), concurrency: 2).post(deliveries)
+        let tally = try await NotificationPoster(baseURL: serve(accepting), concurrency: 2).post(deliveries)
         XCTAssertEqual(tally.stored, deliveries.count)
         XCTAssertEqual(accepting.refusals, [])
 
         let otherApp = try Stub(trusting: simulator.authority, environments: ["Production"], appAppleIds: [556])
-        let refused = await NotificationPoster(baseURL: serve(otherApp), concurrency: 2).post(deliveries)
+        let refused = try await NotificationPoster(baseURL: serve(otherApp), concurrency: 2).post(deliveries)
         XCTAssertEqual(refused.stored, 0)
         XCTAssertEqual(refused.otherStatuses, [401: deliveries.count])
         XCTAssertEqual(Set(otherApp.refusals), ["app_mismatch"])
@@ -206,7 +206,7 @@ final class SimulatorTests: XCTestCase {
         let deliveries = try simulator.deliveries()
         let stub = try Stub(trusting: simulator.authority)
         stub.state.withLock { $0.forceStatus = [503, 503, 500] }
-        let tally = await NotificationPoster(baseURL: serve(stub), concurrency: 1).post(deliveries)
+        let tally = try await NotificationPoster(baseURL: serve(stub), concurrency: 1).post(deliveries)
         XCTAssertEqual(tally.otherStatuses, [503: 2, 500: 1])
         XCTAssertEqual(tally.stored, deliveries.count - 3)
         XCTAssertEqual(tally.failures, 3)
@@ -217,7 +217,7 @@ final class SimulatorTests: XCTestCase {
         // Nothing listens on this port any more: every request is a transport error, none hangs.
         let closed = try serve(stub)
         await servers.removeLast().shutdown(gracePeriod: .seconds(1))
-        let none = await NotificationPoster(baseURL: closed, concurrency: 2, timeout: 5).post(Array(deliveries.prefix(3)))
+        let none = try await NotificationPoster(baseURL: closed, concurrency: 2, timeout: 5).post(Array(deliveries.prefix(3)))
         XCTAssertEqual(none.sent, 3)
         XCTAssertEqual(none.transportErrors, 3)
         XCTAssertEqual(none.stored, 0)
