@@ -5,7 +5,7 @@ import Foundation
 /// `ledger verify-payload`: an auditor's tool for raw evidence, offline (no service, no database).
 enum VerifyPayloadCommand {
     static let help = """
-    usage: ledger verify-payload [--root PATH]... FILE|-
+    usage: ledger verify-payload [--root PATH]... [--test-pki] FILE|-
 
     Verifies stored or captured Apple evidence offline and prints it decoded: a compact JWS, a whole
     App Store Server Notifications V2 body ({"signedPayload": …}) or a V1 body. Every JWS (the
@@ -16,6 +16,9 @@ enum VerifyPayloadCommand {
       FILE         the input; - reads standard input
       --root PATH  trusted root certificate(s), DER or PEM; repeatable or colon-separated.
                    Default: LEDGER_APPLE_ROOT_CERTS, else the bundled Apple Root CA - G3.
+      --test-pki   tolerate the X.509 profile gaps of Apple's published test PKI (missing key
+                   identifiers, non-critical CA constraints), e.g. with --root testCA.der for the
+                   app-store-server-library mock data. Never needed for Apple's real chain.
 
     Prints the outcome per JWS, then the decoded JSON (nested JWS decoded in place as
     transactionInfo / renewalInfo / appTransactionInfo). Exit status: 0 when every JWS verified,
@@ -23,7 +26,7 @@ enum VerifyPayloadCommand {
     """
 
     static func run(_ raw: [String]) async throws {
-        let args = try parse(raw, command: "verify-payload", valued: ["root"], help: help)
+        let args = try parse(raw, command: "verify-payload", valued: ["root"], boolean: ["test-pki"], help: help)
         guard args.positionals.count == 1, let source = args.positionals.first else {
             throw CommandFailure(message: "give exactly one FILE (or - for standard input); see ledger verify-payload --help", exitCode: 2)
         }
@@ -31,7 +34,9 @@ enum VerifyPayloadCommand {
         let input = try read(source)
         let report: InspectionReport
         do {
-            report = try PayloadInspector(verifier: SignedDataVerifier(trustedRoots: roots)).inspect(input)
+            var options = SignedDataVerifierOptions()
+            options.tolerateTestPKIProfileGaps = args.has("test-pki")
+            report = try PayloadInspector(verifier: SignedDataVerifier(trustedRoots: roots, options: options)).inspect(input)
         } catch {
             throw CommandFailure(message: "\(error.code): \(error.message)")
         }
