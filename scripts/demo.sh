@@ -91,10 +91,11 @@ curl -fs -o /dev/null --max-time 1 "$BASE/readyz" || { tail -n 20 "$LOG" >&2; fa
 
 say "posting $CUSTOMERS simulated customers over $DAYS days"
 OUT="$STATE/simulate.txt"
-"$LEDGER" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" | tee "$OUT"
+"$LEDGER" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" \
+  --root-file "$STATE/simulator-root.der" | tee "$OUT"
 
 # The sample table's rows: appAccountToken, originalTransactionId, events, last notification.
-mapfile -t SAMPLE < <(awk '/^  [0-9a-f]{8}-/ {print $1 " " $2}' "$OUT" | head -n 3)
+mapfile -t SAMPLE < <(awk '/^  [0-9a-f]+-[0-9a-f]+-[0-9a-f]+-/ {print $1 " " $2}' "$OUT" | head -n 3)
 [ "${#SAMPLE[@]}" -gt 0 ] || fail "the simulator printed no sample customers"
 read -r TOKEN OTID <<<"${SAMPLE[0]}"
 
@@ -119,8 +120,9 @@ cat <<EOF
   curl -s $BASE/metrics | grep ^ledger_
   curl -s $BASE/readyz
 
-Verify a stored notification offline like an auditor would:
-  $LEDGER verify-payload --root $STATE/simulator-root.der FILE
+Re-verify a stored notification's raw evidence offline, as an auditor would:
+  $LEDGER_PG_BIN/psql "$LEDGER_DATABASE_URL" -XAtc "SELECT convert_from(raw, 'UTF8') FROM events WHERE stream_id = '$OTID' ORDER BY position LIMIT 1" \\
+    | $LEDGER verify-payload --root $STATE/simulator-root.der -
 
 ledger serve keeps running in the background: PID $PID (log: $LOG).
 Stop it with:  kill $PID

@@ -107,7 +107,11 @@ enum SimulateCommand {
                      signSeconds: signSeconds, postSeconds: postSeconds, tally: tally, posted: poster != nil,
                      customers: Simulator.customers(lifecycles), baseURL: baseURL)
         if poster != nil, tally.failures > 0 || tally.sent != deliveries.count {
-            throw CommandFailure(message: "\(tally.failures) of \(tally.sent) requests were not answered 200 (see the first errors above)")
+            var message = "\(tally.failures) of \(tally.sent) requests were not answered 200 (first errors in the table)"
+            if tally.otherStatuses[401] != nil {
+                message += "; on untrusted_chain the service does not trust seed \(seed): start it with \(envLine(simulator, rootPath))"
+            }
+            throw CommandFailure(message: message)
         }
     }
 
