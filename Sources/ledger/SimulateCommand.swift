@@ -45,10 +45,13 @@ enum SimulateCommand {
         guard args.positionals.isEmpty else {
             throw CommandFailure(message: "unexpected argument \(args.positionals[0]); see ledger simulate --help", exitCode: 2)
         }
-        let days = try args.int("days", default: 120)
+        func int(_ name: String, _ d: Int) throws -> Int {
+            do { return try args.int(name, default: d) } catch { throw CommandFailure(message: "\(error)", exitCode: 2) }
+        }
+        let days = try int("days", 120)
         let seed = try unsigned(args, "seed", default: 42)
         var options = SimulationOptions(
-            customers: try args.int("customers", default: 50), days: days,
+            customers: try int("customers", 50), days: days,
             start: args.options["start"] != nil
                 ? EpochMillis(try unsigned(args, "start", default: 0))
                 : SimulationOptions.defaultStart(days: days))
@@ -57,7 +60,7 @@ enum SimulateCommand {
         options.environment = args.options["environment"] ?? options.environment
         options.appAppleId = Int64(try unsigned(args, "app-apple-id", default: UInt64(options.appAppleId)))
         options.shuffle = args.has("shuffle")
-        options.duplicates = try args.int("duplicates", default: 0)
+        options.duplicates = try int("duplicates", 0)
         let simulator: Simulator
         do { simulator = try Simulator(options: options) } catch {
             throw CommandFailure(message: "\(error)", exitCode: 2)
@@ -73,22 +76,24 @@ enum SimulateCommand {
 
         let tmp = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         let rootPath = absolutePath(args.options["root-file"] ?? "\(tmp)/ledger-simulator-root-\(seed).der")
-        try writeRoot(simulator, rootPath)
         let baseURL = args.options["url"] ?? "http://127.0.0.1:8080"
         let poster: NotificationPoster?
         do {
             poster = args.has("dry-run") ? nil : try NotificationPoster(
                 baseURL: baseURL,
-                concurrency: max(1, try args.int("concurrency", default: 8)), allowRemote: args.has("allow-remote"))
+                concurrency: max(1, try int("concurrency", 8)), allowRemote: args.has("allow-remote"))
         } catch {
             throw CommandFailure(message: "\(error)", exitCode: 2)
         }
+        try writeRoot(simulator, rootPath)
 
         let lifecycles = simulator.lifecycles()
         let notificationCount = lifecycles.reduce(0) { $0 + $1.notifications.count }
         let signing = ProgressBar(total: notificationCount, label: "signing")
         let signStart = Date()
-        let deliveries = try simulator.deliveries(lifecycles: lifecycles) { signing.update($0) }
+        // ProgressBar is not thread-safe and both phases report from several threads.
+        let barLock = NSLock()
+        let deliveries = try simulator.deliveries(lifecycles: lifecycles) { n in barLock.withLock { signing.update(n) } }
         signing.finish(notificationCount)
         let signSeconds = Date().timeIntervalSince(signStart)
 
@@ -98,7 +103,7 @@ enum SimulateCommand {
         if let poster {
             let posting = ProgressBar(total: deliveries.count, label: "posting")
             let postStart = Date()
-            tally = await poster.post(deliveries) { posting.update($0) }
+            tally = await poster.post(deliveries) { n in barLock.withLock { posting.update(n) } }
             posting.finish(tally.sent)
             postSeconds = Date().timeIntervalSince(postStart)
             print("posted to \(poster.endpoint.absoluteString)")
