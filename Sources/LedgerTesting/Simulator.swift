@@ -65,12 +65,14 @@ public struct SimulatedCustomer: Sendable, Equatable {
 public struct Simulator: Sendable {
     public let options: SimulationOptions
     public let authority: AppleTestAuthority
+    let signer: BulkSigner
 
     /// `authority` nil: the authority seeded by `options.seed` (stable across runs).
     public init(options: SimulationOptions, authority: AppleTestAuthority? = nil) throws {
         try options.validate()
         self.options = options
         self.authority = try authority ?? AppleTestAuthority.seeded(options.seed)
+        signer = try BulkSigner(self.authority)
     }
 
     public var generator: LifecycleGenerator {
@@ -145,7 +147,7 @@ public struct Simulator: Sendable {
         var notification = n.notification
         if options.environment == "Production" { notification.data?.appAppleId = options.appAppleId }
         notification.data?.bundleVersion = "1"
-        let body = try authority.signNotification(notification, transaction: n.transaction, renewal: n.renewal)
+        let body = try signer.body(notification, transaction: n.transaction, renewal: n.renewal)
         return SimulatedDelivery(
             notificationUUID: n.notificationUUID, originalTransactionId: n.transaction.originalTransactionId ?? "",
             type: n.subtype.map { "\(n.notificationType)/\($0)" } ?? n.notificationType,

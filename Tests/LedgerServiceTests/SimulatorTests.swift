@@ -183,6 +183,28 @@ final class SimulatorTests: XCTestCase {
         XCTAssertEqual(report.outcomes.map(\.path), ["signedPayload", "data.signedTransactionInfo", "data.signedRenewalInfo"])
     }
 
+    func testBulkSigningDecodesExactlyLikeTheAuthoritysOwnSigning() throws {
+        let simulator = try Simulator(options: options(customers: 2))
+        let inspector = PayloadInspector(verifier: simulator.authority.verifier())
+        func decoded(_ body: Data) throws -> NSDictionary {
+            let report = try inspector.inspect(body)
+            XCTAssertTrue(report.allVerified)
+            var object = try XCTUnwrap(JSONSerialization.jsonObject(with: report.decodedJSON) as? [String: Any])
+            // The nested JWS strings differ run to run (ECDSA); what they decode to must not.
+            var data = try XCTUnwrap(object["data"] as? [String: Any])
+            XCTAssertNotNil(data.removeValue(forKey: "signedTransactionInfo"))
+            XCTAssertNotNil(data.removeValue(forKey: "signedRenewalInfo"))
+            object["data"] = data
+            return object as NSDictionary
+        }
+        for n in simulator.lifecycles().flatMap(\.notifications).prefix(4) {
+            var notification = n.notification
+            notification.data?.bundleVersion = "1"
+            let reference = try simulator.authority.signNotification(notification, transaction: n.transaction, renewal: n.renewal)
+            XCTAssertEqual(try decoded(simulator.delivery(for: n).body), try decoded(reference))
+        }
+    }
+
     func testProductionCarriesTheAppAppleIdTheServiceRequires() async throws {
         var o = options(customers: 2)
         o.environment = "Production"
