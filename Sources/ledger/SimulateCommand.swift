@@ -89,6 +89,12 @@ enum SimulateCommand {
 
         let lifecycles = simulator.lifecycles()
         let notificationCount = lifecycles.reduce(0) { $0 + $1.notifications.count }
+        // Signed bodies are held in memory until posted (about 13 KB each; retries share them).
+        guard notificationCount <= maxNotifications else {
+            throw CommandFailure(
+                message: "\(options.customers) customers over \(days) days make \(notificationCount) notifications, more than the "
+                    + "\(maxNotifications) one run holds in memory (about 13 KB each); use fewer --customers or --days", exitCode: 2)
+        }
         let signing = ProgressBar(total: notificationCount, label: "signing")
         let signStart = Date()
         // ProgressBar is not thread-safe and both phases report from several threads.
@@ -119,6 +125,8 @@ enum SimulateCommand {
             throw CommandFailure(message: message)
         }
     }
+
+    static let maxNotifications = 100_000
 
     static func printSummary(options: SimulationOptions, notifications: Int, deliveries: Int, signSeconds: Double,
                              postSeconds: Double, tally: DeliveryTally, posted: Bool, customers: [SimulatedCustomer], baseURL: String) {
