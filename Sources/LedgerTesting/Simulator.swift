@@ -39,12 +39,18 @@ public struct SimulationOptions: Sendable, Equatable {
 
     func validate() throws(SimulatorError) {
         guard customers >= 1 else { throw .invalidOption("--customers must be at least 1") }
-        guard days >= 1 else { throw .invalidOption("--days must be at least 1") }
+        guard (1...9_200).contains(days) else { throw .invalidOption("--days must be between 1 and 9200 (the test chain's 25 years)") }
         guard ["Sandbox", "Production"].contains(environment) else {
             throw .invalidOption("--environment must be Sandbox or Production, not '\(environment)'")
         }
         guard !bundleId.isEmpty else { throw .invalidOption("--bundle-id must not be empty") }
         guard (0...100).contains(duplicates) else { throw .invalidOption("--duplicates must be between 0 and 100") }
+        // The seeded chain is valid 2020-01-01 → 2045-01-01 and the service checks it at each signedDate.
+        let validity = AppleTestAuthority.ChainOptions().leafValidity
+        let end = start.addingReportingOverflow(EpochMillis(days) * 86_400_000)
+        guard start >= validity.lowerBound * 1000, !end.overflow, end.partialValue <= validity.upperBound * 1000 else {
+            throw .invalidOption("the simulated span must lie between 2020-01-01 and 2045-01-01, where the test chain is valid")
+        }
     }
 }
 

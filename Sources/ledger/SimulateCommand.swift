@@ -53,12 +53,12 @@ enum SimulateCommand {
         var options = SimulationOptions(
             customers: try int("customers", 50), days: days,
             start: args.options["start"] != nil
-                ? EpochMillis(try unsigned(args, "start", default: 0))
+                ? try int64(args, "start", default: 0)
                 : SimulationOptions.defaultStart(days: days))
         options.seed = seed
         options.bundleId = args.options["bundle-id"] ?? options.bundleId
         options.environment = args.options["environment"] ?? options.environment
-        options.appAppleId = Int64(try unsigned(args, "app-apple-id", default: UInt64(options.appAppleId)))
+        options.appAppleId = try int64(args, "app-apple-id", default: options.appAppleId)
         options.shuffle = args.has("shuffle")
         options.duplicates = try int("duplicates", 0)
         let simulator: Simulator
@@ -178,6 +178,13 @@ enum SimulateCommand {
         guard let v = args.options[name] else { return d }
         guard let n = UInt64(v.filter { $0 != "_" }) else {
             throw CommandFailure(message: "option --\(name): '\(v)' is not a non-negative integer", exitCode: 2)
+        }
+        return n
+    }
+
+    static func int64(_ args: Arguments, _ name: String, default d: Int64) throws -> Int64 {
+        guard let n = Int64(exactly: try unsigned(args, name, default: UInt64(d))) else {
+            throw CommandFailure(message: "option --\(name): \(args.options[name] ?? "") is too large", exitCode: 2)
         }
         return n
     }

@@ -272,5 +272,13 @@ final class SimulatorTests: XCTestCase {
         o = options()
         o.duplicates = 101
         XCTAssertThrowsError(try Simulator(options: o))
+        o = options(days: 9_201)
+        XCTAssertThrowsError(try Simulator(options: o))
+        o = SimulationOptions(customers: 1, days: 30, start: 1_500_000_000_000)  // 2017: before the chain
+        XCTAssertThrowsError(try Simulator(options: o))
+        o = SimulationOptions(customers: 1, days: 30, start: 2_366_841_600_000 - 86_400_000)  // ends after 2045
+        XCTAssertThrowsError(try Simulator(options: o))
+        o = SimulationOptions(customers: 1, days: 30, start: .max - 1)
+        XCTAssertThrowsError(try Simulator(options: o))
     }
 }
