@@ -28,10 +28,10 @@ extension LedgerApp {
                     ? "migrations pending: \(status.pending.joined(separator: ", ")); run `ledger migrate`"
                     : "landed migrations changed on disk: \(status.changed.joined(separator: ", "))"
             }
-        } catch let e as MigrationError where e.isUnavailable {
+        } catch MigrationError.database(let e) where e.isUnavailable {
             ready = false
             body["database"] = "unavailable"
-            body["reason"] = "the database is not reachable: \(e)"
+            body["reason"] = "the database is not reachable: \(e.message)"
         } catch {
             ready = false
             body["database"] = "unavailable"
