@@ -1,0 +1,326 @@
+/// LedgerStore owns the ledger's SQL: the append-only event log (append, read a stream, read all),
+/// the migrator, and the hooks through which live projections join the append transaction.
+import Dispatch
+import Foundation
+import LedgerCore
+import Postgres
+import Synchronization
+
+/// Runs inside the append transaction, after the batch's new (non-duplicate) events are inserted,
+/// with those events in position order. Live projections use it so a 200 means their effect is
+/// durable. Each hook runs in its own SAVEPOINT: if it throws, its writes are rolled back, the
+/// events still commit (they are verified evidence and must not be lost), and the failure is
+/// reported through `EventStore`'s `onHookFailure` and metrics so the projection can be stopped
+/// and caught up later from its checkpoint.
+public protocol AppendHook: Sendable {
+    var name: String { get }
+    func didAppend(_ events: [RecordedEvent], in connection: Connection) throws
+}
+
+/// A hook that threw: its effects for these events were rolled back; the events were committed.
+public struct HookFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public var hook: String
+    /// The positions the hook was given (first…last of the batch's new events).
+    public var positions: ClosedRange<Int64>
+    public var message: String
+
+    public var description: String {
+        "append hook \(hook) failed for positions \(positions.lowerBound)…\(positions.upperBound) (events were stored; the hook's writes were rolled back): \(message)"
+    }
+}
+
+/// Counters for `/metrics`. Batch sizes are a histogram: `batchSizeCounts[i]` batches had at most
+/// `batchSizeBounds[i]` events (and more than the previous bound); the last count is "more".
+public struct EventStoreMetrics: Sendable, Equatable {
+    public static let batchSizeBounds = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    /// New events committed.
+    public var appended = 0
+    /// Appends answered with an existing event.
+    public var duplicates = 0
+    /// Committed append transactions.
+    public var batches = 0
+    public var batchSizeCounts = [Int](repeating: 0, count: EventStoreMetrics.batchSizeBounds.count + 1)
+    /// Events in committed batches (duplicates included): the histogram's sum.
+    public var batchedEvents = 0
+    /// Events the database refused (each caller got `.rejected`).
+    public var rejected = 0
+    /// Events answered `.unavailable`.
+    public var unavailable = 0
+    /// Failed batches retried in halves to isolate the event that failed them.
+    public var splits = 0
+    /// Hook failures by hook name.
+    public var hookFailures: [String: Int] = [:]
+    /// Append calls waiting for the writer right now.
+    public var queued = 0
+    public var pool = PoolStatistics()
+}
+
+/// The event log.
+///
+/// Appends are group-committed: concurrent `append` calls queue up; a single writer takes every
+/// request waiting (up to `maxBatch` events), writes them with one `append_events()` call in one
+/// transaction, commits, and only then resumes each caller with its outcome. One request's events
+/// are all-or-nothing. If a batch fails for a reason of its own (invalid JSON, a constraint), the
+/// batch is retried in halves until the offending request is alone, so one poisoned event fails
+/// only its own caller.
+///
+/// Reading is gap-free by construction: positions are assigned under the head-row lock, which the
+/// appending transaction holds until it commits, so no transaction can commit a position below
+/// one already visible. `readAll(after:)` from a checkpoint therefore never skips a late commit.
+public final class EventStore: Sendable {
+    public let pool: ConnectionPool
+    public let maxBatch: Int
+    private let hooks: [any AppendHook]
+    private let onHookFailure: (@Sendable (HookFailure) -> Void)?
+    private let queue = Mutex(PendingAppends())
+    private let counters = Mutex(EventStoreMetrics())
+    /// The one writer thread: appends are serialised by the head lock anyway, so more writers
+    /// would only queue inside PostgreSQL instead of batching here.
+    private let writer = DispatchQueue(label: "ledger.eventstore.append")
+
+    private struct Request: Sendable {
+        let events: [NewEvent]
+        let complete: @Sendable (Result<[AppendOutcome], StoreError>) -> Void
+    }
+
+    private struct PendingAppends: Sendable {
+        var requests: [Request] = []
+        var writing = false
+    }
+
+    public init(
+        pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512,
+        onHookFailure: (@Sendable (HookFailure) -> Void)? = nil
+    ) {
+        precondition(maxBatch > 0, "maxBatch must be positive")
+        self.pool = pool
+        self.hooks = hooks
+        self.maxBatch = maxBatch
+        self.onHookFailure = onHookFailure
+    }
+
+    public var metrics: EventStoreMetrics {
+        var snapshot = counters.withLock { $0 }
+        snapshot.queued = queue.withLock { $0.requests.count }
+        snapshot.pool = pool.statistics
+        return snapshot
+    }
+
+    // MARK: append
+
+    /// Appends one event; a duplicate (same stream and dedupe key) answers the stored event's
+    /// position with `duplicate: true`. Returns only after the commit that holds the event.
+    public func append(_ event: NewEvent) async throws(StoreError) -> AppendOutcome {
+        try await append([event])[0]
+    }
+
+    /// Appends events all-or-nothing in one transaction; outcomes are in input order. A key
+    /// repeated within `events` is stored once and answered as a duplicate the second time.
+    public func append(_ events: [NewEvent]) async throws(StoreError) -> [AppendOutcome] {
+        if events.isEmpty { return [] }
+        for event in events { try Self.validate(event) }
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<[AppendOutcome], StoreError>, Never>) in
+            enqueue(Request(events: events, complete: { continuation.resume(returning: $0) }))
+        }
+        return try result.get()
+    }
+
+    /// What the database would also refuse, caught early with a clearer message.
+    static func validate(_ event: NewEvent) throws(StoreError) {
+        if event.streamId.isEmpty { throw .invalidEvent("streamId is empty; every event needs a stream (see StreamNames)") }
+        if event.dedupeKey.isEmpty { throw .invalidEvent("dedupeKey is empty; derive one deterministically from the message") }
+        if event.type.isEmpty { throw .invalidEvent("type is empty") }
+        for (field, value) in [("streamId", event.streamId), ("dedupeKey", event.dedupeKey), ("type", event.type), ("environment", event.environment ?? "")]
+        where value.utf8.contains(0) {
+            throw .invalidEvent("\(field) contains a NUL byte, which PostgreSQL text cannot store")
+        }
+    }
+
+    private func enqueue(_ request: Request) {
+        let startWriter = queue.withLock { state -> Bool in
+            state.requests.append(request)
+            if state.writing { return false }
+            state.writing = true
+            return true
+        }
+        if startWriter { writer.async { self.drain() } }
+    }
+
+    /// Runs on `writer` until the queue is empty.
+    private func drain() {
+        while true {
+            let batch = queue.withLock { state -> [Request] in
+                var taken: [Request] = []
+                var events = 0
+                while let next = state.requests.first, taken.isEmpty || events + next.events.count <= maxBatch {
+                    taken.append(next)
+                    events += next.events.count
+                    state.requests.removeFirst()
+                }
+                if taken.isEmpty { state.writing = false }
+                return taken
+            }
+            if batch.isEmpty { return }
+            write(batch)
+        }
+    }
+
+    private func write(_ batch: [Request]) {
+        do {
+            let (outcomes, reported) = try pool.withConnectionBlocking { connection in
+                try connection.transaction { connection in try self.insert(batch, on: connection) }
+            }
+            record(batch: batch, outcomes: outcomes, hookFailures: reported)
+            for failure in reported { onHookFailure?(failure) }
+            for (request, outcome) in zip(batch, outcomes) { request.complete(.success(outcome)) }
+        } catch {
+            let storeError = StoreError(error)
+            if batch.count > 1 && !storeError.isUnavailable {
+                // Something in this batch is unacceptable; find it without failing the rest.
+                counters.withLock { $0.splits += 1 }
+                let middle = batch.count / 2
+                write(Array(batch[..<middle]))
+                write(Array(batch[middle...]))
+                return
+            }
+            let events = batch.reduce(0) { $0 + $1.events.count }
+            counters.withLock {
+                if storeError.isUnavailable { $0.unavailable += events } else { $0.rejected += events }
+            }
+            for request in batch { request.complete(.failure(storeError)) }
+        }
+    }
+
+    private func insert(_ batch: [Request], on connection: Connection) throws -> ([[AppendOutcome]], [HookFailure]) {
+        let events = batch.flatMap(\.events)
+        let result = try connection.query(
+            """
+            SELECT ordinal, event_position, duplicate, event_recorded_at
+            FROM append_events($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            """,
+            [
+                .array(events.map { .text($0.streamId) }, of: .text),
+                .array(events.map { .text($0.dedupeKey) }, of: .text),
+                .array(events.map { .text($0.source.rawValue) }, of: .text),
+                .array(events.map { .text($0.type) }, of: .text),
+                .array(events.map { .optional($0.environment) }, of: .text),
+                .array(events.map { $0.signedAt.map { .timestamptz(millis: $0) } ?? .null }, of: .timestamptz),
+                .array(events.map { $0.expiresAt.map { .timestamptz(millis: $0) } ?? .null }, of: .timestamptz),
+                .array(events.map { .jsonb($0.payload) }, of: .jsonb),
+                .array(events.map { .bytea($0.raw) }, of: .bytea),
+            ],
+            name: "append_events")
+        guard result.count == events.count else {
+            throw StoreError.corrupt("append_events answered \(result.count) rows for \(events.count) events")
+        }
+        var flat: [AppendOutcome] = []
+        flat.reserveCapacity(events.count)
+        for row in result.rows {
+            flat.append(AppendOutcome(
+                position: try row.decode(Int64.self, "event_position"),
+                duplicate: try row.decode(Bool.self, "duplicate"),
+                recordedAt: try row.decode(Int64.self, "event_recorded_at")))
+        }
+
+        var hookFailures: [HookFailure] = []
+        if !hooks.isEmpty {
+            let fresh = zip(events, flat).filter { !$0.1.duplicate }
+                .map { RecordedEvent(position: $0.1.position, recordedAt: $0.1.recordedAt, event: $0.0) }
+                .sorted { $0.position < $1.position }
+            if let first = fresh.first, let last = fresh.last {
+                for hook in hooks {
+                    do {
+                        try connection.savepoint { connection in try hook.didAppend(fresh, in: connection) }
+                    } catch {
+                        // A broken connection cannot commit the events either; let the batch fail.
+                        if connection.isBroken { throw error }
+                        hookFailures.append(HookFailure(hook: hook.name, positions: first.position...last.position, message: String(describing: error)))
+                    }
+                }
+            }
+        }
+
+        var outcomes: [[AppendOutcome]] = []
+        var offset = 0
+        for request in batch {
+            outcomes.append(Array(flat[offset..<offset + request.events.count]))
+            offset += request.events.count
+        }
+        return (outcomes, hookFailures)
+    }
+
+    private func record(batch: [Request], outcomes: [[AppendOutcome]], hookFailures: [HookFailure]) {
+        let size = batch.reduce(0) { $0 + $1.events.count }
+        let duplicates = outcomes.reduce(0) { $0 + $1.filter(\.duplicate).count }
+        counters.withLock { metrics in
+            metrics.batches += 1
+            metrics.batchedEvents += size
+            metrics.appended += size - duplicates
+            metrics.duplicates += duplicates
+            let bucket = EventStoreMetrics.batchSizeBounds.firstIndex { size <= $0 } ?? EventStoreMetrics.batchSizeBounds.count
+            metrics.batchSizeCounts[bucket] += 1
+            for failure in hookFailures { metrics.hookFailures[failure.hook, default: 0] += 1 }
+        }
+    }
+
+    // MARK: read
+
+    static let columns = "position, stream_id, dedupe_key, source, type, environment, signed_at, expires_at, payload, raw, recorded_at"
+
+    /// Every event of one stream, in position order.
+    public func read(stream: String) async throws(StoreError) -> [RecordedEvent] {
+        try await select(
+            "SELECT \(Self.columns) FROM events WHERE stream_id = $1 ORDER BY position",
+            [.text(stream)], name: "read stream")
+    }
+
+    /// Up to `limit` events with position greater than `position`, in order, with no gaps: the
+    /// next page starts after the last position returned.
+    public func readAll(after position: Int64, limit: Int) async throws(StoreError) -> [RecordedEvent] {
+        guard limit > 0 else { throw .invalidEvent("readAll limit must be positive, got \(limit)") }
+        return try await select(
+            "SELECT \(Self.columns) FROM events WHERE position > $1 ORDER BY position LIMIT $2",
+            [.int64(position), .int64(Int64(limit))], name: "read all")
+    }
+
+    /// The last committed position (0 for an empty log).
+    public func headPosition() async throws(StoreError) -> Int64 {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query("SELECT position FROM event_head", name: "head position").first?.decode(Int64.self, "position") ?? 0
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    private func select(_ sql: String, _ parameters: [PostgresValue], name: String) async throws(StoreError) -> [RecordedEvent] {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(sql, parameters, name: name).rows.map(Self.decode)
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    static func decode(_ row: Row) throws -> RecordedEvent {
+        let sourceText = try row.decode(String.self, "source")
+        guard let source = EventSource(rawValue: sourceText) else {
+            throw StoreError.corrupt("event at position \((try? row.decode(Int64.self, "position")) ?? -1) has unknown source \(sourceText)")
+        }
+        return RecordedEvent(
+            position: try row.decode(Int64.self, "position"),
+            recordedAt: try row.decode(Int64.self, "recorded_at"),
+            event: NewEvent(
+                streamId: try row.decode(String.self, "stream_id"),
+                dedupeKey: try row.decode(String.self, "dedupe_key"),
+                source: source,
+                type: try row.decode(String.self, "type"),
+                environment: try row.decode(String?.self, "environment"),
+                signedAt: try row.decode(Int64?.self, "signed_at"),
+                expiresAt: try row.decode(Int64?.self, "expires_at"),
+                payload: try row.decode(Data.self, "payload"),
+                raw: try row.decode(Data.self, "raw")))
+    }
+}

@@ -1,1 +1,0 @@
-// LedgerStore: filled in by its issue.

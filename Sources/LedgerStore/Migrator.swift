@@ -1,0 +1,223 @@
+import Crypto
+import Foundation
+import Postgres
+
+/// One SQL file from `Migrations/`.
+public struct Migration: Sendable, Equatable {
+    public let name: String
+    public let sql: String
+    /// Lower-case hex SHA-256 of the file's bytes.
+    public let sha256: String
+}
+
+/// Which migrations a database has, for `ledger migrate` and `/readyz`.
+public struct MigrationStatus: Sendable, Equatable {
+    public var applied: [String]
+    public var pending: [String]
+    /// Applied files whose content has since changed (the migrator refuses to run).
+    public var changed: [String]
+    /// Recorded in the database but not in this build's directory (a newer build migrated it).
+    public var unknown: [String]
+
+    /// Ready to serve: nothing pending and nothing edited after it landed.
+    public var isCurrent: Bool { pending.isEmpty && changed.isEmpty }
+}
+
+public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible {
+    case directoryNotFound(searched: [String])
+    case unreadable(file: String, reason: String)
+    case changedAfterApply(file: String, recorded: String, current: String)
+    case failed(file: String, PostgresError)
+    case database(PostgresError)
+
+    public var description: String {
+        switch self {
+        case .directoryNotFound(let searched):
+            return "no Migrations directory with .sql files found; set LEDGER_MIGRATIONS_DIR. Looked in: \(searched.joined(separator: ", "))"
+        case .unreadable(let file, let reason):
+            return "cannot read migration \(file): \(reason)"
+        case .changedAfterApply(let file, let recorded, let current):
+            return "migration \(file) was edited after it was applied (recorded sha256 \(recorded), file now \(current)); landed migrations must never change — restore the file and put the change in a new migration"
+        case .failed(let file, let error):
+            return "migration \(file) failed and was rolled back: \(error)"
+        case .database(let error):
+            return "cannot migrate: \(error)"
+        }
+    }
+}
+
+/// Applies `Migrations/*.sql` in lexical order, each exactly once and in its own transaction,
+/// recording name and SHA-256 in `schema_migrations`. A session advisory lock makes concurrent
+/// migrators (several instances starting at once) take turns, so each file runs once. Migration
+/// files must not contain transaction control or `CREATE INDEX CONCURRENTLY`.
+public struct Migrator: Sendable {
+    public let conninfo: String
+    public let directory: URL
+
+    /// Arbitrary constant ('LEDGMIGR'); every ledger migrator uses the same one.
+    static let advisoryLockKey: Int64 = 0x4C45_4447_4D49_4752
+
+    public init(conninfo: String, directory: URL) {
+        self.conninfo = conninfo
+        self.directory = directory
+    }
+
+    /// `LEDGER_MIGRATIONS_DIR` if set; else the first `Migrations/` holding `.sql` files found
+    /// walking up from the current directory, then from the executable's directory.
+    public static func locateDirectory(
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        currentDirectory: String = FileManager.default.currentDirectoryPath,
+        executable: String? = Bundle.main.executablePath
+    ) throws(MigrationError) -> URL {
+        if let configured = environment["LEDGER_MIGRATIONS_DIR"], !configured.isEmpty {
+            let url = URL(fileURLWithPath: configured, isDirectory: true)
+            guard holdsMigrations(url) else { throw .directoryNotFound(searched: ["LEDGER_MIGRATIONS_DIR=\(configured)"]) }
+            return url
+        }
+        var searched: [String] = []
+        var starts = [URL(fileURLWithPath: currentDirectory, isDirectory: true)]
+        if let executable {
+            starts.append(URL(fileURLWithPath: executable).resolvingSymlinksInPath().deletingLastPathComponent())
+        }
+        for start in starts {
+            var directory = start.standardizedFileURL
+            while true {
+                let candidate = directory.appendingPathComponent("Migrations", isDirectory: true)
+                searched.append(candidate.path)
+                if holdsMigrations(candidate) { return candidate }
+                let parent = directory.deletingLastPathComponent()
+                if parent.path == directory.path { break }
+                directory = parent
+            }
+        }
+        throw .directoryNotFound(searched: searched)
+    }
+
+    static func holdsMigrations(_ url: URL) -> Bool {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
+        return files.contains { $0.hasSuffix(".sql") }
+    }
+
+    /// The migration files, in the order they apply.
+    public func loadMigrations() throws(MigrationError) -> [Migration] {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        } catch {
+            throw .unreadable(file: directory.path, reason: error.localizedDescription)
+        }
+        // Byte-wise order so "0002_x" < "0010_y" on every platform, independent of locale.
+        let sqlFiles = names.filter { $0.hasSuffix(".sql") }.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        var migrations: [Migration] = []
+        for name in sqlFiles {
+            let url = directory.appendingPathComponent(name)
+            guard let data = FileManager.default.contents(atPath: url.path) else {
+                throw .unreadable(file: name, reason: "the file cannot be read")
+            }
+            guard let sql = String(data: data, encoding: .utf8) else {
+                throw .unreadable(file: name, reason: "the file is not UTF-8")
+            }
+            migrations.append(Migration(name: name, sql: sql, sha256: Hex.encode(Digest.sha256(data))))
+        }
+        return migrations
+    }
+
+    /// Applies every pending migration; returns the names applied by this call.
+    @discardableResult
+    public func migrate() throws(MigrationError) -> [String] {
+        let migrations = try loadMigrations()
+        let connection: Connection
+        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error) }
+        do {
+            try connection.query("SELECT pg_advisory_lock($1)", [.int64(Self.advisoryLockKey)], name: "migration lock")
+            try connection.query("""
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    name       text        PRIMARY KEY,
+                    sha256     text        NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now()
+                )
+                """, name: "create schema_migrations")
+        } catch {
+            throw .database(error)
+        }
+        // The lock is session-level; closing the connection (on return) releases it even if an
+        // unlock fails.
+        defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "migration unlock") }
+
+        let recorded = try Self.recorded(connection)
+        try Self.refuseChanged(migrations, recorded: recorded)
+        var applied: [String] = []
+        for migration in migrations where recorded[migration.name] == nil {
+            do {
+                try connection.transaction { connection in
+                    try connection.execute(script: migration.sql, name: migration.name)
+                    try connection.query(
+                        "INSERT INTO schema_migrations (name, sha256) VALUES ($1, $2)",
+                        [.text(migration.name), .text(migration.sha256)], name: "record migration")
+                }
+            } catch let error as PostgresError {
+                throw .failed(file: migration.name, error)
+            } catch {
+                throw .failed(file: migration.name, PostgresError(.server, String(describing: error)))
+            }
+            applied.append(migration.name)
+        }
+        return applied
+    }
+
+    /// What is applied and what is pending, on a connection of the caller's (the service role
+    /// can read `schema_migrations`).
+    public func status(using connection: Connection) throws(MigrationError) -> MigrationStatus {
+        let migrations = try loadMigrations()
+        let exists: Bool
+        do {
+            exists = try connection.query("SELECT to_regclass('public.schema_migrations') IS NOT NULL AS present", name: "migrations table")
+                .first?.decode(Bool.self, "present") ?? false
+        } catch { throw .database(error) }
+        let recorded = exists ? try Self.recorded(connection) : [:]
+        let known = Set(migrations.map(\.name))
+        return MigrationStatus(
+            applied: migrations.filter { recorded[$0.name] != nil }.map(\.name),
+            pending: migrations.filter { recorded[$0.name] == nil }.map(\.name),
+            changed: migrations.filter { migration in recorded[migration.name].map { $0 != migration.sha256 } ?? false }.map(\.name),
+            unknown: recorded.keys.filter { !known.contains($0) }.sorted())
+    }
+
+    public func status() throws(MigrationError) -> MigrationStatus {
+        let connection: Connection
+        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error) }
+        return try status(using: connection)
+    }
+
+    public func status(pool: ConnectionPool) async throws(MigrationError) -> MigrationStatus {
+        do {
+            return try await pool.withConnection { connection in try self.status(using: connection) }
+        } catch let error as MigrationError {
+            throw error
+        } catch let error as PostgresError {
+            throw .database(error)
+        } catch {
+            throw .database(PostgresError(.server, String(describing: error)))
+        }
+    }
+
+    static func recorded(_ connection: Connection) throws(MigrationError) -> [String: String] {
+        do {
+            var out: [String: String] = [:]
+            for row in try connection.query("SELECT name, sha256 FROM schema_migrations", name: "applied migrations").rows {
+                out[try row.decode(String.self, "name")] = try row.decode(String.self, "sha256")
+            }
+            return out
+        } catch {
+            throw .database(error)
+        }
+    }
+
+    static func refuseChanged(_ migrations: [Migration], recorded: [String: String]) throws(MigrationError) {
+        for migration in migrations {
+            if let sha = recorded[migration.name], sha != migration.sha256 {
+                throw .changedAfterApply(file: migration.name, recorded: sha, current: migration.sha256)
+            }
+        }
+    }
+}
