@@ -41,15 +41,16 @@ public struct ProjectionQueries: Sendable {
         }
     }
 
-    /// The subscription's transactions ordered by purchaseDate, then transactionId.
+    /// The subscription's transactions ordered by purchaseDate, then transactionId (as `SubscriptionFold.transactions`).
     public func transactions(_ originalTransactionId: String) async throws(ProjectionError) -> [TransactionRecord] {
         try await read { connection in
             try connection.query(
                 """
                 SELECT \(TransactionRow.columns) FROM projections.transactions t WHERE t.stream_id = $1
-                ORDER BY t.purchase_date NULLS FIRST, t.transaction_id
                 """, [.text(originalTransactionId)], name: "transactions of subscription")
                 .rows.map(TransactionRow.decode)
+                // Sorted here, not by ORDER BY: the database collation need not order ids as Swift does.
+                .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
         }
     }
 

@@ -81,6 +81,8 @@ public struct Rebuilder: Sendable {
     public let projector: Projector
     /// Buffered COPY bytes before a flush to the writer connection.
     public var flushBytes = 4 << 20
+    /// Called between the bulk pass and the swap (tests append here to exercise the catch-up).
+    var beforeSwap: (@Sendable () -> Void)?
 
     public init(conninfo: String, projector: Projector) {
         self.conninfo = conninfo
@@ -143,6 +145,7 @@ public struct Rebuilder: Sendable {
             return scan
         }
 
+        beforeSwap?()
         let (swapHead, caughtUp) = try writer.transaction { writer -> (Int64, Int) in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             let swapHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
