@@ -120,9 +120,10 @@ CREATE TABLE projections.transactions (
     PRIMARY KEY (stream_id, transaction_id)
 );
 
--- Grants in force when the stream was last folded, under the catalog of that fold. Entitlement
--- is only ever lost as time passes (expiry, end of grace), never gained, so a reader re-evaluates
--- the subscription's status at its own time and drops the grants that lapsed.
+-- The grants each subscription's current product carries for its customer, under the catalog of
+-- the last fold, whatever the status: `status` is the status at fold time, and readers join
+-- `subscriptions` and re-evaluate it at their own time, keeping the rows that are entitled then
+-- (a subscription expires or leaves grace without any event).
 CREATE TABLE projections.entitlements (
     customer_id  text   NOT NULL,
     entitlement  text   NOT NULL,

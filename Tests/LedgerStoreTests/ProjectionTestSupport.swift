@@ -36,6 +36,10 @@ final class ProjectionScratchDatabase {
         try Connection(conninfo: admin).query(sql, parameters)
     }
 
+    func adminScript(_ sql: String) throws {
+        try Connection(conninfo: admin).execute(script: sql, name: "test script")
+    }
+
     /// Every row of every projection table, as text, in a stable order (for equality checks).
     func dumpTables() throws -> [String: [String]] {
         let connection = try Connection(conninfo: admin)
@@ -71,8 +75,9 @@ enum ProjectionFixture {
     }
 
     /// An Apple event whose payload exercises the extraction: fractional milliseconds, text
-    /// needing COPY escapes (tab, newline, backslash), non-ASCII, a field of the wrong JSON type.
+    /// needing COPY escapes (tab, newline, backslash) and non-ASCII text.
     static func hostileEvent(stream: String, customer: String) -> NewEvent {
+        let quotedCustomer = String(decoding: try! JSONEncoder().encode(customer), as: UTF8.self)
         let payload = """
             {"notificationType":"SUBSCRIBED","subtype":"INITIAL_BUY","notificationUUID":"hostile-\(stream)",
              "signedDate":1735689600000.6,
@@ -80,7 +85,7 @@ enum ProjectionFixture {
              "transactionInfo":{"transactionId":"h\\t1\\\\x","originalTransactionId":"\(stream)",
                "productId":"com.example.premium.monthly","purchaseDate":1735689600000.4,
                "expiresDate":1893456000000,"signedDate":1735689600000.5,"price":9990,"currency":"EUR",
-               "offerIdentifier":"ofr\\nline é✓","appAccountToken":"\(customer)","environment":"Sandbox",
+               "offerIdentifier":"ofr\\nline é✓","appAccountToken":\(quotedCustomer),"environment":"Sandbox",
                "type":"Auto-Renewable Subscription","inAppOwnershipType":"PURCHASED","isUpgraded":false},
              "renewalInfo":{"originalTransactionId":"\(stream)","productId":"com.example.premium.monthly",
                "autoRenewProductId":"com.example.premium.monthly","autoRenewStatus":1,

@@ -18,7 +18,18 @@ struct StreamRows {
         let state = fold.state(at: now)
         subscription = state
         transactions = fold.transactions
-        grants = state.map { EntitlementGrant.grants(of: $0, catalog: catalog) } ?? []
+        // Every grant the current product carries, entitled now or not: readers re-evaluate the
+        // status at their own time, so the table is right for any evaluation time, not only for
+        // times after this fold (and a rebuild on a host with a skewed clock changes nothing).
+        if let state, let customer = state.customerId, let product = state.productId {
+            grants = catalog.entitlements(for: product).map {
+                EntitlementGrant(
+                    customerId: customer, entitlement: $0, productId: product, originalTransactionId: streamId,
+                    expiresDate: state.entitledUntil, status: state.status)
+            }
+        } else {
+            grants = []
+        }
         var seen = Set<String>()
         for fact in facts where fact.originalTransactionId == streamId {
             for id in [fact.transaction?.appAccountToken, fact.renewal?.appAccountToken, fact.openId] {
