@@ -41,12 +41,12 @@ extension LedgerApp {
         case recordedTime(EpochMillis)
     }
 
-    func moment(_ request: HTTPRequest) -> Result<Moment, HTTPResponse> {
-        func millis(_ name: String) -> Result<EpochMillis?, HTTPResponse> {
+    func moment(_ request: HTTPRequest) -> Result<Moment, Refusal> {
+        func millis(_ name: String) -> Result<EpochMillis?, Refusal> {
             guard let text = request.query[name] else { return .success(nil) }
             guard let v = Int64(text), v >= 0 else {
-                return .failure(.error(status: 400, code: "invalid_parameter",
-                                       message: "\(name) must be milliseconds since 1970-01-01T00:00:00Z as a non-negative integer, e.g. \(name)=1767225600000"))
+                return .failure(Refusal(.error(status: 400, code: "invalid_parameter",
+                                       message: "\(name) must be milliseconds since 1970-01-01T00:00:00Z as a non-negative integer, e.g. \(name)=1767225600000")))
             }
             return .success(v)
         }
@@ -58,8 +58,8 @@ extension LedgerApp {
         case (let t?, nil): return .success(.businessTime(t))
         case (nil, let r?): return .success(.recordedTime(r))
         default:
-            return .failure(.error(status: 400, code: "invalid_parameter",
-                                   message: "give either at (business time) or recordedAt (what the ledger knew then), not both"))
+            return .failure(Refusal(.error(status: 400, code: "invalid_parameter",
+                                   message: "give either at (business time) or recordedAt (what the ledger knew then), not both")))
         }
     }
 
@@ -76,7 +76,7 @@ extension LedgerApp {
     func subscription(_ request: HTTPRequest) async -> HTTPResponse {
         let id = request.pathParameters["originalTransactionId"] ?? ""
         let when: Moment
-        switch moment(request) { case .success(let m): when = m; case .failure(let r): return r }
+        switch moment(request) { case .success(let m): when = m; case .failure(let r): return r.response }
         do {
             let state: SubscriptionState?
             if case .now(let now) = when {
@@ -110,7 +110,7 @@ extension LedgerApp {
     func entitlements(_ request: HTTPRequest) async -> HTTPResponse {
         let customer = request.pathParameters["customerId"] ?? ""
         let when: Moment
-        switch moment(request) { case .success(let m): when = m; case .failure(let r): return r }
+        switch moment(request) { case .success(let m): when = m; case .failure(let r): return r.response }
         do {
             let grants: [EntitlementGrant]
             let asOf: EpochMillis
@@ -141,6 +141,12 @@ extension LedgerApp {
         log.error("projection read failed", ["error": "\(error)"])
         return .error(status: 500, code: "projection_error", message: "\(error)")
     }
+}
+
+/// A request refused before any work: the answer to send.
+struct Refusal: Error {
+    let response: HTTPResponse
+    init(_ response: HTTPResponse) { self.response = response }
 }
 
 extension LedgerApp.Moment {
