@@ -109,8 +109,9 @@ public struct SubscriptionFold: Sendable {
            head == nil || late.signedDate > head!.signedDate {
             renewal = Self.overlay(lateRenewal, on: renewal)
         }
+        let revokedAt = headSlot.flatMap(Self.revocationInForce)
         let status = Self.status(
-            hasTransaction: headSlot != nil, revokedAt: headSlot.flatMap(Self.revocationInForce),
+            hasTransaction: headSlot != nil, revokedAt: revokedAt,
             expires: tx?.expiresDate, renewal: renewal, asOf: asOf)
         let token = tx?.appAccountToken ?? headSlot?.snapshot.transaction?.appAccountToken ?? renewal?.appAccountToken
         let openId = head?.openId ?? renewalOnly?.openId
@@ -136,7 +137,8 @@ public struct SubscriptionFold: Sendable {
             recentSubscriptionStartDate: renewal?.recentSubscriptionStartDate,
             renewalDate: renewal?.renewalDate,
             versionExpiresDate: tx?.expiresDate,
-            versionSignedDate: head?.signedDate
+            versionSignedDate: head?.signedDate,
+            revocationDate: revokedAt
         )
     }
 

@@ -57,6 +57,9 @@ public struct SubscriptionState: Sendable, Hashable {
     /// The version the state came from: (transaction expiresDate, signedDate).
     public var versionExpiresDate: EpochMillis?
     public var versionSignedDate: EpochMillis?
+    /// The revocation in force on the transaction in effect (nil when none, or reversed): with
+    /// the expiry, grace and retry fields it lets `reevaluated(at:)` recompute the status.
+    public var revocationDate: EpochMillis?
 
     public init(
         originalTransactionId: String, evaluatedAt: EpochMillis, status: SubscriptionStatus,
@@ -67,7 +70,8 @@ public struct SubscriptionState: Sendable, Hashable {
         offerType: Int? = nil, offerIdentifier: String? = nil, appAccountToken: String? = nil,
         customerId: String? = nil, latestTransactionId: String? = nil,
         recentSubscriptionStartDate: EpochMillis? = nil, renewalDate: EpochMillis? = nil,
-        versionExpiresDate: EpochMillis? = nil, versionSignedDate: EpochMillis? = nil
+        versionExpiresDate: EpochMillis? = nil, versionSignedDate: EpochMillis? = nil,
+        revocationDate: EpochMillis? = nil
     ) {
         self.originalTransactionId = originalTransactionId
         self.evaluatedAt = evaluatedAt
@@ -91,6 +95,7 @@ public struct SubscriptionState: Sendable, Hashable {
         self.renewalDate = renewalDate
         self.versionExpiresDate = versionExpiresDate
         self.versionSignedDate = versionSignedDate
+        self.revocationDate = revocationDate
     }
 
     /// Until when access lasts if nothing else happens: the grace end in grace, else expiresDate.

@@ -1,0 +1,85 @@
+import LedgerCore
+import Postgres
+
+/// The projections the ledger keeps, one checkpoint row each. All three are cut from the same
+/// fold of a subscription's facts; they are separate so that one can be rebuilt alone (after a
+/// catalog change only `entitlements` needs it) and so that one failing stops only itself.
+public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, Comparable {
+    /// The renewal view (one row per subscription) and the customer → streams index.
+    case subscriptions
+    /// One row per transaction.
+    case transactions
+    /// Grants per customer, through the product catalog.
+    case entitlements
+
+    public static func < (a: ProjectionName, b: ProjectionName) -> Bool { a.rawValue < b.rawValue }
+
+    /// Parses an operator's `--projection` value; the error lists the valid names.
+    public static func parse(_ text: String) throws(ProjectionError) -> ProjectionName {
+        guard let name = ProjectionName(rawValue: text) else { throw .unknownProjection(text) }
+        return name
+    }
+
+    var tables: [ProjectionTable] {
+        switch self {
+        case .subscriptions: [.subscriptions, .customerStreams]
+        case .transactions: [.transactions]
+        case .entitlements: [.entitlements]
+        }
+    }
+}
+
+/// A table of schema `projections`. Live tables carry the bare name; a rebuild fills
+/// `<name>_next` and renames it into place.
+enum ProjectionTable: String, Sendable, CaseIterable {
+    case subscriptions
+    case customerStreams = "customer_streams"
+    case transactions
+    case entitlements
+
+    static let nextSuffix = "_next"
+
+    func qualified(next: Bool = false) -> String {
+        "projections." + rawValue + (next ? Self.nextSuffix : "")
+    }
+}
+
+/// Why a projection could not be read, written, rebuilt or advanced; each message says what to
+/// do about it.
+public enum ProjectionError: Error, Sendable, Equatable, CustomStringConvertible {
+    case unknownProjection(String)
+    /// The events after the checkpoint do not start right after it: something removed or never
+    /// wrote a position. The projection stops rather than skip.
+    case gap(projection: ProjectionName, checkpoint: Int64, found: Int64)
+    /// An event could not be applied; the projection stopped before it.
+    case eventFailed(projection: ProjectionName, position: Int64, message: String)
+    case rebuildInProgress
+    /// A stored row does not read back (the schema and this build disagree).
+    case corrupt(String)
+    case database(String)
+
+    public var description: String {
+        switch self {
+        case .unknownProjection(let name):
+            return "unknown projection '\(name)'; use one of: \(ProjectionName.allCases.map(\.rawValue).joined(separator: ", "))"
+        case .gap(let projection, let checkpoint, let found):
+            return "projection \(projection.rawValue) is at position \(checkpoint) but the next event is at \(found): positions must be gapless; the projection stopped instead of skipping. Check the event log's integrity (SELECT position FROM events WHERE position > \(checkpoint) ORDER BY position LIMIT 5)"
+        case .eventFailed(let projection, let position, let message):
+            return "projection \(projection.rawValue) stopped at the event at position \(position): \(message). Fix the cause (code or data), then run `ledger project --once`; the event is retried, never skipped"
+        case .rebuildInProgress:
+            return "another rebuild is running on this database; wait for it to finish (or for its session to end) and retry"
+        case .corrupt(let why):
+            return "a projection row cannot be read: \(why). Check that every migration is applied, then rebuild (`ledger rebuild`)"
+        case .database(let why):
+            return "the projection store failed: \(why)"
+        }
+    }
+
+    init(_ error: any Error) {
+        if let own = error as? ProjectionError { self = own; return }
+        if let postgres = error as? PostgresError, postgres.kind == .decoding { self = .corrupt(postgres.description); return }
+        if let postgres = error as? PostgresError { self = .database(postgres.description); return }
+        if let store = error as? StoreError { self = .database(store.description); return }
+        self = .database(String(describing: error))
+    }
+}

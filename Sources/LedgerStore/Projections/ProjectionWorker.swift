@@ -1,0 +1,215 @@
+import Dispatch
+import Foundation
+import LedgerCore
+import Postgres
+import Synchronization
+
+/// What one pass of the worker did for one projection.
+public struct ProjectionPass: Sendable, Equatable {
+    public enum Outcome: Sendable, Equatable {
+        /// Nothing after the checkpoint.
+        case idle
+        /// Another worker holds the checkpoint row (SKIP LOCKED): it is that worker's turn.
+        case busy
+        /// Applied events `from`…`to`; more may be waiting when the batch was full.
+        case advanced(from: Int64, to: Int64)
+        /// Stopped: the error is recorded on the checkpoint row; earlier events of the batch
+        /// were applied and the checkpoint is right before the failing one.
+        case failed(ProjectionError)
+    }
+    public var projection: ProjectionName
+    public var outcome: Outcome
+}
+
+/// The catch-up worker: advances each projection's checkpoint over events the live hook did not
+/// apply (hook failure, events appended before the projection existed, a stopped projection).
+///
+/// Each pass per projection is one transaction: lock the checkpoint row with
+/// `FOR UPDATE SKIP LOCKED` (no row: another process has it), read the next events in position
+/// order, require them to start right after the checkpoint (never skip), refold the streams they
+/// touch, advance the checkpoint, commit — so any number of workers can run without a leader and
+/// none double-applies. A failing event stops its projection with `status = 'failed'`, the error
+/// and its position recorded; every later pass retries it (never skipping it), so fixing the cause
+/// resumes the projection.
+public final class ProjectionWorker: Sendable {
+    public let pool: ConnectionPool
+    public let projector: Projector
+    public let batchSize: Int
+    public let projections: [ProjectionName]
+    private let stopped = Atomic<Bool>(false)
+    private let waiter = DispatchQueue(label: "ledger.projection.worker.wait")
+
+    public init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases) {
+        precondition(batchSize > 0, "batchSize must be positive")
+        self.pool = pool
+        self.projector = projector
+        self.batchSize = batchSize
+        self.projections = projections
+    }
+
+    /// One pass over every projection.
+    public func runOnce() async throws(ProjectionError) -> [ProjectionPass] {
+        var passes: [ProjectionPass] = []
+        for projection in projections {
+            do {
+                let outcome = try await pool.withConnection { connection in try self.pass(projection, on: connection) }
+                passes.append(ProjectionPass(projection: projection, outcome: outcome))
+            } catch {
+                throw ProjectionError(error)
+            }
+        }
+        return passes
+    }
+
+    /// Passes until no projection advances any more (each stops when idle, busy or failed).
+    public func catchUp() async throws(ProjectionError) -> [ProjectionPass] {
+        var all: [ProjectionPass] = []
+        while true {
+            let passes = try await runOnce()
+            all += passes
+            if !passes.contains(where: { if case .advanced = $0.outcome { return true } else { return false } }) { return all }
+        }
+    }
+
+    /// Runs until `stop()`: a pass, then waits for an append's NOTIFY on `ledger_events` or one
+    /// `pollInterval`, whichever comes first. Errors (database down) are reported and retried.
+    public func run(pollInterval: Duration = .seconds(1), onError: @escaping @Sendable (ProjectionError) -> Void = { _ in }) async {
+        let listener = try? NotificationListener(conninfo: pool.conninfo, channels: ["ledger_events"])
+        while !stopped.load(ordering: .relaxed) {
+            var more = false
+            do {
+                let passes = try await runOnce()
+                more = passes.contains { pass in
+                    if case .advanced(let from, let to) = pass.outcome { return to - from + 1 >= Int64(batchSize) }
+                    return false
+                }
+            } catch {
+                onError(error)
+            }
+            if more || stopped.load(ordering: .relaxed) { continue }
+            if let listener {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    waiter.async {
+                        _ = try? listener.wait(timeout: pollInterval)
+                        continuation.resume()
+                    }
+                }
+            } else {
+                try? await Task.sleep(for: pollInterval)
+            }
+        }
+    }
+
+    public func stop() { stopped.store(true, ordering: .relaxed) }
+
+    // MARK: one pass
+
+    func pass(_ projection: ProjectionName, on connection: Connection) throws -> ProjectionPass.Outcome {
+        try connection.transaction { connection -> ProjectionPass.Outcome in
+            let locked = try connection.query(
+                "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
+                [.text(projection.rawValue)], name: "lock checkpoint")
+            guard let row = locked.first else { return .busy }
+            let checkpoint = try row.decode(Int64.self, "position")
+            let events = try connection.query(
+                "SELECT position, stream_id FROM events WHERE position > $1 ORDER BY position LIMIT $2",
+                [.int64(checkpoint), .int64(Int64(batchSize))], name: "events after checkpoint")
+            var batch: [(position: Int64, stream: String)] = []
+            for row in events.rows {
+                batch.append((try row.decode(Int64.self, "position"), try row.decode(String.self, "stream_id")))
+            }
+            guard let first = batch.first, let last = batch.last else { return .idle }
+            for (offset, event) in batch.enumerated() where event.position != checkpoint + 1 + Int64(offset) {
+                let error = ProjectionError.gap(projection: projection, checkpoint: checkpoint + Int64(offset), found: event.position)
+                try Self.record(projection, position: checkpoint + Int64(offset), failure: error, failedAt: event.position, on: connection)
+                return .failed(error)
+            }
+            do {
+                try connection.savepoint { connection in
+                    try projector.refold(streams: batch.map(\.stream), projections: [projection], upTo: last.position, on: connection)
+                }
+                try Self.record(projection, position: last.position, failure: nil, failedAt: nil, on: connection)
+                return .advanced(from: first.position, to: last.position)
+            } catch {
+                if connection.isBroken { throw error }
+            }
+            // Something in the batch fails: apply event by event to stop right before it.
+            var applied = checkpoint
+            for event in batch {
+                do {
+                    try connection.savepoint { connection in
+                        try projector.refold(streams: [event.stream], projections: [projection], upTo: event.position, on: connection)
+                    }
+                    applied = event.position
+                } catch {
+                    if connection.isBroken { throw error }
+                    let failure = ProjectionError.eventFailed(projection: projection, position: event.position, message: String(describing: error))
+                    try Self.record(projection, position: applied, failure: failure, failedAt: event.position, on: connection)
+                    return .failed(failure)
+                }
+            }
+            // The batch failed as a whole but no single event did (e.g. a transient conflict).
+            try Self.record(projection, position: applied, failure: nil, failedAt: nil, on: connection)
+            return .advanced(from: first.position, to: applied)
+        }
+    }
+
+    static func record(
+        _ projection: ProjectionName, position: Int64, failure: ProjectionError?, failedAt: Int64?, on connection: Connection
+    ) throws {
+        try connection.query(
+            """
+            UPDATE projection_checkpoints
+            SET position = $2, status = $3, last_error = $4, failed_position = $5, updated_at = now()
+            WHERE projection = $1
+            """,
+            [.text(projection.rawValue), .int64(position), .text(failure == nil ? "running" : "failed"),
+             .optional(failure.map(\.description)), .optional(failedAt)],
+            name: "record checkpoint")
+    }
+}
+
+/// A projection's progress, for `/metrics` and `/readyz`.
+public struct ProjectionStatus: Sendable, Equatable, Codable {
+    public var name: String
+    public var position: Int64
+    /// The event log's last position.
+    public var head: Int64
+    /// Events not applied yet (`head - position`).
+    public var lag: Int64
+    /// `running` or `failed`.
+    public var status: String
+    public var lastError: String?
+    /// The position of the event it stopped at, when failed.
+    public var failedPosition: Int64?
+
+    public var isFailed: Bool { status == "failed" }
+}
+
+public enum ProjectionStatusReader {
+    /// Every projection's checkpoint against the head, in name order (one query).
+    public static func statuses(_ pool: ConnectionPool) async throws(ProjectionError) -> [ProjectionStatus] {
+        do {
+            return try await pool.withConnection { connection in try statuses(on: connection) }
+        } catch {
+            throw ProjectionError(error)
+        }
+    }
+
+    public static func statuses(on connection: Connection) throws -> [ProjectionStatus] {
+        let result = try connection.query(
+            """
+            SELECT c.projection, c.position, h.position AS head, c.status, c.last_error, c.failed_position
+            FROM projection_checkpoints c CROSS JOIN event_head h ORDER BY c.projection
+            """, name: "projection statuses")
+        return try result.rows.map { row in
+            let position = try row.decode(Int64.self, "position")
+            let head = try row.decode(Int64.self, "head")
+            return ProjectionStatus(
+                name: try row.decode(String.self, "projection"), position: position, head: head,
+                lag: max(head - position, 0), status: try row.decode(String.self, "status"),
+                lastError: try row.decode(String?.self, "last_error"),
+                failedPosition: try row.decode(Int64?.self, "failed_position"))
+        }
+    }
+}

@@ -1,0 +1,284 @@
+import Dispatch
+import Foundation
+import LedgerCore
+import Postgres
+
+/// One entitlement a dry run says a customer would gain or lose.
+public struct EntitlementChange: Sendable, Hashable, Codable, Comparable {
+    public var customerId: String
+    public var entitlement: String
+    public var productId: String
+    public var originalTransactionId: String
+
+    public init(customerId: String, entitlement: String, productId: String, originalTransactionId: String) {
+        self.customerId = customerId
+        self.entitlement = entitlement
+        self.productId = productId
+        self.originalTransactionId = originalTransactionId
+    }
+
+    init(_ grant: EntitlementGrant) {
+        self.init(customerId: grant.customerId, entitlement: grant.entitlement, productId: grant.productId,
+                  originalTransactionId: grant.originalTransactionId)
+    }
+
+    public static func < (a: EntitlementChange, b: EntitlementChange) -> Bool {
+        (a.customerId, a.entitlement, a.originalTransactionId, a.productId) < (b.customerId, b.entitlement, b.originalTransactionId, b.productId)
+    }
+}
+
+/// What a rebuild (or dry run) did: what the service records as the admin action's event and
+/// what `ledger rebuild` prints.
+public struct RebuildReport: Sendable, Equatable, Codable {
+    public var projections: [ProjectionName]
+    public var dryRun: Bool
+    /// The head of the snapshot the bulk pass read.
+    public var snapshotHead: Int64
+    /// The head at the swap (appends are blocked from here to the commit).
+    public var swapHead: Int64
+    /// Event rows read by the bulk pass.
+    public var events: Int
+    /// Subscription streams folded by the bulk pass.
+    public var streams: Int
+    /// Streams refolded at the swap because events reached them after the snapshot.
+    public var caughtUpStreams: Int
+    public var seconds: Double
+    public var eventsPerSecond: Double
+    /// Peak resident set size of this process (VmHWM), when the platform reports it.
+    public var peakRSSBytes: Int?
+    /// Dry run only: entitlements the current catalog would grant that the stored table lacks,
+    /// and stored ones it would no longer grant, both evaluated at `evaluatedAt`.
+    public var gains: [EntitlementChange]
+    public var losses: [EntitlementChange]
+    public var evaluatedAt: EpochMillis
+
+    public var description: String {
+        var text = String(
+            format: "%@%@: %d events, %d streams in %.2f s (%.0f events/s), peak RSS %@",
+            dryRun ? "dry run of " : "rebuilt ", projections.map(\.rawValue).joined(separator: ", "), events, streams,
+            seconds, eventsPerSecond, peakRSSBytes.map { String(format: "%.1f MB", Double($0) / 1_048_576) } ?? "n/a")
+        if !dryRun { text += "; snapshot at \(snapshotHead), swapped at \(swapHead) (\(caughtUpStreams) streams caught up)" }
+        return text
+    }
+}
+
+/// Rebuilds projections from position 0 while ingestion continues (DESIGN §Projections,
+/// reference/eventstores.md §9.6):
+///
+/// 1. In a REPEATABLE READ snapshot, note the head H and stream the extracted fact columns of every
+///    event up to H, ordered by stream, with `COPY (SELECT …) TO STDOUT` (never `raw`). Fold one
+///    stream at a time (memory stays bounded by the largest stream) and COPY the rows into fresh
+///    `projections.<table>_next` tables.
+/// 2. In ONE transaction: take the event-head lock (appends wait from here to the commit), refold
+///    the streams that events after H touched, drop the live tables and rename the fresh ones into
+///    place, set the checkpoints to the head, commit. Readers see the old tables or the new ones,
+///    never a mix, and nothing appended is missed: positions are gapless and commit-ordered.
+///
+/// Works as the service role: the tables belong to `ledger_projector`, of which it is a member
+/// (Migrations/0002_projections.sql).
+public struct Rebuilder: Sendable {
+    public let conninfo: String
+    public let projector: Projector
+    /// Buffered COPY bytes before a flush to the writer connection.
+    public var flushBytes = 4 << 20
+    /// Called between the bulk pass and the swap (tests append here to exercise the catch-up).
+    var beforeSwap: (@Sendable () -> Void)?
+
+    public init(conninfo: String, projector: Projector) {
+        self.conninfo = conninfo
+        self.projector = projector
+    }
+
+    static let advisoryLockKey: Int64 = 0x6C65_6467_7262_6C64  // "ledgrbld"
+
+    /// Rebuilds `projections` (all by default). `progress(done, total)` counts event rows.
+    public func run(
+        projections: Set<ProjectionName> = Set(ProjectionName.allCases),
+        progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
+    ) async throws(ProjectionError) -> RebuildReport {
+        try await Self.offThread { try self.rebuild(projections: projections, progress: progress) }
+    }
+
+    /// Folds everything under the current catalog and compares the entitlements with the stored
+    /// ones at the same instant; changes nothing.
+    public func dryRun(progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }) async throws(ProjectionError) -> RebuildReport {
+        try await Self.offThread { try self.diff(progress: progress) }
+    }
+
+    static func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ProjectionError) -> T {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, ProjectionError>, Never>) in
+            Thread.detachNewThread {
+                do { continuation.resume(returning: .success(try body())) } catch {
+                    continuation.resume(returning: .failure(ProjectionError(error)))
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    // MARK: rebuild
+
+    func rebuild(projections: Set<ProjectionName>, progress: @escaping (Int, Int) -> Void) throws -> RebuildReport {
+        let started = ContinuousClock.now
+        let names = projections.sorted()
+        let tables = names.flatMap(\.tables)
+        let writer = try Connection(conninfo: conninfo)
+        guard try writer.query("SELECT pg_try_advisory_lock($1) AS locked", [.int64(Self.advisoryLockKey)], name: "rebuild lock")
+            .first?.decode(Bool.self, "locked") == true else { throw ProjectionError.rebuildInProgress }
+        // Closing the connection releases the session lock even when unlocking fails.
+        defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
+
+        let (head, events, streams) = try writer.transaction { writer -> (Int64, Int, Int) in
+            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+            for table in tables {
+                try writer.query("DROP TABLE IF EXISTS \(table.qualified(next: true))", name: "drop stale next table")
+                try writer.query("CREATE TABLE \(table.qualified(next: true)) (LIKE \(table.qualified()) INCLUDING ALL)", name: "create next table")
+            }
+            var buffers = CopyBuffers()
+            let now = projector.clock()
+            let scan = try streamFacts(progress: progress) { stream, facts in
+                buffers.add(StreamRows(streamId: stream, facts: facts, catalog: projector.catalog, now: now), for: projections)
+                if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
+            }
+            try buffers.flush(on: writer, next: true)
+            for table in tables { try writer.query("ANALYZE \(table.qualified(next: true))", name: "analyze next table") }
+            return scan
+        }
+
+        beforeSwap?()
+        let (swapHead, caughtUp) = try writer.transaction { writer -> (Int64, Int) in
+            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+            let swapHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
+                .first?.decode(Int64.self, "head") ?? 0
+            var late: [String] = []
+            for row in try writer.query("SELECT DISTINCT stream_id FROM events WHERE position > $1", [.int64(head)], name: "streams after snapshot").rows {
+                late.append(try row.decode(String.self, "stream_id"))
+            }
+            try projector.refold(streams: late, projections: projections, next: true, on: writer)
+            try writer.query(
+                """
+                UPDATE projection_checkpoints
+                SET position = $1, status = 'running', last_error = NULL, failed_position = NULL, updated_at = now()
+                WHERE projection = ANY($2)
+                """,
+                [.int64(swapHead), .array(names.map { .text($0.rawValue) }, of: .text)], name: "checkpoints to head")
+            for table in tables {
+                try writer.query("DROP TABLE \(table.qualified())", name: "drop old table")
+                try writer.query("ALTER TABLE \(table.qualified(next: true)) RENAME TO \(table.rawValue)", name: "swap table")
+            }
+            return (swapHead, late.filter(Projector.isSubscriptionStream).count)
+        }
+
+        let seconds = max(started.duration(to: .now).seconds, 1e-9)
+        return RebuildReport(
+            projections: names, dryRun: false, snapshotHead: head, swapHead: swapHead, events: events, streams: streams,
+            caughtUpStreams: caughtUp, seconds: seconds, eventsPerSecond: Double(events) / seconds,
+            peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
+    }
+
+    // MARK: dry run
+
+    func diff(progress: @escaping (Int, Int) -> Void) throws -> RebuildReport {
+        let started = ContinuousClock.now
+        let now = projector.clock()
+        let connection = try Connection(conninfo: conninfo)
+        var stored: [String: Set<EntitlementChange>] = [:]
+        let rows = try connection.query(
+            """
+            SELECT e.customer_id AS grant_customer_id, e.entitlement, e.product_id AS grant_product_id, \(SubscriptionRow.columns)
+            FROM projections.entitlements e JOIN projections.subscriptions s ON s.stream_id = e.stream_id
+            """, name: "stored entitlements")
+        for row in rows.rows {
+            let state = try SubscriptionRow.decode(row).reevaluated(at: now)
+            guard state.status.isEntitled else { continue }
+            stored[state.originalTransactionId, default: []].insert(EntitlementChange(
+                customerId: try row.decode(String.self, "grant_customer_id"), entitlement: try row.decode(String.self, "entitlement"),
+                productId: try row.decode(String.self, "grant_product_id"), originalTransactionId: state.originalTransactionId))
+        }
+        var gains: [EntitlementChange] = []
+        var losses: [EntitlementChange] = []
+        let (head, events, streams) = try streamFacts(progress: progress) { stream, facts in
+            let fold = SubscriptionFold(originalTransactionId: stream, facts: facts)
+            let grants = Set((fold.state(at: now).map { EntitlementGrant.grants(of: $0, catalog: projector.catalog) } ?? []).map(EntitlementChange.init))
+            let before = stored.removeValue(forKey: stream) ?? []
+            gains += grants.subtracting(before)
+            losses += before.subtracting(grants)
+        }
+        for rest in stored.values { losses += rest }
+        let seconds = max(started.duration(to: .now).seconds, 1e-9)
+        return RebuildReport(
+            projections: [.entitlements], dryRun: true, snapshotHead: head, swapHead: head, events: events, streams: streams,
+            caughtUpStreams: 0, seconds: seconds, eventsPerSecond: Double(events) / seconds, peakRSSBytes: Self.peakRSS(),
+            gains: gains.sorted(), losses: losses.sorted(), evaluatedAt: now)
+    }
+
+    // MARK: the bulk read
+
+    /// Streams every event up to the snapshot head, grouped by stream, calling `stream` once per
+    /// subscription stream with its facts. Returns (head, event rows, streams with facts).
+    func streamFacts(
+        progress: (Int, Int) -> Void, _ stream: (String, [SubscriptionFact]) throws -> Void
+    ) throws -> (Int64, Int, Int) {
+        let reader = try Connection(conninfo: conninfo)
+        return try reader.transaction { reader -> (Int64, Int, Int) in
+            try reader.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
+            let head = try reader.query("SELECT position FROM event_head", name: "snapshot head").first?.decode(Int64.self, "position") ?? 0
+            var current: String?
+            var facts: [SubscriptionFact] = []
+            var rows = 0
+            var streams = 0
+            var bounds: [(Int, Int)] = []
+            bounds.reserveCapacity(FactReader.C.allCases.count)
+            func emit() throws {
+                if let current, !facts.isEmpty {
+                    streams += 1
+                    try stream(current, facts)
+                }
+                facts.removeAll(keepingCapacity: true)
+            }
+            let total = Int(head)
+            try reader.copyOut(Self.bulkQuery(head: head)) { data in
+                try data.withUnsafeBytes { bytes in
+                    let fields = CopyRowFields(bytes: bytes, reuse: bounds)
+                    defer { bounds = fields.bounds }
+                    guard fields.isComplete else {
+                        throw ProjectionError.corrupt("a COPY row has \(fields.bounds.count) fields, expected \(FactReader.C.allCases.count)")
+                    }
+                    let streamId = fields.string(.streamId) ?? ""
+                    if streamId != current {
+                        try emit()
+                        current = streamId
+                    }
+                    if let fact = try FactReader.fact(fields) { facts.append(fact) }
+                }
+                rows += 1
+                if rows & 0x3FFF == 0 { progress(rows, total) }
+            }
+            try emit()
+            progress(rows, total)
+            return (head, rows, streams)
+        }
+    }
+
+    /// The rebuild's read, exactly (the benchmark copies it out without folding to compare).
+    public static func bulkQuery(head: Int64) -> String {
+        "COPY (SELECT \(FactReader.columns(asText: false))\n\(FactReader.from)\nWHERE e.position <= \(head) ORDER BY e.stream_id, e.position) TO STDOUT"
+    }
+
+    /// VmHWM of /proc/self/status, in bytes.
+    public static func peakRSS() -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            let digits = line.split(separator: " ").compactMap { Int($0) }
+            return digits.first.map { $0 * 1024 }
+        }
+        return nil
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        let (s, atto) = components
+        return Double(s) + Double(atto) / 1e18
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import LedgerCore
+import Postgres
+import XCTest
+@testable import LedgerStore
+
+/// A throw-away database with every migration applied, for the projection tests: `admin` is the
+/// superuser, `service` the restricted `ledger_service` role the service runs as.
+/// (Private to these tests until LedgerTesting's TestDatabase lands.)
+final class ProjectionScratchDatabase {
+    let name: String
+    let admin: String
+    let service: String
+    private let server: String
+
+    init() throws {
+        guard let url = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"], !url.isEmpty else {
+            throw XCTSkip("LEDGER_TEST_DATABASE_URL is not set: run `make test`, or `scripts/db.sh start && eval \"$(scripts/db.sh env)\"` first")
+        }
+        server = url
+        name = "projections_test_\(UInt32.random(in: 0...UInt32.max))"
+        let connection = try Connection(conninfo: url)
+        try connection.query("CREATE DATABASE \(try connection.quoteIdentifier(name))")
+        let info = try ConnectionInfo(parsing: url).with("dbname", name)
+        admin = info.conninfo
+        service = info.with("user", "ledger_service").conninfo
+        try Migrator(conninfo: admin, directory: try Migrator.locateDirectory()).migrate()
+    }
+
+    func drop() {
+        guard let connection = try? Connection(conninfo: server) else { return }
+        _ = try? connection.query("DROP DATABASE IF EXISTS \(try connection.quoteIdentifier(name)) WITH (FORCE)")
+    }
+
+    func adminQuery(_ sql: String, _ parameters: [PostgresValue] = []) throws -> QueryResult {
+        try Connection(conninfo: admin).query(sql, parameters)
+    }
+
+    func adminScript(_ sql: String) throws {
+        try Connection(conninfo: admin).execute(script: sql, name: "test script")
+    }
+
+    /// Every row of every projection table, as text, in a stable order (for equality checks).
+    func dumpTables() throws -> [String: [String]] {
+        let connection = try Connection(conninfo: admin)
+        var out: [String: [String]] = [:]
+        for table in ["subscriptions", "transactions", "entitlements", "customer_streams"] {
+            let result = try connection.query("SELECT t::text AS row FROM projections.\(table) t ORDER BY t::text COLLATE \"C\"")
+            out[table] = try result.rows.map { try $0.decode(String.self, "row") }
+        }
+        return out
+    }
+
+    func checkpoints() throws -> [String: Int64] {
+        var out: [String: Int64] = [:]
+        for row in try adminQuery("SELECT projection, position FROM projection_checkpoints").rows {
+            out[try row.decode(String.self, "projection")] = try row.decode(Int64.self, "position")
+        }
+        return out
+    }
+}
+
+enum ProjectionFixture {
+    static let start: EpochMillis = 1_735_689_600_000  // 2025-01-01
+    static let day: EpochMillis = 86_400_000
+    static let catalog = ProductCatalog(entitlementsByProduct: [
+        "com.example.monthly": ["basic"], "com.example.yearly": ["basic"],
+        "com.example.premium.monthly": ["basic", "premium"], "com.example.premium.yearly": ["basic", "premium"],
+    ])
+
+    /// Generated lifecycles' events in delivery order (duplicates included, as Apple retries).
+    static func events(customers: Int, days: Int = 400, seed: UInt64) throws -> [NewEvent] {
+        let generator = LifecycleGenerator(customers: customers, days: days, start: start, seed: seed)
+        return try generator.notificationsInDeliveryOrder().map { try $0.recordedEvent(position: 0, recordedAt: 0).event }
+    }
+
+    /// An Apple event whose payload exercises the extraction: fractional milliseconds, text
+    /// needing COPY escapes (tab, newline, backslash) and non-ASCII text.
+    static func hostileEvent(stream: String, customer: String) -> NewEvent {
+        let quotedCustomer = String(decoding: try! JSONEncoder().encode(customer), as: UTF8.self)
+        let payload = """
+            {"notificationType":"SUBSCRIBED","subtype":"INITIAL_BUY","notificationUUID":"hostile-\(stream)",
+             "signedDate":1735689600000.6,
+             "data":{"bundleId":"com.example.app","environment":"Sandbox","status":1},
+             "transactionInfo":{"transactionId":"h\\t1\\\\x","originalTransactionId":"\(stream)",
+               "productId":"com.example.premium.monthly","purchaseDate":1735689600000.4,
+               "expiresDate":1893456000000,"signedDate":1735689600000.5,"price":9990,"currency":"EUR",
+               "offerIdentifier":"ofr\\nline é✓","appAccountToken":\(quotedCustomer),"environment":"Sandbox",
+               "type":"Auto-Renewable Subscription","inAppOwnershipType":"PURCHASED","isUpgraded":false},
+             "renewalInfo":{"originalTransactionId":"\(stream)","productId":"com.example.premium.monthly",
+               "autoRenewProductId":"com.example.premium.monthly","autoRenewStatus":1,
+               "signedDate":1735689600000.6,"offerIdentifier":"tab\\there"}}
+            """
+        return NewEvent(
+            streamId: stream, dedupeKey: "hostile-\(stream)", source: .apple, type: "SUBSCRIBED/INITIAL_BUY",
+            environment: "Sandbox", signedAt: 1_735_689_600_001, expiresAt: 1_893_456_000_000,
+            payload: Data(payload.utf8), raw: Data("raw evidence".utf8))
+    }
+
+    /// The oracle: the pure fold of every stored event, decoded with JSONDecoder.
+    static func oracle(_ store: EventStore) async throws -> SubscriptionProjection {
+        var facts: [SubscriptionFact] = []
+        var after: Int64 = 0
+        while true {
+            let page = try await store.readAll(after: after, limit: 1000)
+            guard let last = page.last else { break }
+            facts += try page.compactMap { try SubscriptionFact.decode($0) }
+            after = last.position
+        }
+        return SubscriptionProjection(facts: facts)
+    }
+
+    static func append(_ events: [NewEvent], to store: EventStore, chunk: Int = 25) async throws {
+        var index = 0
+        while index < events.count {
+            _ = try await store.append(Array(events[index..<min(index + chunk, events.count)]))
+            index += chunk
+        }
+    }
+}
