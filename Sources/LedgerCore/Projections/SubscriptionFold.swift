@@ -63,7 +63,12 @@ public struct SubscriptionFold: Sendable {
     /// `originalTransactionId`; see `SubscriptionProjection`).
     public mutating func apply(_ fact: SubscriptionFact) {
         guard fact.originalTransactionId == originalTransactionId else { return }
-        if fact.source.isWeChat { wechat.apply(fact); return }
+        if fact.source.isWeChat {
+            wechat.apply(fact)
+            // A contract message (no transaction) still overlays the renewal fields of a stream
+            // that also has Apple transactions; WeChat orders never enter the Apple slots.
+            if fact.transaction != nil { return }
+        }
         guard let tx = fact.transaction else {
             if let current = renewalOnly {
                 if Self.renewalPrecedes(current, fact) { renewalOnly = fact }
@@ -105,7 +110,8 @@ public struct SubscriptionFold: Sendable {
     /// functions of `SubscriptionProjection`, which also leave out facts not yet signed/recorded.
     public func state(at asOf: EpochMillis) -> SubscriptionState? {
         let headSlot = currentSlot()
-        if headSlot == nil && renewalOnly == nil { return wechat.state(at: asOf) }
+        if headSlot == nil && !wechat.isEmpty { return wechat.state(at: asOf) }
+        if headSlot == nil && renewalOnly == nil { return nil }
         let head = headSlot?.head
         let tx = head?.transaction
         var renewal = head?.renewal
