@@ -72,11 +72,12 @@ public final class EventStore: Sendable {
     public let maxBatch: Int
     private let hooks: [any AppendHook]
     private let onHookFailure: (@Sendable (HookFailure) -> Void)?
-    private let queue = Mutex(PendingAppends())
+    private let queue: Mutex<PendingAppends>
     private let counters = Mutex(EventStoreMetrics())
-    /// The one writer thread: appends are serialised by the head lock anyway, so more writers
-    /// would only queue inside PostgreSQL instead of batching here.
-    private let writer = DispatchQueue(label: "ledger.eventstore.append")
+    /// Writer threads. Appends are serialised by the head lock, so one writer is the default: a
+    /// second lets the next batch reach the server while the current one commits, but halves the
+    /// batches (measured: no gain on 2 cores). Kept configurable for faster disks and more cores.
+    private let writers: [DispatchQueue]
 
     private struct Request: Sendable {
         let events: [NewEvent]
@@ -85,14 +86,17 @@ public final class EventStore: Sendable {
 
     private struct PendingAppends: Sendable {
         var requests: [Request] = []
-        var writing = false
+        var idleWriters: [Int]
     }
 
     public init(
-        pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512,
+        pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512, writers: Int = 1,
         onHookFailure: (@Sendable (HookFailure) -> Void)? = nil
     ) {
         precondition(maxBatch > 0, "maxBatch must be positive")
+        precondition(writers > 0, "at least one writer")
+        self.writers = (0..<writers).map { DispatchQueue(label: "ledger.eventstore.append\($0)") }
+        queue = Mutex(PendingAppends(idleWriters: Array((0..<writers).reversed())))
         self.pool = pool
         self.hooks = hooks
         self.maxBatch = maxBatch
@@ -137,17 +141,15 @@ public final class EventStore: Sendable {
     }
 
     private func enqueue(_ request: Request) {
-        let startWriter = queue.withLock { state -> Bool in
+        let startWriter = queue.withLock { state -> Int? in
             state.requests.append(request)
-            if state.writing { return false }
-            state.writing = true
-            return true
+            return state.idleWriters.popLast()
         }
-        if startWriter { writer.async { self.drain() } }
+        if let startWriter { writers[startWriter].async { self.drain(writer: startWriter) } }
     }
 
-    /// Runs on `writer` until the queue is empty.
-    private func drain() {
+    /// Runs on writer `writer`'s queue until the queue is empty.
+    private func drain(writer: Int) {
         while true {
             let batch = queue.withLock { state -> [Request] in
                 var taken: [Request] = []
@@ -157,7 +159,7 @@ public final class EventStore: Sendable {
                     events += next.events.count
                     state.requests.removeFirst()
                 }
-                if taken.isEmpty { state.writing = false }
+                if taken.isEmpty { state.idleWriters.append(writer) }
                 return taken
             }
             if batch.isEmpty { return }
@@ -168,7 +170,9 @@ public final class EventStore: Sendable {
     private func write(_ batch: [Request]) {
         do {
             let (outcomes, reported) = try pool.withConnectionBlocking { connection in
-                try connection.transaction { connection in try self.insert(batch, on: connection) }
+                // Without hooks the function call is the whole transaction: one round trip.
+                if self.hooks.isEmpty { return try self.insert(batch, on: connection) }
+                return try connection.transaction { connection in try self.insert(batch, on: connection) }
             }
             record(batch: batch, outcomes: outcomes, hookFailures: reported)
             for failure in reported { onHookFailure?(failure) }

@@ -493,3 +493,24 @@ final class MigratorTests: XCTestCase {
         XCTAssertTrue(status.applied.contains("0001_events.sql"))
     }
 }
+
+final class AppendBenchmarkTests: XCTestCase {
+    /// Small by default so the suite stays fast; `LEDGER_BENCH_EVENTS` / `LEDGER_BENCH_CONCURRENCY`
+    /// (comma-separated) turn it into the real measurement.
+    func testBenchmarkMeasuresStoreAndPgbenchInOneRun() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let server = try XCTUnwrap(environment["LEDGER_TEST_DATABASE_URL"], "run with make test")
+        let events = Int(environment["LEDGER_BENCH_EVENTS"] ?? "") ?? 300
+        let levels = (environment["LEDGER_BENCH_CONCURRENCY"] ?? "8").split(separator: ",").compactMap { Int($0) }
+        for concurrency in levels {
+            let report = try await AppendBenchmark.run(conninfo: server, events: events, concurrency: concurrency)
+            print(report)
+            XCTAssertEqual(report.events, events)
+            XCTAssertGreaterThan(report.eventsPerSecond, 0)
+            XCTAssertLessThanOrEqual(report.batches, events)
+            XCTAssertNil(report.pgbenchNote)
+            XCTAssertNotNil(report.ratio, report.pgbenchNote ?? "")
+            XCTAssertTrue(report.description.contains("ratio"))
+        }
+    }
+}
