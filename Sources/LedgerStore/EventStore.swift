@@ -129,6 +129,21 @@ public final class EventStore: Sendable {
         return try result.get()
     }
 
+    /// `append` for threads outside Swift concurrency (libmicrohttpd callbacks): blocks the calling
+    /// thread until the commit. Never call it from an async task.
+    public func appendBlocking(_ events: [NewEvent]) throws(StoreError) -> [AppendOutcome] {
+        if events.isEmpty { return [] }
+        for event in events { try Self.validate(event) }
+        let box = ResultBox()
+        let done = DispatchSemaphore(value: 0)
+        enqueue(Request(events: events, complete: { result in
+            box.set(result)
+            done.signal()
+        }))
+        done.wait()
+        return try box.get()
+    }
+
     /// What the database would also refuse, caught early with a clearer message.
     static func validate(_ event: NewEvent) throws(StoreError) {
         if event.streamId.isEmpty { throw .invalidEvent("streamId is empty; every event needs a stream (see StreamNames)") }
@@ -326,5 +341,15 @@ public final class EventStore: Sendable {
                 expiresAt: try row.decode(Int64?.self, "expires_at"),
                 payload: try row.decode(Data.self, "payload"),
                 raw: try row.decode(Data.self, "raw")))
+    }
+}
+
+/// Carries a writer's answer to a thread blocked in `appendBlocking`.
+private final class ResultBox: Sendable {
+    private let value = Mutex<Result<[AppendOutcome], StoreError>?>(nil)
+    func set(_ result: Result<[AppendOutcome], StoreError>) { value.withLock { $0 = result } }
+    func get() throws(StoreError) -> [AppendOutcome] {
+        guard let result = value.withLock({ $0 }) else { throw .unavailable("the append was not answered") }
+        return try result.get()
     }
 }

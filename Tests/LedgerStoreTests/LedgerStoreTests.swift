@@ -246,6 +246,21 @@ final class EventStoreTests: StoreTestCase {
         XCTAssertEqual(store.metrics.hookFailures, ["broken": 1])
     }
 
+    func testAppendNotifiesListenersAtCommitAndBlockingAppendWorks() throws {
+        let listener = try NotificationListener(conninfo: database.serviceConninfo, channels: ["ledger_events"])
+        let outcomes = try store.appendBlocking([makeEvent(key: "n1"), makeEvent(key: "n2")])
+        XCTAssertEqual(outcomes.map(\.position), [1, 2])
+        var received: [PostgresNotification] = []
+        try eventually("the append's NOTIFY arrives") {
+            received += try listener.wait(timeout: .milliseconds(200))
+            return !received.isEmpty
+        }
+        XCTAssertEqual(received.map(\.payload), ["2"], "the payload is the batch's last position")
+        XCTAssertEqual(try store.appendBlocking([makeEvent(key: "n1")]).map(\.duplicate), [true])
+        XCTAssertEqual(try listener.wait(timeout: .milliseconds(200)), [], "a duplicate commits nothing and notifies nobody")
+        XCTAssertThrowsError(try store.appendBlocking([makeEvent(key: "")]))
+    }
+
     func testStoreAnswersUnavailableWhileTheServerIsDownAndRecoversAfter() async throws {
         _ = try await store.append(makeEvent(key: "before"))
         try TestServer.run(.stop)
