@@ -78,6 +78,7 @@ public final class EventStore: Sendable {
     /// second lets the next batch reach the server while the current one commits, but halves the
     /// batches (measured: no gain on 2 cores). Kept configurable for faster disks and more cores.
     private let writers: [DispatchQueue]
+    private let linger: DispatchTimeInterval
 
     private struct Request: Sendable {
         let events: [NewEvent]
@@ -91,10 +92,12 @@ public final class EventStore: Sendable {
 
     public init(
         pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512, writers: Int = 1,
+        linger: Duration = .microseconds(500),
         onHookFailure: (@Sendable (HookFailure) -> Void)? = nil
     ) {
         precondition(maxBatch > 0, "maxBatch must be positive")
         precondition(writers > 0, "at least one writer")
+        self.linger = .nanoseconds(Int(linger.components.seconds * 1_000_000_000 + linger.components.attoseconds / 1_000_000_000))
         self.writers = (0..<writers).map { DispatchQueue(label: "ledger.eventstore.append\($0)") }
         queue = Mutex(PendingAppends(idleWriters: Array((0..<writers).reversed())))
         self.pool = pool
@@ -165,7 +168,17 @@ public final class EventStore: Sendable {
 
     /// Runs on writer `writer`'s queue until the queue is empty.
     private func drain(writer: Int) {
+        var lastBatch = 0
         while true {
+            // The callers just answered usually append again at once; if fewer requests are
+            // waiting than were just served, give them a moment to arrive so the next commit
+            // carries them too (PostgreSQL's commit_delay idea, bounded by `linger`).
+            if lastBatch > 1 {
+                let deadline = DispatchTime.now() + linger
+                while queue.withLock({ $0.requests.count }) < lastBatch && DispatchTime.now() < deadline {
+                    usleep(50)
+                }
+            }
             let batch = queue.withLock { state -> [Request] in
                 var taken: [Request] = []
                 var events = 0
@@ -178,6 +191,7 @@ public final class EventStore: Sendable {
                 return taken
             }
             if batch.isEmpty { return }
+            lastBatch = batch.count
             write(batch)
         }
     }
