@@ -338,6 +338,28 @@ final class ImmutabilityTests: StoreTestCase {
 }
 
 final class OrderingTests: StoreTestCase {
+    func testCheckpointReaderSeesContiguousPositionsDuringConcurrentAppends() async throws {
+        let store = self.store!
+        let writers = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<16 {
+                    group.addTask { for i in 0..<15 { _ = try await store.append(makeEvent(stream: "w\(writer)", key: "\(writer)-\(i)")) } }
+                }
+                try await group.waitForAll()
+            }
+        }
+        var checkpoint: Int64 = 0
+        let deadline = Date().addingTimeInterval(30)
+        while checkpoint < 240 && Date() < deadline {
+            for event in try await store.readAll(after: checkpoint, limit: 37) {
+                XCTAssertEqual(event.position, checkpoint + 1, "a reader following positions must never see a gap")
+                checkpoint = event.position
+            }
+        }
+        try await writers.value
+        XCTAssertEqual(checkpoint, 240)
+    }
+
     /// The classic gap: with a plain sequence, a reader that follows `id > checkpoint` skips a row
     /// whose transaction took its id first but committed last.
     func testNaiveSequenceReaderSkipsALateCommit() throws {
