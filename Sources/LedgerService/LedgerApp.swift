@@ -16,6 +16,7 @@ public final class LedgerApp: Sendable {
     public let log: Log
     let migrationsDirectory: URL?
     let apple: AppleWebhook
+    let wechat: WeChatWebhook
     public let catalog: ProductCatalog
     public let projector: Projector
     public let queries: ProjectionQueries
@@ -26,6 +27,7 @@ public final class LedgerApp: Sendable {
         do { self.apple = try AppleWebhook(configuration: configuration.apple) } catch {
             throw .configuration("Apple: \(error)")
         }
+        self.wechat = try WeChatWebhook(configuration: configuration.wechat)
         self.log = log
         self.migrationsDirectory = migrationsDirectory
         let metrics = Metrics()
@@ -86,6 +88,8 @@ public final class LedgerApp: Sendable {
         addHealthRoutes(to: &router)
         addAppleRoutes(to: &router)
         addQueryRoutes(to: &router)
+        addWeChatRoutes(to: &router)
+        addRefundRoutes(to: &router)
         return router
     }
 
