@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 
 /// A same-run baseline a benchmark is compared with (e.g. pgbench single-row insert tps at the
 /// same concurrency, from the store's AppendBenchmark). The caller supplies it, so there is one
@@ -54,6 +55,7 @@ public enum IngestBenchmark {
         /// Must be accepted by the service (LEDGER_APPLE_BUNDLE_IDS / _ENVIRONMENTS).
         public var bundleId: String
         public var environment: String
+        /// nil: no baseline. `IngestBenchmark.pgbenchBaseline(serverConninfo:)` is the one issue 3 asks for.
         public var baseline: BaselineRunner?
 
         public init(baseURL: String, notifications: Int = 10_000, connections: Int = 32, warmup: Int = 500,
@@ -93,6 +95,25 @@ public enum IngestBenchmark {
                 lines.append("  baseline: not measured (no pgbench runner given)")
             }
             return lines.joined(separator: "\n")
+        }
+    }
+
+    /// pgbench single-row INSERT transactions per second at the benchmark's concurrency, in a
+    /// scratch database on `serverConninfo`'s cluster (AppendBenchmark's runner, so the project has
+    /// one), each row carrying `rawBytes` of raw evidence like one ingested notification.
+    public static func pgbenchBaseline(serverConninfo: String, transactionsPerClient: Int = 300, rawBytes: Int = 12 * 1024) -> BaselineRunner {
+        { connections in
+            let database = try TestDatabase.create(serverConninfo: serverConninfo, prefix: "ledger_bench")
+            defer { try? database.drop() }
+            var random = SystemRandomNumberGenerator()
+            let sample = NewEvent(
+                streamId: "7000000000000001", dedupeKey: "pgbench", source: .apple, type: "DID_RENEW", environment: "Sandbox",
+                signedAt: 1_767_225_600_000, expiresAt: 1_769_817_600_000,
+                payload: Data(#"{"notificationType":"DID_RENEW","data":{"bundleId":"com.example","environment":"Sandbox"}}"#.utf8),
+                raw: Data((0..<max(1, rawBytes)).map { _ in UInt8.random(in: 0...255, using: &random) }))
+            let result = try AppendBenchmark.runPgbench(database: database, sample: sample, transactionsPerClient: transactionsPerClient, clients: connections)
+            return BaselineMeasurement(name: "pgbench single-row INSERT tps",
+                                       perSecond: result.tps, detail: "(\(connections) clients × \(transactionsPerClient), \(rawBytes / 1024) KB raw per row)")
         }
     }
 

@@ -353,6 +353,14 @@ final class ReliabilityAuditTests: XCTestCase {
         XCTAssertEqual(clean.stored, 1)
     }
 
+    /// The ingest benchmark's baseline really runs pgbench (AppendBenchmark's runner) in a scratch database.
+    func testPgbenchBaselineMeasuresSingleRowInserts() async throws {
+        let server = try XCTUnwrap(ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"], "run under make test")
+        let baseline = try await IngestBenchmark.pgbenchBaseline(serverConninfo: server, transactionsPerClient: 20, rawBytes: 2048)(2)
+        XCTAssertGreaterThan(baseline.perSecond, 0)
+        XCTAssertTrue(baseline.detail.contains("2 clients"), baseline.detail)
+    }
+
     func testUnknownScenarioIsRefused() async throws {
         let options = try ReliabilityOptions(ledgerBinary: "/bin/true")
         do {
