@@ -222,6 +222,9 @@ public struct Rebuilder: Sendable {
         let reader = try Connection(conninfo: conninfo)
         return try reader.transaction { reader -> (Int64, Int, Int) in
             try reader.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
+            // CopyRowFields reads timestamps in this one format.
+            try reader.query("SET LOCAL TimeZone = 'UTC'", name: "UTC timestamps")
+            try reader.query("SET LOCAL DateStyle = 'ISO, YMD'", name: "ISO timestamps")
             let head = try reader.query("SELECT position FROM event_head", name: "snapshot head").first?.decode(Int64.self, "position") ?? 0
             var current: String?
             var facts: [SubscriptionFact] = []
@@ -262,7 +265,7 @@ public struct Rebuilder: Sendable {
 
     /// The rebuild's read, exactly (the benchmark copies it out without folding to compare).
     public static func bulkQuery(head: Int64) -> String {
-        "COPY (SELECT \(FactReader.columns(asText: false))\n\(FactReader.from)\nWHERE e.position <= \(head) ORDER BY e.stream_id, e.position) TO STDOUT"
+        "COPY (SELECT \(FactReader.columns)\n\(FactReader.from)\nWHERE e.position <= \(head) ORDER BY e.stream_id, e.position) TO STDOUT"
     }
 
     /// VmHWM of /proc/self/status, in bytes.
