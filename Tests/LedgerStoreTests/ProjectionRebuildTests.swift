@@ -23,7 +23,17 @@ final class ProjectionRebuildTests: XCTestCase {
         database?.drop()
     }
 
+    /// Index definitions of the projection tables without their names (which differ by generation).
+    func indexShapes() throws -> [String] {
+        try database.adminQuery("""
+            SELECT regexp_replace(indexdef, 'INDEX \\S+ ON', 'INDEX ON') AS shape FROM pg_indexes
+            WHERE schemaname = 'projections' ORDER BY 1
+            """).rows.map { try $0.decode(String.self, "shape") }
+    }
+
     func testRebuiltTablesEqualTheLiveOnesAfterConcurrentIngestion() async throws {
+        let migrationIndexes = try indexShapes()
+        XCTAssertEqual(migrationIndexes.count, 6)
         let store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
         var events = try ProjectionFixture.events(customers: 40, seed: 99)
         events.append(ProjectionFixture.hostileEvent(stream: "9000000000003", customer: "tab\tcustomer"))
@@ -76,6 +86,8 @@ final class ProjectionRebuildTests: XCTestCase {
             let grants = try await queries.entitlements(customerId: customer, now: Self.now)
             XCTAssertEqual(grants, view.entitlements(catalog: ProjectionFixture.catalog, customerId: customer))
         }
+
+        XCTAssertEqual(try indexShapes(), migrationIndexes, "a rebuilt table must have the migration's keys and indexes")
 
         // A second rebuild with no traffic changes nothing, and the live hook keeps working on
         // the swapped-in tables.

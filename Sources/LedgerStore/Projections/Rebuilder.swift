@@ -132,7 +132,9 @@ public struct Rebuilder: Sendable {
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             for table in tables {
                 try writer.query("DROP TABLE IF EXISTS \(table.qualified(next: true))", name: "drop stale next table")
-                try writer.query("CREATE TABLE \(table.qualified(next: true)) (LIKE \(table.qualified()) INCLUDING ALL)", name: "create next table")
+                try writer.query(
+                    "CREATE TABLE \(table.qualified(next: true)) (LIKE \(table.qualified()) INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+                    name: "create next table")
             }
             var buffers = CopyBuffers()
             let now = projector.clock()
@@ -141,7 +143,10 @@ public struct Rebuilder: Sendable {
                 if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
             }
             try buffers.flush(on: writer, next: true)
-            for table in tables { try writer.query("ANALYZE \(table.qualified(next: true))", name: "analyze next table") }
+            for table in tables {
+                for statement in table.indexStatements(next: true) { try writer.query(statement, name: "index next table") }
+                try writer.query("ANALYZE \(table.qualified(next: true))", name: "analyze next table")
+            }
             return scan
         }
 
