@@ -54,7 +54,7 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "LedgerTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "WeChatPayTests", dependencies: ["WeChatPay"], swiftSettings: swiftSettings),
+        .testTarget(name: "WeChatPayTests", dependencies: ["WeChatPay", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerServiceTests", dependencies: ["LedgerService", "LedgerTesting"], swiftSettings: swiftSettings),
     ]

@@ -35,12 +35,12 @@ struct AppleWebhook: Sendable {
 extension LedgerApp {
     func addAppleRoutes(to router: inout Router) {
         router.add("POST", "/v1/apple/notifications") { [self] request in
-            await ingestApple(version: "v2", request: request) { ingestor in
+            await ingestApple(version: "v2", request: request) { (ingestor) throws(AppleVerificationError) -> NewEvent in
                 try ingestor.ingestV2(body: request.body)
             }
         }
         router.add("POST", "/v1/apple/notifications/v1") { [self] request in
-            await ingestApple(version: "v1", request: request) { [apple] ingestor in
+            await ingestApple(version: "v1", request: request) { [apple] (ingestor) throws(AppleVerificationError) -> NewEvent in
                 try ingestor.ingestV1(body: request.body, sharedSecret: apple.sharedSecret?.value)
             }
         }

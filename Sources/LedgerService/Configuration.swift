@@ -51,6 +51,10 @@ public struct LedgerConfiguration: Sendable {
         /// The EncodingAESKey before the last rotation, still accepted while WeChat switches over.
         public var previousAESKey: Secret?
         public var appKey: Secret?
+        /// The xpay offer id that signData names (wx.requestAppleSubscribeSign).
+        public var offerId: String?
+        /// Plaintext mode authenticates only the query string, not the body: off unless asked for.
+        public var allowPlaintext = false
         public var apiBaseURL: String = "https://api.weixin.qq.com"
         /// The refund-inquiry policy, as the WeChatPay module reads it.
         public var refundPolicyJSON: Data?
@@ -145,6 +149,8 @@ public struct LedgerConfiguration: Sendable {
             if let s = try string(w["previousAESKey"], "wechat.previousAESKey") { wechat.previousAESKey = Secret(s) }
             if let s = try string(w["appKey"], "wechat.appKey") { wechat.appKey = Secret(s) }
             if let s = try string(w["apiBaseURL"], "wechat.apiBaseURL") { wechat.apiBaseURL = s }
+            if let s = try string(w["offerId"], "wechat.offerId") { wechat.offerId = s }
+            if let b = w["allowPlaintext"] as? Bool { wechat.allowPlaintext = b }
             if let p = w["refundPolicy"] {
                 wechat.refundPolicyJSON = try? JSONSerialization.data(withJSONObject: p, options: [.sortedKeys])
             }
@@ -203,6 +209,8 @@ public struct LedgerConfiguration: Sendable {
         if let v = env["LEDGER_WECHAT_PREVIOUS_AES_KEY"], !v.isEmpty { wechat.previousAESKey = Secret(v) }
         if let v = env["LEDGER_WECHAT_APP_KEY"], !v.isEmpty { wechat.appKey = Secret(v) }
         if let v = env["LEDGER_WECHAT_API_BASE_URL"], !v.isEmpty { wechat.apiBaseURL = v }
+        if let v = env["LEDGER_WECHAT_OFFER_ID"], !v.isEmpty { wechat.offerId = v }
+        if let v = env["LEDGER_WECHAT_ALLOW_PLAINTEXT"] { wechat.allowPlaintext = v == "1" || v == "true" }
         if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
         if let v = env["LEDGER_TOKENS"], !v.isEmpty {
             for pair in v.split(separator: ",") {

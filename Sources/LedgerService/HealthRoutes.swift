@@ -28,10 +28,10 @@ extension LedgerApp {
                     ? "migrations pending: \(status.pending.joined(separator: ", ")); run `ledger migrate`"
                     : "landed migrations changed on disk: \(status.changed.joined(separator: ", "))"
             }
-        } catch let e as MigrationError where e.isUnavailable {
+        } catch MigrationError.database(let e) where e.isUnavailable {
             ready = false
             body["database"] = "unavailable"
-            body["reason"] = "the database is not reachable: \(e)"
+            body["reason"] = "the database is not reachable: \(e.message)"
         } catch {
             ready = false
             body["database"] = "unavailable"
@@ -42,6 +42,14 @@ extension LedgerApp {
         return JSONBody.response(ready ? 200 : 503, body)
     }
 
-    /// Filled in by the projections: each projection's checkpoint, lag and error.
-    func projectionHealth(_ ready: inout Bool) async -> [[String: Any]] { [] }
+    /// Each projection's checkpoint, lag and error; a stopped projection makes the service not ready,
+    /// because its answers are stale until the failing event is dealt with.
+    func projectionHealth(_ ready: inout Bool) async -> [[String: Any]] {
+        guard let statuses = try? await ProjectionStatusReader.statuses(pool) else { return [] }
+        return statuses.map { s in
+            if s.isFailed { ready = false }
+            return ["name": s.name, "position": s.position, "head": s.head, "lag": s.lag, "status": s.status,
+                    "lastError": s.lastError ?? NSNull()] as [String: Any]
+        }
+    }
 }

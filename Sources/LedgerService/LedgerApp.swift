@@ -16,20 +16,32 @@ public final class LedgerApp: Sendable {
     public let log: Log
     let migrationsDirectory: URL?
     let apple: AppleWebhook
+    let wechat: WeChatWebhook
+    public let catalog: ProductCatalog
+    public let projector: Projector
+    public let queries: ProjectionQueries
+    let worker: ProjectionWorker
 
     public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) throws(LedgerAppError) {
         self.configuration = configuration
         do { self.apple = try AppleWebhook(configuration: configuration.apple) } catch {
             throw .configuration("Apple: \(error)")
         }
+        self.wechat = try WeChatWebhook(configuration: configuration.wechat)
         self.log = log
         self.migrationsDirectory = migrationsDirectory
         let metrics = Metrics()
         self.metrics = metrics
+        do { self.catalog = try ProductCatalog.decode(json: configuration.productsJSON) } catch {
+            throw .configuration("products: \(error)")
+        }
+        self.projector = Projector(catalog: catalog)
         self.pool = ConnectionPool(
             conninfo: configuration.databaseURL, maxConnections: configuration.databasePoolSize,
             acquireTimeout: .seconds(5))
-        self.store = EventStore(pool: pool, hooks: [], onHookFailure: { failure in
+        self.queries = ProjectionQueries(pool: pool)
+        self.worker = ProjectionWorker(pool: pool, projector: projector)
+        self.store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)], onHookFailure: { failure in
             metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
             log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
         })
@@ -75,6 +87,9 @@ public final class LedgerApp: Sendable {
         var router = Router()
         addHealthRoutes(to: &router)
         addAppleRoutes(to: &router)
+        addQueryRoutes(to: &router)
+        addWeChatRoutes(to: &router)
+        addRefundRoutes(to: &router)
         return router
     }
 
@@ -112,8 +127,17 @@ enum JSONBody {
 }
 
 extension LedgerApp {
-    /// Starts the work that runs beside the HTTP server (the projection catch-up worker).
-    public func startBackgroundWork() async {}
-    /// Stops it, letting a batch in progress commit.
-    public func stopBackgroundWork() async {}
+    /// Starts the projection catch-up worker beside the HTTP server: it advances projections that
+    /// fell behind the live hook (after a failure was fixed, or a restart) from their checkpoints.
+    public func startBackgroundWork() async {
+        let worker = self.worker, log = self.log
+        Task.detached {
+            await worker.run(pollInterval: .seconds(1)) { error in
+                log.error("projection worker", ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Stops it; a batch in progress commits or rolls back as a whole.
+    public func stopBackgroundWork() async { worker.stop() }
 }

@@ -294,7 +294,7 @@ public final class EventStore: Sendable {
         }
     }
 
-    private func select(_ sql: String, _ parameters: [PostgresValue], name: String) async throws(StoreError) -> [RecordedEvent] {
+    func select(_ sql: String, _ parameters: [PostgresValue], name: String) async throws(StoreError) -> [RecordedEvent] {
         do {
             return try await pool.withConnection { connection in
                 try connection.query(sql, parameters, name: name).rows.map(Self.decode)

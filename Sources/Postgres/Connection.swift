@@ -145,6 +145,7 @@ public final class Connection: @unchecked Sendable {
     /// Runs `body` in a transaction: COMMIT when it returns, ROLLBACK when it throws (the error is
     /// rethrown). A body that swallowed a statement error leaves the transaction aborted; the
     /// COMMIT then rolls back, and this reports it instead of pretending the work landed.
+    @discardableResult
     public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
         try query("BEGIN", name: "BEGIN")
         let value: T
@@ -163,6 +164,7 @@ public final class Connection: @unchecked Sendable {
 
     /// Runs `body` inside a SAVEPOINT of the current transaction: on error only its work is undone
     /// and the transaction stays usable; the error is rethrown.
+    @discardableResult
     public func savepoint<T>(_ body: (Connection) throws -> T) throws -> T {
         savepointCounter += 1
         // Generated, never caller-supplied, so safe to put in the SQL text.
@@ -204,12 +206,18 @@ public final class Connection: @unchecked Sendable {
         if isBroken { return false }
         let socket = PQsocket(handle)
         guard socket >= 0 else { return false }
-        var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
-        let ready = poll(&descriptor, 1, 0)
-        if ready < 0 { return false }
-        if ready == 0 { return true }
-        if PQconsumeInput(handle) == 0 { return false }
-        return !isBroken
+        // The termination notice and the EOF may arrive in separate reads; EOF stays readable,
+        // so keep consuming until the socket is quiet or libpq declares the connection dead.
+        for _ in 0..<8 {
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&descriptor, 1, 0)
+            if ready < 0 { return false }
+            if ready == 0 { return !isBroken }
+            if descriptor.revents & Int16(POLLHUP | POLLERR) != 0 { return false }
+            if PQconsumeInput(handle) == 0 || isBroken { return false }
+        }
+        // Still readable after several reads while idle: nothing legitimate streams that much.
+        return false
     }
 
     // MARK: LISTEN / NOTIFY

@@ -96,6 +96,7 @@ public final class ConnectionPool: Sendable {
     }
 
     /// Runs `body` with a connection of its own on the connection's thread and returns its result.
+    @discardableResult
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             acquire { result in
@@ -112,12 +113,14 @@ public final class ConnectionPool: Sendable {
     }
 
     /// `withConnection` wrapped in a transaction.
+    @discardableResult
     public func transaction<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withConnection { connection in try connection.transaction(body) }
     }
 
     /// The blocking form, for code on its own threads (C callbacks, a dedicated writer queue).
     /// Never call it from a Swift concurrency task: it parks the thread while it waits.
+    @discardableResult
     public func withConnectionBlocking<T>(_ body: (Connection) throws -> T) throws -> T {
         let delivered = Mutex<Result<Lease, PostgresError>?>(nil)
         let ready = DispatchSemaphore(value: 0)

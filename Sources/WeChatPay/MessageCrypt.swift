@@ -88,7 +88,12 @@ enum MessageCipher {
 public enum PushSignature {
     public static func compute(_ parts: [String]) -> String {
         let sorted = parts.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
-        return Hex.encode(Digest.sha1(Array(sorted.joined())))
+        // Whole-array appends, not `joined()`: its per-byte generic iteration made signing a
+        // 1 KB Encrypt cost ~0.3 ms in a debug build, the slowest step of opening a push.
+        var joined: [UInt8] = []
+        joined.reserveCapacity(sorted.reduce(0) { $0 + $1.count })
+        for part in sorted { joined.append(contentsOf: part) }
+        return Hex.encode(Digest.sha1(joined))
     }
 
     static func matches(_ expected: String, _ parts: [String]) -> Bool {

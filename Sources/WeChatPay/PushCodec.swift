@@ -38,7 +38,7 @@ enum PushCodec {
     // MARK: JSON
 
     static func parseJSON(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> PushValue {
-        try checkJSONDepth(bytes, maxDepth: maxDepth)
+        let members = try checkJSONDepth(bytes, maxDepth: maxDepth)
         let value: PushValue
         do {
             value = try JSONDecoder().decode(PushValue.self, from: Data(bytes))
@@ -46,29 +46,64 @@ enum PushCodec {
             throw .invalidJSON("not a JSON document")
         }
         guard case .object = value else { throw .notAnObject }
+        // JSONDecoder keeps the first of two equal member names, PostgreSQL's jsonb the last: the
+        // stored payload would say something else than what the ledger acted on (found by the fuzzer).
+        // Every member has one `:` outside strings, so fewer decoded members means a duplicate.
+        guard memberCount(value) == members else { throw .invalidJSON("an object has the same member name twice") }
         return value
     }
 
-    /// Counts bracket depth outside strings, so a hostile `[[[[…` is refused before the decoder
-    /// recurses into it.
-    static func checkJSONDepth(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) {
-        var depth = 0
-        var inString = false
-        var escaped = false
-        for b in bytes {
-            if inString {
-                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch b {
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "{"), UInt8(ascii: "["):
-                depth += 1
-                if depth > maxDepth { throw .nestingTooDeep(limit: maxDepth) }
-            case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
-            default: break
-            }
+    static func memberCount(_ v: PushValue) -> Int {
+        switch v {
+        case .object(let o): return o.values.reduce(o.count) { $0 + memberCount($1) }
+        case .array(let a): return a.reduce(0) { $0 + memberCount($1) }
+        default: return 0
         }
+    }
+
+    /// Counts bracket depth outside strings, so a hostile `[[[[…` is refused before the decoder
+    /// recurses into it; and refuses the escape `\u0000`, which JSONDecoder accepts but PostgreSQL's
+    /// jsonb cannot store (the payload column would refuse the append).
+    /// Numeric byte values and a raw buffer: this runs over every byte of every JSON push, and in a
+    /// debug build `UInt8(ascii:)` per byte made it the slowest step of parsing.
+    /// Returns the number of `:` outside strings (the object members of a valid document).
+    @discardableResult
+    static func checkJSONDepth(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> Int {
+        let quote: UInt8 = 0x22, backslash: UInt8 = 0x5C, u: UInt8 = 0x75, zero: UInt8 = 0x30
+        var members = 0
+        let result: WeChatPushError? = bytes.withUnsafeBufferPointer { b -> WeChatPushError? in
+            var depth = 0
+            var inString = false
+            var i = 0
+            let n = b.count
+            while i < n {
+                let c = b[i]
+                i += 1
+                if inString {
+                    if c == backslash, i < n {
+                        if b[i] == u, i + 4 < n, b[i + 1] == zero, b[i + 2] == zero, b[i + 3] == zero, b[i + 4] == zero {
+                            return .invalidJSON("the escape \\u0000 (NUL) cannot be stored")
+                        }
+                        i += 1
+                    } else if c == quote {
+                        inString = false
+                    }
+                    continue
+                }
+                switch c {
+                case quote: inString = true
+                case 0x7B, 0x5B: // { [
+                    depth += 1
+                    if depth > maxDepth { return .nestingTooDeep(limit: maxDepth) }
+                case 0x7D, 0x5D: depth -= 1 // } ]
+                case 0x3A: members += 1 // :
+                default: break
+                }
+            }
+            return nil
+        }
+        if let result { throw result }
+        return members
     }
 
     // MARK: XML
@@ -114,6 +149,9 @@ enum PushCodec {
     }
 
     static func parseXML(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> PushValue {
+        // FoundationXML (swift-corelibs) traps on an element name that is not UTF-8 (found by the
+        // fuzzer: `<E\xdaFmpty/>` kills the process). WeChat sends UTF-8 only: refuse anything else here.
+        guard String(validating: bytes, as: UTF8.self) != nil else { throw .invalidXML("body is not valid UTF-8") }
         try preflightXML(bytes)
         let parser = XMLParser(data: Data(bytes))
         parser.shouldResolveExternalEntities = false

@@ -166,7 +166,9 @@ public struct PushReceiver: Sendable {
         let (ts, nonce) = try timestampAndNonce(query)
         let format = try PushFormat.detect(bytes)
         let envelope = try PushCodec.parse(bytes, format: format, maxDepth: config.maxDepth)
-        let raw = RawPush.encode(query: query, body: bytes, format: format)
+        // The evidence is encoded only for a push that passed every check: unauthenticated junk
+        // should cost as little as possible.
+        var raw: Data { RawPush.encode(query: query, body: bytes, format: format) }
 
         let encryptedByQuery = query.encryptType?.lowercased() == "aes"
         if let t = query.encryptType, !encryptedByQuery, t.lowercased() != "raw" {

@@ -23,8 +23,11 @@ public enum RefundInquiryAnswer {
         guard let order = q.payOrderId, let asked = q.refundTime else {
             throw .missingField(event: XPayEventName.refundInquiry, field: "pay_order_id and refund_time")
         }
-        return RefundInquiryFacts(payOrderId: order, customer: customer, askedAt: asked * 1000,
-                                  orderTime: q.orderTime.map { $0 * 1000 }, provideStatus: q.provideStatus,
+        guard let askedAt = epochMillis(seconds: asked) else {
+            throw .invalidField(event: XPayEventName.refundInquiry, field: "refund_time", reason: "is not a Unix time in seconds")
+        }
+        return RefundInquiryFacts(payOrderId: order, customer: customer, askedAt: askedAt,
+                                  orderTime: q.orderTime.flatMap(epochMillis(seconds:)), provideStatus: q.provideStatus,
                                   delivery: delivery, entitlementUse: entitlementUse, earlierRefunds: earlierRefunds)
     }
 

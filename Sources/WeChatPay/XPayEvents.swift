@@ -137,13 +137,13 @@ public struct XPayNotification: Sendable {
 
     /// Business time, ms.
     public var signedAt: EpochMillis? {
-        let createMs = push.message.int64("CreateTime").map { $0 * 1000 }
+        let createMs = push.message.int64("CreateTime").flatMap(epochMillis(seconds:))
         switch message {
         case .signingResult(let s): return s.subscription.signedTime ?? createMs
         case .unsigning(let u): return u.subscription.unsignedTime ?? createMs
-        case .goodsDelivery(let d): return d.paidTime.map { $0 * 1000 } ?? createMs
-        case .refundInquiry(let q): return q.refundTime.map { $0 * 1000 }
-        case .refundOutcome(let r): return (r.refundSuccTimestamp ?? r.refundStartTimestamp).map { $0 * 1000 } ?? createMs
+        case .goodsDelivery(let d): return d.paidTime.flatMap(epochMillis(seconds:)) ?? createMs
+        case .refundInquiry(let q): return q.refundTime.flatMap(epochMillis(seconds:))
+        case .refundOutcome(let r): return (r.refundSuccTimestamp ?? r.refundStartTimestamp).flatMap(epochMillis(seconds:)) ?? createMs
         case .other: return createMs
         }
     }
@@ -167,6 +167,13 @@ public struct XPayNotification: Sendable {
     static func contentHash(_ message: PushValue) -> String {
         Hex.encode(Digest.sha256(message.removing(["CreateTime", "RetryTimes"]).canonicalJSON()))
     }
+}
+
+/// WeChat's times are Unix seconds. A corrupt or hostile value (the fuzzer found 6479066520700676582)
+/// times 1000 overflows Int64 and would trap the service: such a time is unknown (nil), not a crash.
+func epochMillis(seconds: Int64) -> EpochMillis? {
+    let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+    return overflow ? nil : ms
 }
 
 /// The ledger's link from a provisional order stream to the subscription it belongs to: a new

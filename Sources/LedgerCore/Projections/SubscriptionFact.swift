@@ -8,7 +8,7 @@ public enum FactSource: String, Sendable, Hashable, Codable, CaseIterable {
     /// An App Store Server Notification V2 (`notificationType`/`subtype` say which).
     case appleNotification = "apple"
     /// WeChat xpay `xpay_apple_subscribe_signing_result_notify`: the renewal contract exists.
-    /// Not produced yet: the WeChatPay module will translate its events into facts.
+    /// The WeChat kinds are built by `SubscriptionFact.decodeWeChat` and folded by `WeChatSubscriptionFold`.
     case wechatContractSigned = "wechat.contract_signed"
     /// WeChat xpay `xpay_goods_deliver_notify`: one paid period delivered (carries a transaction).
     case wechatPeriodDelivered = "wechat.period_delivered"
@@ -237,11 +237,12 @@ public struct SubscriptionFact: Sendable, Hashable {
         )
     }
 
-    /// Decodes a stored Apple event. Nil for events that change no subscription (other sources
-    /// for now: WeChat events will be translated by the WeChatPay module into facts).
+    /// Decodes a stored Apple or WeChat event (WeChat: see `WeChatFacts.swift`). Nil for events
+    /// that change no subscription (ledger decisions, TEST, inquiries, …).
     public static func decode(
         _ event: RecordedEvent, decoder: JSONDecoder = JSONDecoder()
     ) throws(SubscriptionFactError) -> SubscriptionFact? {
+        if event.event.source == .wechat { return try decodeWeChat(event, decoder: decoder) }
         guard event.event.source == .apple else { return nil }
         let payload: AppleEventPayload
         do {

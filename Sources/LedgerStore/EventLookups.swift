@@ -1,0 +1,34 @@
+import Foundation
+import LedgerCore
+import Postgres
+
+/// Reads across streams that the webhooks need while answering: the stream an order belongs to,
+/// an event by its dedupe key, the events of given types (refund cases).
+extension EventStore {
+    /// Events stored under any of `dedupeKeys`, in position order.
+    public func events(dedupeKeys: [String]) async throws(StoreError) -> [RecordedEvent] {
+        guard !dedupeKeys.isEmpty else { return [] }
+        return try await select(
+            "SELECT \(Self.columns) FROM events WHERE dedupe_key = ANY($1) ORDER BY position",
+            [.array(dedupeKeys.map { .text($0) }, of: .text)], name: "events by dedupe key")
+    }
+
+    /// Events of the given streams, in position order.
+    public func read(streams: [String]) async throws(StoreError) -> [RecordedEvent] {
+        guard !streams.isEmpty else { return [] }
+        return try await select(
+            "SELECT \(Self.columns) FROM events WHERE stream_id = ANY($1) ORDER BY position",
+            [.array(streams.map { .text($0) }, of: .text)], name: "read streams")
+    }
+
+    /// Events whose type is one of `types` (or starts with one of `typePrefixes`), in position order.
+    public func events(types: [String], typePrefixes: [String] = []) async throws(StoreError) -> [RecordedEvent] {
+        try await select(
+            """
+            SELECT \(Self.columns) FROM events
+            WHERE type = ANY($1) OR type LIKE ANY(SELECT replace(replace(p, '%', '\\%'), '_', '\\_') || '%' FROM unnest($2::text[]) p)
+            ORDER BY position
+            """,
+            [.array(types.map { .text($0) }, of: .text), .array(typePrefixes.map { .text($0) }, of: .text)], name: "events by type")
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+import LedgerStore
+import Postgres
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum TestDatabaseError: Error, CustomStringConvertible {
+    case missingEnvironment(String)
+
+    public var description: String {
+        switch self {
+        case .missingEnvironment(let variable):
+            return "\(variable) is not set: run the tests with `make test`, or `scripts/db.sh start && eval \"$(scripts/db.sh env)\"` first"
+        }
+    }
+}
+
+/// A fresh, uniquely named, migrated database on the project-local PostgreSQL, so every test (or
+/// benchmark) starts from an empty ledger and never sees another's rows. Call `drop()` when done.
+public struct TestDatabase: Sendable {
+    public let name: String
+    /// Superuser on this database (for setup, and for proving what even a superuser cannot do).
+    public let adminConninfo: String
+    /// The restricted `ledger_service` role on this database: what the service runs as.
+    public let serviceConninfo: String
+    /// Superuser on the maintenance database, from which this one was created.
+    public let serverConninfo: String
+
+    /// - Parameter serverConninfo: a superuser connection; defaults to `LEDGER_TEST_DATABASE_URL`.
+    public static func create(migrate: Bool = true, serverConninfo: String? = nil, prefix: String = "ledger_test") throws -> TestDatabase {
+        let server: String
+        if let serverConninfo {
+            server = serverConninfo
+        } else if let fromEnvironment = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"], !fromEnvironment.isEmpty {
+            server = fromEnvironment
+        } else {
+            throw TestDatabaseError.missingEnvironment("LEDGER_TEST_DATABASE_URL")
+        }
+        let suffix = UInt64.random(in: 0...UInt64.max) & 0xffff_ffff_ffff
+        let name = "\(prefix)_\(ProcessInfo.processInfo.processIdentifier)_\(String(suffix, radix: 16))"
+        let info = try ConnectionInfo(parsing: server)
+        let connection = try Connection(conninfo: server)
+        try connection.query("CREATE DATABASE \(try connection.quoteIdentifier(name))", name: "create test database")
+        let database = TestDatabase(
+            name: name,
+            adminConninfo: info.with("dbname", name).conninfo,
+            serviceConninfo: info.with("dbname", name).with("user", "ledger_service").conninfo,
+            serverConninfo: server)
+        if migrate {
+            do {
+                try Migrator(conninfo: database.adminConninfo, directory: try Migrator.locateDirectory()).migrate()
+            } catch {
+                try? database.drop()
+                throw error
+            }
+        }
+        return database
+    }
+
+    /// Drops the database, disconnecting anything still connected to it.
+    public func drop() throws {
+        let connection = try Connection(conninfo: serverConninfo)
+        try connection.query("DROP DATABASE IF EXISTS \(try connection.quoteIdentifier(name)) WITH (FORCE)", name: "drop test database")
+    }
+}
+
+/// Stops, starts and restarts the project-local server through `scripts/db.sh`, for tests that
+/// prove the ledger survives a database restart.
+public enum TestServer {
+    public enum Command: String { case stop, start, restart }
+
+    public static func run(_ command: Command) throws {
+        guard let script = ProcessInfo.processInfo.environment["LEDGER_TEST_DB_SCRIPT"], !script.isEmpty else {
+            throw TestDatabaseError.missingEnvironment("LEDGER_TEST_DB_SCRIPT")
+        }
+        // posix_spawn + waitpid rather than Foundation.Process: `start` leaves a daemonised
+        // postmaster holding inherited descriptors, and Process.waitUntilExit then never returns.
+        let shell = "exec '\(script.replacingOccurrences(of: "'", with: "'\\''"))' \(command.rawValue) </dev/null >/dev/null 2>&1"
+        var pid: pid_t = 0
+        let arguments = ["/bin/bash", "-c", shell]
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        let spawned = posix_spawn(&pid, "/bin/bash", nil, nil, &argv, environ)
+        guard spawned == 0 else { throw TestServerError(command: command.rawValue, status: spawned) }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let exitCode = (status >> 8) & 0xff
+        guard status & 0x7f == 0, exitCode == 0 else { throw TestServerError(command: command.rawValue, status: status) }
+    }
+}
+
+public struct TestServerError: Error, CustomStringConvertible {
+    public let command: String
+    public let status: Int32
+    public var description: String { "scripts/db.sh \(command) failed (wait status \(status)); see .pg/server.log" }
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# make demo: real data in the API within a minute of the build.
+#
+# Builds `ledger`, starts the project-local PostgreSQL (scripts/db.sh), migrates, starts
+# `ledger serve` in the background trusting the simulator's seeded test root (Sandbox only), posts
+# a simulated population of subscribers with `ledger simulate`, prints curl commands to look at it,
+# and leaves the server running (its PID and how to stop it are printed at the end).
+#
+#   DEMO_CUSTOMERS (50), DEMO_DAYS (120), DEMO_SEED (42)   the simulated population
+#   LEDGER_LISTEN (127.0.0.1:8080)                          where the demo server listens
+#
+# The demo tokens below are for this local demo only; never use them for a real deployment.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+[ -d /opt/swift/usr/bin ] && export PATH="/opt/swift/usr/bin:$PATH"
+
+CUSTOMERS="${DEMO_CUSTOMERS:-50}"
+DAYS="${DEMO_DAYS:-120}"
+SEED="${DEMO_SEED:-42}"
+LISTEN="${LEDGER_LISTEN:-127.0.0.1:8080}"
+BASE="http://$LISTEN"
+STATE="$ROOT/.build/demo"          # git-ignored, survives between demos
+PIDFILE="$STATE/serve.pid"
+LOG="$STATE/serve.log"
+APP_TOKEN=demo-app-token
+AUDITOR_TOKEN=demo-auditor-token
+ADMIN_TOKEN=demo-admin-token
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+fail() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+command -v curl >/dev/null || fail "curl is needed to talk to the demo server (apt-get install curl)"
+mkdir -p "$STATE"
+
+say "building ledger"
+scripts/db.sh deps
+swift build --product ledger
+LEDGER="$(swift build --show-bin-path)/ledger"
+
+# A previous demo's server is ours to replace (by its recorded PID, and only if it is `ledger`).
+if [ -s "$PIDFILE" ]; then
+  old="$(cat "$PIDFILE")"
+  if kill -0 "$old" 2>/dev/null && grep -q ledger "/proc/$old/cmdline" 2>/dev/null; then
+    say "stopping the previous demo server (PID $old)"
+    kill -TERM "$old"
+    for _ in $(seq 1 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$PIDFILE"
+fi
+if curl -s -o /dev/null --max-time 1 "$BASE/healthz"; then
+  fail "something already answers on $LISTEN; stop it or pick another address: LEDGER_LISTEN=127.0.0.1:8181 make demo"
+fi
+
+say "starting PostgreSQL and migrating"
+scripts/db.sh start
+eval "$(scripts/db.sh env)"
+LEDGER_DATABASE_URL="$LEDGER_ADMIN_DATABASE_URL" "$LEDGER" migrate
+
+# Which entitlement each simulated product grants (the service's product catalog).
+cat > "$STATE/config.json" <<'JSON'
+{
+  "products": {
+    "com.example.monthly": {"entitlements": ["pro"]},
+    "com.example.yearly": {"entitlements": ["pro"]},
+    "com.example.premium.monthly": {"entitlements": ["pro", "premium"]},
+    "com.example.premium.yearly": {"entitlements": ["pro", "premium"]}
+  }
+}
+JSON
+
+say "minting the simulator's test root (seed $SEED)"
+# One line of NAME=value words (paths and ids without spaces): the service's Apple settings.
+ENV_LINE="$("$LEDGER" simulate --mint-root "$STATE/simulator-root.der" --seed "$SEED")"
+read -r -a APPLE_ENV <<<"$ENV_LINE"
+
+say "starting ledger serve on $LISTEN (log: $LOG)"
+env "${APPLE_ENV[@]}" \
+  LEDGER_CONFIG="$STATE/config.json" \
+  LEDGER_LISTEN="$LISTEN" \
+  LEDGER_TOKENS="app:$APP_TOKEN,auditor:$AUDITOR_TOKEN,admin:$ADMIN_TOKEN" \
+  nohup "$LEDGER" serve >"$LOG" 2>&1 </dev/null &
+PID=$!
+echo "$PID" >"$PIDFILE"
+for _ in $(seq 1 150); do
+  kill -0 "$PID" 2>/dev/null || { tail -n 20 "$LOG" >&2; fail "ledger serve exited during start-up (log above)"; }
+  curl -fs -o /dev/null --max-time 1 "$BASE/readyz" && break
+  sleep 0.2
+done
+curl -fs -o /dev/null --max-time 1 "$BASE/readyz" || { tail -n 20 "$LOG" >&2; fail "ledger serve is not ready after 30 s (log above)"; }
+
+say "posting $CUSTOMERS simulated customers over $DAYS days"
+OUT="$STATE/simulate.txt"
+"$LEDGER" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" \
+  --root-file "$STATE/simulator-root.der" | tee "$OUT"
+
+# The sample table's rows: appAccountToken, originalTransactionId, events, last notification.
+mapfile -t SAMPLE < <(awk '/^  [0-9a-f]+-[0-9a-f]+-[0-9a-f]+-/ {print $1 " " $2}' "$OUT" | head -n 3)
+[ "${#SAMPLE[@]}" -gt 0 ] || fail "the simulator printed no sample customers"
+read -r TOKEN OTID <<<"${SAMPLE[0]}"
+
+cat <<EOF
+
+The ledger is running with real (simulated, signed) data. Try:
+
+  # a subscription's state (role app)
+  curl -s -H "Authorization: Bearer $APP_TOKEN" $BASE/v1/subscriptions/$OTID
+  # its history with the raw signed evidence (role auditor)
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" $BASE/v1/subscriptions/$OTID/events
+  # the customer's active entitlements, now and 60 days ago (?at= is business time in ms)
+  curl -s -H "Authorization: Bearer $APP_TOKEN" $BASE/v1/customers/$TOKEN/entitlements
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/customers/$TOKEN/entitlements?at=$(( ($(date +%s) - 60 * 86400) * 1000 ))"
+EOF
+for row in "${SAMPLE[@]:1}"; do
+  read -r t o <<<"$row"
+  echo "  curl -s -H \"Authorization: Bearer $APP_TOKEN\" $BASE/v1/customers/$t/entitlements   # subscription $o"
+done
+cat <<EOF
+  # metrics and readiness
+  curl -s $BASE/metrics | grep ^ledger_
+  curl -s $BASE/readyz
+
+Re-verify a stored notification's raw evidence offline, as an auditor would:
+  $LEDGER_PG_BIN/psql "$LEDGER_DATABASE_URL" -XAtc "SELECT convert_from(raw, 'UTF8') FROM events WHERE stream_id = '$OTID' ORDER BY position LIMIT 1" \\
+    | $LEDGER verify-payload --root $STATE/simulator-root.der -
+
+ledger serve keeps running in the background: PID $PID (log: $LOG).
+Stop it with:  kill $PID
+EOF
