@@ -53,16 +53,9 @@ public enum RebuildBenchmark {
         conninfo: String, events: Int = 1_000_000, seed: UInt64 = 1, keepDatabase: Bool = false,
         progress: @escaping @Sendable (String, Int, Int) -> Void = { _, _, _ in }
     ) async throws -> Result {
-        let server = try Connection(conninfo: conninfo)
-        let name = "ledger_bench_\(UInt32.random(in: 0...UInt32.max))"
-        try server.query("CREATE DATABASE \(try server.quoteIdentifier(name))", name: "create bench database")
-        let target = try ConnectionInfo(parsing: conninfo).with("dbname", name).conninfo
-        defer {
-            if !keepDatabase {
-                _ = try? server.query("DROP DATABASE IF EXISTS \(try server.quoteIdentifier(name)) WITH (FORCE)", name: "drop bench database")
-            }
-        }
-        try Migrator(conninfo: target, directory: try Migrator.locateDirectory()).migrate()
+        let database = try TestDatabase.create(serverConninfo: conninfo, prefix: "ledger_bench")
+        let target = database.adminConninfo
+        defer { if !keepDatabase { try? database.drop() } }
 
         let clock = ContinuousClock()
         let seedStart = clock.now
