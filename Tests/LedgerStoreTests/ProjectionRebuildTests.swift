@@ -182,6 +182,25 @@ final class ProjectionRebuildTests: XCTestCase {
         try service.query("ROLLBACK")
     }
 
+    func testPartitionsSplitOnHostileStreamIdsAndCoverEveryStreamOnce() async throws {
+        let store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
+        let streams = ["it's", "$s$x", "back\\slash", "é✓", "a\tb", "'); DROP TABLE events; --", "zz", "0"]
+        try await ProjectionFixture.append(streams.map { ProjectionFixture.hostileEvent(stream: $0, customer: "c-\($0)") }, to: store)
+        try await ProjectionFixture.append(try ProjectionFixture.events(customers: 6, seed: 8), to: store)
+        let live = try database.dumpTables()
+        for partitions in [1, 3, 7] {
+            var rebuilder = Rebuilder(conninfo: database.service, projector: projector)
+            rebuilder.partitions = partitions
+            let report = try await rebuilder.run()
+            XCTAssertEqual(report.streams, 6 + streams.count, "partitions \(partitions)")
+            let head = try await store.headPosition()
+            XCTAssertEqual(report.events, Int(head))
+            XCTAssertEqual(try database.dumpTables(), live, "partitions \(partitions)")
+        }
+        let state = try await ProjectionQueries(pool: pool).subscription("'); DROP TABLE events; --", now: Self.now)
+        XCTAssertEqual(state?.customerId, "c-'); DROP TABLE events; --")
+    }
+
     func testConcurrentRebuildsAreRefused() async throws {
         let holder = try Connection(conninfo: database.service)
         try holder.query("SELECT pg_advisory_lock($1)", [.int64(Rebuilder.advisoryLockKey)])

@@ -66,16 +66,18 @@ enum ProjectionFixture {
     /// needing COPY escapes (tab, newline, backslash) and non-ASCII text.
     static func hostileEvent(stream: String, customer: String) -> NewEvent {
         let quotedCustomer = String(decoding: try! JSONEncoder().encode(customer), as: UTF8.self)
+        let quotedStream = String(decoding: try! JSONEncoder().encode(stream), as: UTF8.self)
+        let quotedUUID = String(decoding: try! JSONEncoder().encode("hostile-" + stream), as: UTF8.self)
         let payload = """
-            {"notificationType":"SUBSCRIBED","subtype":"INITIAL_BUY","notificationUUID":"hostile-\(stream)",
+            {"notificationType":"SUBSCRIBED","subtype":"INITIAL_BUY","notificationUUID":\(quotedUUID),
              "signedDate":1735689600000.6,
              "data":{"bundleId":"com.example.app","environment":"Sandbox","status":1},
-             "transactionInfo":{"transactionId":"h\\t1\\\\x","originalTransactionId":"\(stream)",
+             "transactionInfo":{"transactionId":"h\\t1\\\\x","originalTransactionId":\(quotedStream),
                "productId":"com.example.premium.monthly","purchaseDate":1735689600000.4,
                "expiresDate":1893456000000,"signedDate":1735689600000.5,"price":9990,"currency":"EUR",
                "offerIdentifier":"ofr\\nline é✓","appAccountToken":\(quotedCustomer),"environment":"Sandbox",
                "type":"Auto-Renewable Subscription","inAppOwnershipType":"PURCHASED","isUpgraded":false},
-             "renewalInfo":{"originalTransactionId":"\(stream)","productId":"com.example.premium.monthly",
+             "renewalInfo":{"originalTransactionId":\(quotedStream),"productId":"com.example.premium.monthly",
                "autoRenewProductId":"com.example.premium.monthly","autoRenewStatus":1,
                "signedDate":1735689600000.6,"offerIdentifier":"tab\\there"}}
             """
