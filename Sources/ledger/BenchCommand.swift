@@ -75,8 +75,12 @@ enum BenchCommand {
                 log: progress)
             print(report.text)
         case "rebuild":
-            let report = try await RebuildBenchmark.run(conninfo: try needServer(), events: try args.int("events", default: 1_000_000),
-                                                        log: progress)
+            let events = try args.int("events", default: 1_000_000)
+            let bar = ProgressBar(total: events, label: "rebuild")
+            let report = try await RebuildBenchmark.run(conninfo: try needServer(), events: events) { phase, done, total in
+                if phase != "seed" { bar.update(done) }
+            }
+            bar.finish(events)
             print(report)
         case "refund-inquiry":
             print(try await RefundInquiryBenchmark.run(serverConninfo: try needServer(),

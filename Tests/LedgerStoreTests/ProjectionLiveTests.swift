@@ -71,6 +71,18 @@ final class ProjectionLiveTests: XCTestCase {
             let decoded = try await store.read(stream: stream).compactMap { try SubscriptionFact.decode($0) }
             XCTAssertEqual(facts, decoded, "facts extracted by SQL must equal the JSON-decoded facts for \(stream)")
         }
+        // The rebuild's COPY path reads the same facts as the query path and the JSON decoder.
+        var copied: [String: [SubscriptionFact]] = [:]
+        let (snapshot, rows, streams) = try Rebuilder(conninfo: database.service, projector: projector)
+            .streamFacts(progress: { _, _ in }) { stream, facts in copied[stream] = facts }
+        XCTAssertEqual(snapshot, head)
+        XCTAssertEqual(rows, Int(head))
+        XCTAssertEqual(streams, oracle.subscriptions.count)
+        for stream in oracle.subscriptions.keys {
+            let decoded = try await store.read(stream: stream).compactMap { try SubscriptionFact.decode($0) }
+            XCTAssertEqual(copied[stream], decoded, "COPY-extracted facts of \(stream)")
+        }
+
         let hostile = try await queries.subscription("9000000000001", now: clock)
         XCTAssertEqual(hostile?.offerIdentifier, "tab\there")
         XCTAssertEqual(hostile?.versionSignedDate, 1_735_689_600_001, "fractional milliseconds round like AppleTime")

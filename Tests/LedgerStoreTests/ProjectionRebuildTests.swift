@@ -23,7 +23,17 @@ final class ProjectionRebuildTests: XCTestCase {
         database?.drop()
     }
 
+    /// Index definitions of the projection tables without their names (which differ by generation).
+    func indexShapes() throws -> [String] {
+        try database.adminQuery("""
+            SELECT regexp_replace(indexdef, 'INDEX \\S+ ON', 'INDEX ON') AS shape FROM pg_indexes
+            WHERE schemaname = 'projections' ORDER BY 1
+            """).rows.map { try $0.decode(String.self, "shape") }
+    }
+
     func testRebuiltTablesEqualTheLiveOnesAfterConcurrentIngestion() async throws {
+        let migrationIndexes = try indexShapes()
+        XCTAssertEqual(migrationIndexes.count, 6)
         let store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
         var events = try ProjectionFixture.events(customers: 40, seed: 99)
         events.append(ProjectionFixture.hostileEvent(stream: "9000000000003", customer: "tab\tcustomer"))
@@ -76,6 +86,8 @@ final class ProjectionRebuildTests: XCTestCase {
             let grants = try await queries.entitlements(customerId: customer, now: Self.now)
             XCTAssertEqual(grants, view.entitlements(catalog: ProjectionFixture.catalog, customerId: customer))
         }
+
+        XCTAssertEqual(try indexShapes(), migrationIndexes, "a rebuilt table must have the migration's keys and indexes")
 
         // A second rebuild with no traffic changes nothing, and the live hook keeps working on
         // the swapped-in tables.
@@ -168,6 +180,25 @@ final class ProjectionRebuildTests: XCTestCase {
         try service.query("SET LOCAL ROLE ledger_projector")
         XCTAssertThrowsError(try service.query("INSERT INTO events (position, stream_id, dedupe_key, source, type, payload, raw) VALUES (1, 's', 'd', 'apple', 't', '{}', '')"))
         try service.query("ROLLBACK")
+    }
+
+    func testPartitionsSplitOnHostileStreamIdsAndCoverEveryStreamOnce() async throws {
+        let store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
+        let streams = ["it's", "$s$x", "back\\slash", "é✓", "a\tb", "'); DROP TABLE events; --", "zz", "0"]
+        try await ProjectionFixture.append(streams.map { ProjectionFixture.hostileEvent(stream: $0, customer: "c-\($0)") }, to: store)
+        try await ProjectionFixture.append(try ProjectionFixture.events(customers: 6, seed: 8), to: store)
+        let live = try database.dumpTables()
+        for partitions in [1, 3, 7] {
+            var rebuilder = Rebuilder(conninfo: database.service, projector: projector)
+            rebuilder.partitions = partitions
+            let report = try await rebuilder.run()
+            XCTAssertEqual(report.streams, 6 + streams.count, "partitions \(partitions)")
+            let head = try await store.headPosition()
+            XCTAssertEqual(report.events, Int(head))
+            XCTAssertEqual(try database.dumpTables(), live, "partitions \(partitions)")
+        }
+        let state = try await ProjectionQueries(pool: pool).subscription("'); DROP TABLE events; --", now: Self.now)
+        XCTAssertEqual(state?.customerId, "c-'); DROP TABLE events; --")
     }
 
     func testConcurrentRebuildsAreRefused() async throws {

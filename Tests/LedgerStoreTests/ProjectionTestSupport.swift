@@ -1,35 +1,23 @@
 import Foundation
 import LedgerCore
+import LedgerTesting
 import Postgres
 import XCTest
 @testable import LedgerStore
 
-/// A throw-away database with every migration applied, for the projection tests: `admin` is the
+/// A `TestDatabase` (fresh, migrated) with the projection tests' helpers: `admin` is the
 /// superuser, `service` the restricted `ledger_service` role the service runs as.
-/// (Private to these tests until LedgerTesting's TestDatabase lands.)
 final class ProjectionScratchDatabase {
-    let name: String
-    let admin: String
-    let service: String
-    private let server: String
+    let database: TestDatabase
+    var admin: String { database.adminConninfo }
+    var service: String { database.serviceConninfo }
 
     init() throws {
-        guard let url = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"], !url.isEmpty else {
-            throw XCTSkip("LEDGER_TEST_DATABASE_URL is not set: run `make test`, or `scripts/db.sh start && eval \"$(scripts/db.sh env)\"` first")
-        }
-        server = url
-        name = "projections_test_\(UInt32.random(in: 0...UInt32.max))"
-        let connection = try Connection(conninfo: url)
-        try connection.query("CREATE DATABASE \(try connection.quoteIdentifier(name))")
-        let info = try ConnectionInfo(parsing: url).with("dbname", name)
-        admin = info.conninfo
-        service = info.with("user", "ledger_service").conninfo
-        try Migrator(conninfo: admin, directory: try Migrator.locateDirectory()).migrate()
+        database = try TestDatabase.create(prefix: "projections_test")
     }
 
     func drop() {
-        guard let connection = try? Connection(conninfo: server) else { return }
-        _ = try? connection.query("DROP DATABASE IF EXISTS \(try connection.quoteIdentifier(name)) WITH (FORCE)")
+        try? database.drop()
     }
 
     func adminQuery(_ sql: String, _ parameters: [PostgresValue] = []) throws -> QueryResult {
@@ -78,16 +66,18 @@ enum ProjectionFixture {
     /// needing COPY escapes (tab, newline, backslash) and non-ASCII text.
     static func hostileEvent(stream: String, customer: String) -> NewEvent {
         let quotedCustomer = String(decoding: try! JSONEncoder().encode(customer), as: UTF8.self)
+        let quotedStream = String(decoding: try! JSONEncoder().encode(stream), as: UTF8.self)
+        let quotedUUID = String(decoding: try! JSONEncoder().encode("hostile-" + stream), as: UTF8.self)
         let payload = """
-            {"notificationType":"SUBSCRIBED","subtype":"INITIAL_BUY","notificationUUID":"hostile-\(stream)",
+            {"notificationType":"SUBSCRIBED","subtype":"INITIAL_BUY","notificationUUID":\(quotedUUID),
              "signedDate":1735689600000.6,
              "data":{"bundleId":"com.example.app","environment":"Sandbox","status":1},
-             "transactionInfo":{"transactionId":"h\\t1\\\\x","originalTransactionId":"\(stream)",
+             "transactionInfo":{"transactionId":"h\\t1\\\\x","originalTransactionId":\(quotedStream),
                "productId":"com.example.premium.monthly","purchaseDate":1735689600000.4,
                "expiresDate":1893456000000,"signedDate":1735689600000.5,"price":9990,"currency":"EUR",
                "offerIdentifier":"ofr\\nline é✓","appAccountToken":\(quotedCustomer),"environment":"Sandbox",
                "type":"Auto-Renewable Subscription","inAppOwnershipType":"PURCHASED","isUpgraded":false},
-             "renewalInfo":{"originalTransactionId":"\(stream)","productId":"com.example.premium.monthly",
+             "renewalInfo":{"originalTransactionId":\(quotedStream),"productId":"com.example.premium.monthly",
                "autoRenewProductId":"com.example.premium.monthly","autoRenewStatus":1,
                "signedDate":1735689600000.6,"offerIdentifier":"tab\\there"}}
             """

@@ -41,64 +41,68 @@ struct StreamRows {
     }
 }
 
-/// Rows in the text format of `COPY … FROM STDIN`, one buffer per table.
+/// Rows in the text format of `COPY … FROM STDIN`, one buffer per table. Separate stored
+/// buffers (not a dictionary of them), so appending never copies a buffer.
 struct CopyBuffers {
-    var data: [ProjectionTable: [UInt8]] = [:]
-    var rows = 0
+    var subscriptions: [UInt8] = []
+    var customerStreams: [UInt8] = []
+    var transactions: [UInt8] = []
+    var entitlements: [UInt8] = []
 
-    var byteCount: Int { data.values.reduce(0) { $0 + $1.count } }
+    var byteCount: Int { subscriptions.count + customerStreams.count + transactions.count + entitlements.count }
 
     mutating func add(_ rows: StreamRows, for projections: Set<ProjectionName>) {
-        self.rows += 1
         if projections.contains(.subscriptions) {
             if let s = rows.subscription {
-                var b = data[.subscriptions, default: []]
-                b.field(rows.streamId); b.field(s.customerId); b.field(s.status.rawValue); b.field(s.evaluatedAt)
-                b.field(s.bundleId); b.field(s.environment); b.field(s.productId); b.field(s.autoRenewProductId)
-                b.field(s.expiresDate); b.field(s.gracePeriodExpiresDate); b.field(s.isInBillingRetryPeriod)
-                b.field(s.autoRenewStatus); b.field(s.expirationIntent); b.field(s.priceIncreaseStatus)
-                b.field(s.offerType); b.field(s.offerIdentifier); b.field(s.appAccountToken)
-                b.field(s.latestTransactionId); b.field(s.recentSubscriptionStartDate); b.field(s.renewalDate)
-                b.field(s.versionExpiresDate); b.field(s.versionSignedDate); b.field(s.revocationDate, last: true)
-                data[.subscriptions] = b
+                subscriptions.field(rows.streamId); subscriptions.field(s.customerId); subscriptions.field(s.status.rawValue)
+                subscriptions.field(s.evaluatedAt); subscriptions.field(s.bundleId); subscriptions.field(s.environment)
+                subscriptions.field(s.productId); subscriptions.field(s.autoRenewProductId); subscriptions.field(s.expiresDate)
+                subscriptions.field(s.gracePeriodExpiresDate); subscriptions.field(s.isInBillingRetryPeriod)
+                subscriptions.field(s.autoRenewStatus); subscriptions.field(s.expirationIntent)
+                subscriptions.field(s.priceIncreaseStatus); subscriptions.field(s.offerType); subscriptions.field(s.offerIdentifier)
+                subscriptions.field(s.appAccountToken); subscriptions.field(s.latestTransactionId)
+                subscriptions.field(s.recentSubscriptionStartDate); subscriptions.field(s.renewalDate)
+                subscriptions.field(s.versionExpiresDate); subscriptions.field(s.versionSignedDate)
+                subscriptions.field(s.revocationDate, last: true)
             }
-            var c = data[.customerStreams, default: []]
-            for customer in rows.customers { c.field(customer); c.field(rows.streamId, last: true) }
-            data[.customerStreams] = c
+            for customer in rows.customers { customerStreams.field(customer); customerStreams.field(rows.streamId, last: true) }
         }
         if projections.contains(.transactions) {
-            var b = data[.transactions, default: []]
             for t in rows.transactions {
-                b.field(rows.streamId); b.field(t.transactionId); b.field(t.webOrderLineItemId); b.field(t.bundleId)
-                b.field(t.productId); b.field(t.purchaseDate); b.field(t.expiresDate); b.field(t.revocationDate)
-                b.field(t.revocationReason); b.field(t.revocationType); b.field(t.revocationPercentage)
-                b.field(t.refundSignedDate); b.field(t.refundReversedSignedDate); b.field(t.isUpgraded)
-                b.field(t.price); b.field(t.currency); b.field(t.offerType); b.field(t.offerIdentifier)
-                b.field(t.appAccountToken); b.field(t.environment); b.field(t.type); b.field(t.inAppOwnershipType)
-                b.field(t.signedDate, last: true)
+                transactions.field(rows.streamId); transactions.field(t.transactionId); transactions.field(t.webOrderLineItemId)
+                transactions.field(t.bundleId); transactions.field(t.productId); transactions.field(t.purchaseDate)
+                transactions.field(t.expiresDate); transactions.field(t.revocationDate); transactions.field(t.revocationReason)
+                transactions.field(t.revocationType); transactions.field(t.revocationPercentage)
+                transactions.field(t.refundSignedDate); transactions.field(t.refundReversedSignedDate)
+                transactions.field(t.isUpgraded); transactions.field(t.price); transactions.field(t.currency)
+                transactions.field(t.offerType); transactions.field(t.offerIdentifier); transactions.field(t.appAccountToken)
+                transactions.field(t.environment); transactions.field(t.type); transactions.field(t.inAppOwnershipType)
+                transactions.field(t.signedDate, last: true)
             }
-            data[.transactions] = b
         }
         if projections.contains(.entitlements) {
-            var b = data[.entitlements, default: []]
             for g in rows.grants {
-                b.field(g.customerId); b.field(g.entitlement); b.field(rows.streamId); b.field(g.productId)
-                b.field(g.expiresDate); b.field(g.status.rawValue, last: true)
+                entitlements.field(g.customerId); entitlements.field(g.entitlement); entitlements.field(rows.streamId)
+                entitlements.field(g.productId); entitlements.field(g.expiresDate); entitlements.field(g.status.rawValue, last: true)
             }
-            data[.entitlements] = b
         }
     }
 
     /// Writes every buffer with one COPY per table and empties them.
     mutating func flush(on connection: Connection, next: Bool) throws {
-        for table in ProjectionTable.allCases {
-            guard let bytes = data[table], !bytes.isEmpty else { continue }
-            try connection.copyIn("COPY \(table.qualified(next: next)) (\(table.columns)) FROM STDIN") { writer in
-                try writer.write(bytes)
-            }
-            data[table]!.removeAll(keepingCapacity: true)
+        try flush(&subscriptions, .subscriptions, on: connection, next: next)
+        try flush(&customerStreams, .customerStreams, on: connection, next: next)
+        try flush(&transactions, .transactions, on: connection, next: next)
+        try flush(&entitlements, .entitlements, on: connection, next: next)
+    }
+
+    private func flush(_ bytes: inout [UInt8], _ table: ProjectionTable, on connection: Connection, next: Bool) throws {
+        guard !bytes.isEmpty else { return }
+        let data = bytes
+        try connection.copyIn("COPY \(table.qualified(next: next)) (\(table.columns)) FROM STDIN") { writer in
+            try writer.write(data)
         }
-        rows = 0
+        bytes.removeAll(keepingCapacity: true)
     }
 }
 
@@ -138,7 +142,14 @@ extension [UInt8] {
     fileprivate mutating func field(_ value: Int64?, last: Bool = false) {
         defer { end(last) }
         guard let value else { append(0x5C); append(0x4E); return }
-        append(contentsOf: String(value).utf8)
+        if value < 0 { append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        let first = count
+        repeat {
+            append(UInt8(truncatingIfNeeded: magnitude % 10) + 0x30)
+            magnitude /= 10
+        } while magnitude > 0
+        self[first...].reverse()
     }
 
     fileprivate mutating func field(_ value: Int?, last: Bool = false) {

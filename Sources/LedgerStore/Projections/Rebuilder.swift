@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import LedgerCore
 import Postgres
+import Synchronization
 
 /// One entitlement a dry run says a customer would gain or lose.
 public struct EntitlementChange: Sendable, Hashable, Codable, Comparable {
@@ -81,6 +82,10 @@ public struct Rebuilder: Sendable {
     public let projector: Projector
     /// Buffered COPY bytes before a flush to the writer connection.
     public var flushBytes = 4 << 20
+    /// Bulk-pass partitions, each a reader, a fold and a writer of its own over a range of
+    /// streams, all in one exported snapshot: PostgreSQL's extraction is the bottleneck and runs
+    /// on one core per reader.
+    public var partitions = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
     /// Called between the bulk pass and the swap (tests append here to exercise the catch-up).
     var beforeSwap: (@Sendable () -> Void)?
 
@@ -118,7 +123,7 @@ public struct Rebuilder: Sendable {
 
     // MARK: rebuild
 
-    func rebuild(projections: Set<ProjectionName>, progress: @escaping (Int, Int) -> Void) throws -> RebuildReport {
+    func rebuild(projections: Set<ProjectionName>, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
         let started = ContinuousClock.now
         let names = projections.sorted()
         let tables = names.flatMap(\.tables)
@@ -128,21 +133,55 @@ public struct Rebuilder: Sendable {
         // Closing the connection releases the session lock even when unlocking fails.
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
 
-        let (head, events, streams) = try writer.transaction { writer -> (Int64, Int, Int) in
+        // Fresh tables, committed so that every partition's writer can fill them.
+        try writer.transaction { writer in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             for table in tables {
                 try writer.query("DROP TABLE IF EXISTS \(table.qualified(next: true))", name: "drop stale next table")
-                try writer.query("CREATE TABLE \(table.qualified(next: true)) (LIKE \(table.qualified()) INCLUDING ALL)", name: "create next table")
+                try writer.query(
+                    "CREATE TABLE \(table.qualified(next: true)) (LIKE \(table.qualified()) INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+                    name: "create next table")
             }
-            var buffers = CopyBuffers()
-            let now = projector.clock()
-            let scan = try streamFacts(progress: progress) { stream, facts in
-                buffers.add(StreamRows(streamId: stream, facts: facts, catalog: projector.catalog, now: now), for: projections)
-                if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
+        }
+
+        // One snapshot shared by every partition: exported here, imported by each reader.
+        let exporter = try Connection(conninfo: conninfo)
+        let (head, snapshot, bounds) = try Self.openSnapshot(on: exporter, partitions: partitions)
+        let now = projector.clock()
+        let done = Mutex(0)
+        let report: @Sendable (Int) -> Void = { rows in
+            let total = done.withLock { $0 += rows; return $0 }
+            progress(total, Int(head))
+        }
+        let results = Self.inParallel(bounds.count) { index -> Result<(Int, Int), any Error> in
+            Result {
+                let writer = try Connection(conninfo: conninfo)
+                return try writer.transaction { writer -> (Int, Int) in
+                    try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+                    var buffers = CopyBuffers()
+                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: report) { stream, facts in
+                        buffers.add(StreamRows(streamId: stream, facts: facts, catalog: projector.catalog, now: now), for: projections)
+                        if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
+                    }
+                    try buffers.flush(on: writer, next: true)
+                    return scan
+                }
             }
-            try buffers.flush(on: writer, next: true)
-            for table in tables { try writer.query("ANALYZE \(table.qualified(next: true))", name: "analyze next table") }
-            return scan
+        }
+        _ = try? exporter.query("COMMIT", name: "end snapshot")
+        var events = 0, streams = 0
+        for result in results {
+            let (rows, folded) = try result.get()
+            events += rows
+            streams += folded
+        }
+        progress(events, Int(head))
+        try writer.transaction { writer in
+            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+            for table in tables {
+                for statement in table.indexStatements(next: true) { try writer.query(statement, name: "index next table") }
+                try writer.query("ANALYZE \(table.qualified(next: true))", name: "analyze next table")
+            }
         }
 
         beforeSwap?()
@@ -214,18 +253,75 @@ public struct Rebuilder: Sendable {
 
     // MARK: the bulk read
 
-    /// Streams every event up to the snapshot head, grouped by stream, calling `stream` once per
-    /// subscription stream with its facts. Returns (head, event rows, streams with facts).
+    /// A half-open range of stream ids (nil: unbounded) that one partition reads.
+    typealias StreamRange = (from: String?, to: String?)
+
+    /// Begins a REPEATABLE READ snapshot on `connection` (left open: the partitions import it),
+    /// and splits the streams into `partitions` ranges of about equal event counts.
+    static func openSnapshot(on connection: Connection, partitions: Int) throws -> (Int64, String, [StreamRange]) {
+        try connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", name: "snapshot")
+        let head = try connection.query("SELECT position FROM event_head", name: "snapshot head").first?.decode(Int64.self, "position") ?? 0
+        let snapshot = try connection.query("SELECT pg_export_snapshot() AS id", name: "export snapshot").first?.decode(String.self, "id") ?? ""
+        var cuts: [String] = []
+        if partitions > 1 && head > 0 {
+            for k in 1..<partitions {
+                let row = try connection.query(
+                    "SELECT stream_id FROM events ORDER BY stream_id OFFSET $1 LIMIT 1",
+                    [.int64(head * Int64(k) / Int64(partitions))], name: "partition bound").first
+                if let cut = try row?.decode(String.self, "stream_id"), cut != cuts.last { cuts.append(cut) }
+            }
+        }
+        var ranges: [StreamRange] = []
+        var from: String?
+        for cut in cuts {
+            ranges.append((from, cut))
+            from = cut
+        }
+        ranges.append((from, nil))
+        return (head, snapshot, ranges)
+    }
+
+    /// Runs `body(0..<count)` on threads of their own and returns the results in order.
+    static func inParallel<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) -> T) -> [T] {
+        if count == 1 { return [body(0)] }
+        let results = Mutex<[Int: T]>([:])
+        let group = DispatchGroup()
+        for index in 0..<count {
+            group.enter()
+            Thread.detachNewThread {
+                let value = body(index)
+                results.withLock { $0[index] = value }
+                group.leave()
+            }
+        }
+        group.wait()
+        return results.withLock { all in (0..<count).map { all[$0]! } }
+    }
+
+    /// Streams every event of `range` up to `head` in the exported snapshot (or, without one, in
+    /// a snapshot of its own), grouped by stream, calling `stream` once per subscription stream
+    /// with its facts. Returns (event rows read, streams with facts).
     func streamFacts(
-        progress: (Int, Int) -> Void, _ stream: (String, [SubscriptionFact]) throws -> Void
-    ) throws -> (Int64, Int, Int) {
+        snapshot: String?, range: StreamRange, head: Int64, progress: (Int) -> Void,
+        _ stream: (String, [SubscriptionFact]) throws -> Void
+    ) throws -> (Int, Int) {
         let reader = try Connection(conninfo: conninfo)
-        return try reader.transaction { reader -> (Int64, Int, Int) in
+        return try reader.transaction { reader -> (Int, Int) in
             try reader.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
-            let head = try reader.query("SELECT position FROM event_head", name: "snapshot head").first?.decode(Int64.self, "position") ?? 0
+            if let snapshot {
+                // Identifiers from pg_export_snapshot are hex and dashes; the statement takes no parameter.
+                guard snapshot.allSatisfy({ $0.isHexDigit || $0 == "-" }) else {
+                    throw ProjectionError.corrupt("unexpected snapshot id \(snapshot)")
+                }
+                try reader.query("SET TRANSACTION SNAPSHOT '\(snapshot)'", name: "import snapshot")
+            }
+            // CopyRowFields reads timestamps in this one format.
+            try reader.query("SET LOCAL TimeZone = 'UTC'", name: "UTC timestamps")
+            try reader.query("SET LOCAL DateStyle = 'ISO, YMD'", name: "ISO timestamps")
             var current: String?
             var facts: [SubscriptionFact] = []
             var rows = 0
+            var reported = 0
             var streams = 0
             var bounds: [(Int, Int)] = []
             bounds.reserveCapacity(FactReader.C.allCases.count)
@@ -236,8 +332,7 @@ public struct Rebuilder: Sendable {
                 }
                 facts.removeAll(keepingCapacity: true)
             }
-            let total = Int(head)
-            try reader.copyOut(Self.bulkQuery(head: head)) { data in
+            try reader.copyOut(Self.bulkQuery(head: head, range: range)) { data in
                 try data.withUnsafeBytes { bytes in
                     let fields = CopyRowFields(bytes: bytes, reuse: bounds)
                     defer { bounds = fields.bounds }
@@ -252,17 +347,49 @@ public struct Rebuilder: Sendable {
                     if let fact = try FactReader.fact(fields) { facts.append(fact) }
                 }
                 rows += 1
-                if rows & 0x3FFF == 0 { progress(rows, total) }
+                if rows & 0x3FFF == 0 {
+                    progress(rows - reported)
+                    reported = rows
+                }
             }
             try emit()
-            progress(rows, total)
-            return (head, rows, streams)
+            progress(rows - reported)
+            return (rows, streams)
         }
     }
 
-    /// The rebuild's read, exactly (the benchmark copies it out without folding to compare).
-    public static func bulkQuery(head: Int64) -> String {
-        "COPY (SELECT \(FactReader.columns(asText: false))\n\(FactReader.from)\nWHERE e.position <= \(head) ORDER BY e.stream_id, e.position) TO STDOUT"
+    /// The whole log in one snapshot of its own: (head, event rows, streams with facts).
+    func streamFacts(progress: @escaping (Int, Int) -> Void, _ stream: (String, [SubscriptionFact]) throws -> Void) throws -> (Int64, Int, Int) {
+        let exporter = try Connection(conninfo: conninfo)
+        let (head, snapshot, _) = try Self.openSnapshot(on: exporter, partitions: 1)
+        defer { _ = try? exporter.query("COMMIT", name: "end snapshot") }
+        var done = 0
+        let (rows, streams) = try streamFacts(snapshot: snapshot, range: (nil, nil), head: head, progress: { rows in
+            done += rows
+            progress(done, Int(head))
+        }, stream)
+        return (head, rows, streams)
+    }
+
+    /// The rebuild's read of one partition.
+    static func bulkQuery(head: Int64, range: StreamRange) -> String {
+        var conditions = ["e.position <= \(head)"]
+        if let from = range.from { conditions.append("e.stream_id >= \(literal(from))") }
+        if let to = range.to { conditions.append("e.stream_id < \(literal(to))") }
+        return "COPY (SELECT \(FactReader.columns)\n\(FactReader.from)\nWHERE \(conditions.joined(separator: " AND ")) ORDER BY e.stream_id, e.position) TO STDOUT"
+    }
+
+    /// The rebuild's read, whole (the benchmark copies it out without folding to compare).
+    public static func bulkQuery(head: Int64) -> String { bulkQuery(head: head, range: (nil, nil)) }
+
+    /// A text value as SQL (COPY takes no parameters): hex digits only, so nothing in the value
+    /// can end the literal or change the statement.
+    static func literal(_ value: String) -> String {
+        let hex = value.utf8.map { byte in
+            let digits = Array("0123456789abcdef".utf8)
+            return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]], as: UTF8.self)
+        }.joined()
+        return "convert_from(decode('\(hex)', 'hex'), 'UTF8')"
     }
 
     /// VmHWM of /proc/self/status, in bytes.

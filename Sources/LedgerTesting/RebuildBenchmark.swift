@@ -1,0 +1,213 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import LedgerCore
+import LedgerStore
+import Postgres
+
+/// `ledger bench rebuild`: seeds a scratch database with N events carrying realistic decoded
+/// payloads (the LifecycleGenerator's notifications), rebuilds every projection, and reports the
+/// rebuild's events/s and peak RSS next to a plain `COPY (SELECT …) TO STDOUT` of the same rows
+/// (the rebuild's own extraction query) timed in the same run.
+///
+/// Targets (issue 4): ≥ 100k events/s, ≤ 3× the COPY time, peak RSS < 200 MB.
+public enum RebuildBenchmark {
+    public struct Result: Sendable, CustomStringConvertible {
+        public var events: Int
+        public var streams: Int
+        public var seedSeconds: Double
+        /// The extraction query alone, rows discarded.
+        public var copySeconds: Double
+        public var rebuild: RebuildReport
+        /// Peak RSS of the rebuild phase (the high-water mark is reset after seeding where Linux allows).
+        public var rebuildPeakRSSBytes: Int?
+        /// CPU time of this process (user + system) during the rebuild: the client's share of
+        /// the work, independent of what else runs on the machine.
+        public var rebuildCPUSeconds: Double
+
+        public var copyEventsPerSecond: Double { Double(events) / max(copySeconds, 1e-9) }
+        public var ratio: Double { rebuild.seconds / max(copySeconds, 1e-9) }
+
+        public var description: String {
+            let rss = rebuildPeakRSSBytes.map { String(format: "%.1f MB", Double($0) / 1_048_576) } ?? "n/a"
+            return String(
+                format: """
+                    rebuild benchmark: %d events, %d subscription streams (seeded in %.1f s)
+                      COPY (SELECT <fact columns> … ORDER BY stream_id, position) TO STDOUT: %.2f s, %.0f events/s
+                      rebuild (all projections, fold + COPY IN + swap):             %.2f s, %.0f events/s, %.2f× the COPY
+                      client CPU during the rebuild: %.2f s (%.0f events per CPU-second)
+                      peak RSS during the rebuild: %@
+                      targets: ≥ 100000 events/s, ≤ 3× the COPY, RSS < 200 MB
+                    """,
+                events, streams, seedSeconds, copySeconds, copyEventsPerSecond, rebuild.seconds,
+                rebuild.eventsPerSecond, ratio, rebuildCPUSeconds, Double(events) / max(rebuildCPUSeconds, 1e-9), rss)
+        }
+    }
+
+    /// - Parameters:
+    ///   - conninfo: a superuser connection to the server (any database); a scratch database is
+    ///     created next to it and dropped afterwards unless `keepDatabase`.
+    ///   - progress: (phase, done, total) for a progress bar.
+    public static func run(
+        conninfo: String, events: Int = 1_000_000, seed: UInt64 = 1, keepDatabase: Bool = false,
+        progress: @escaping @Sendable (String, Int, Int) -> Void = { _, _, _ in }
+    ) async throws -> Result {
+        let database = try TestDatabase.create(serverConninfo: conninfo, prefix: "ledger_bench")
+        let target = database.adminConninfo
+        defer { if !keepDatabase { try? database.drop() } }
+
+        let clock = ContinuousClock()
+        let seedStart = clock.now
+        let seeded = try seedEvents(conninfo: target, count: events, seed: seed, progress: progress)
+        let seedSeconds = seconds(seedStart.duration(to: clock.now))
+        let analyze = try Connection(conninfo: target)
+        try analyze.query("VACUUM ANALYZE events", name: "vacuum")
+
+        // The read alone, same query, same rows: the floor the rebuild is compared with.
+        let reader = try Connection(conninfo: target)
+        let copyStart = clock.now
+        var copied = 0
+        try reader.copyOut(Rebuilder.bulkQuery(head: Int64(seeded))) { _ in copied += 1 }
+        let copySeconds = seconds(copyStart.duration(to: clock.now))
+        guard copied == seeded else { throw BenchmarkFailure("COPY returned \(copied) rows for \(seeded) events") }
+
+        resetPeakRSS()
+        let cpuBefore = processCPUSeconds()
+        let projector = Projector(catalog: catalog, clock: { start + 730 * 86_400_000 })
+        let report = try await Rebuilder(conninfo: target, projector: projector).run { done, total in progress("rebuild", done, total) }
+        return Result(
+            events: seeded, streams: report.streams, seedSeconds: seedSeconds, copySeconds: copySeconds,
+            rebuild: report, rebuildPeakRSSBytes: report.peakRSSBytes, rebuildCPUSeconds: processCPUSeconds() - cpuBefore)
+    }
+
+    static let start: EpochMillis = 1_735_689_600_000
+    static let catalog = ProductCatalog(entitlementsByProduct: [
+        "com.example.monthly": ["basic"], "com.example.yearly": ["basic"],
+        "com.example.premium.monthly": ["basic", "premium"], "com.example.premium.yearly": ["basic", "premium"],
+    ])
+
+    struct BenchmarkFailure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// Writes `count` events with COPY, customers in groups (memory stays bounded) and each group
+    /// in delivery order, so a stream's events are spread over the table as in a live log.
+    /// `raw` is a small placeholder: a rebuild never reads it, and real raw bodies are TOASTed
+    /// out of line, so their size does not change what the rebuild scans.
+    static func seedEvents(conninfo: String, count: Int, seed: UInt64, progress: (String, Int, Int) -> Void) throws -> Int {
+        let connection = try Connection(conninfo: conninfo)
+        let generator = LifecycleGenerator(customers: 0, days: 730, start: start, seed: seed)
+        let groupSize = 500
+        var written = 0
+        var customer = 0
+        let raw = "\\\\x" + String(repeating: "5b706c616365686f6c6465725d", count: 4)  // bytea hex in COPY text
+        try connection.transaction { connection in
+            // Positions are assigned here, so move the head first (the insert trigger checks it).
+            try connection.query("UPDATE event_head SET position = $1", [.int64(Int64(count))], name: "bench head")
+            try connection.copyIn(
+                "COPY events (position, stream_id, dedupe_key, source, type, environment, signed_at, expires_at, payload, raw, recorded_at) FROM STDIN"
+            ) { writer in
+                while written < count {
+                    var group: [SimulatedNotification] = []
+                    for index in customer..<(customer + groupSize) { group += generator.lifecycle(customerIndex: index).notifications }
+                    customer += groupSize
+                    group.sort { ($0.deliveredAt, $0.signedDate, $0.notificationUUID) < ($1.deliveredAt, $1.signedDate, $1.notificationUUID) }
+                    // A retried delivery repeats a notificationUUID; the store keeps the first only.
+                    var seen = Set<String>()
+                    group.removeAll { !seen.insert($0.notificationUUID).inserted }
+                    if group.count > count - written { group.removeLast(group.count - (count - written)) }
+                    let rows = encode(group, firstPosition: written + 1, raw: raw)
+                    try writer.write(rows)
+                    written += group.count
+                    progress("seed", written, count)
+                }
+            }
+        }
+        return written
+    }
+
+    /// COPY text rows for a group, JSON-encoded on every core.
+    static func encode(_ group: [SimulatedNotification], firstPosition: Int, raw: String) -> [UInt8] {
+        let chunks = max(1, ProcessInfo.processInfo.activeProcessorCount)
+        let per = (group.count + chunks - 1) / chunks
+        let parts = ChunkResults(count: chunks)
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let encoder = JSONEncoder()
+            var out: [UInt8] = []
+            let lower = chunk * per, upper = min(group.count, lower + per)
+            guard lower < upper else { return }
+            for i in lower..<upper {
+                let n = group[i]
+                guard let json = try? encoder.encode(n.payload) else { continue }
+                let key = n.notificationUUID
+                let type = n.subtype.map { "\(n.notificationType)/\($0)" } ?? n.notificationType
+                var line = "\(firstPosition + i)\t\(n.transaction.originalTransactionId ?? "")\t\(key)\tapple\t\(type)\t\(n.environment)\t"
+                line += timestamptz(n.signedDate) + "\t" + (n.transaction.expiresDate.map { timestamptz($0.millis) } ?? "\\N") + "\t"
+                out.append(contentsOf: line.utf8)
+                appendEscaped(json, to: &out)
+                out.append(contentsOf: "\t\(raw)\t\(timestamptz(n.deliveredAt))\n".utf8)
+            }
+            parts.set(chunk, out)
+        }
+        return parts.joined()
+    }
+
+    /// JSON text in a COPY text field: backslashes doubled (the encoder never emits raw tabs or newlines).
+    static func appendEscaped(_ json: Data, to out: inout [UInt8]) {
+        for byte in json {
+            if byte == 0x5C { out.append(0x5C) }
+            out.append(byte)
+        }
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS.mmm+00` for epoch milliseconds (civil-from-days, no formatter).
+    static func timestamptz(_ millis: EpochMillis) -> String {
+        let days = millis >= 0 ? millis / 86_400_000 : (millis - 86_399_999) / 86_400_000
+        let msOfDay = millis - days * 86_400_000
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
+        func pad(_ v: Int64, _ width: Int) -> String {
+            let s = String(v)
+            return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
+        }
+        let h = msOfDay / 3_600_000, mi = (msOfDay / 60_000) % 60, s = (msOfDay / 1000) % 60, ms = msOfDay % 1000
+        return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2)) \(pad(h, 2)):\(pad(mi, 2)):\(pad(s, 2)).\(pad(ms, 3))+00"
+    }
+
+    /// Linux: `echo 5 > /proc/self/clear_refs` resets VmHWM to the current RSS, so the rebuild's
+    /// peak is not the seeding's.
+    static func resetPeakRSS() {
+        guard let handle = FileHandle(forWritingAtPath: "/proc/self/clear_refs") else { return }
+        handle.write(Data("5".utf8))
+        try? handle.close()
+    }
+}
+
+private func seconds(_ duration: Duration) -> Double {
+    let (s, atto) = duration.components
+    return Double(s) + Double(atto) / 1e18
+}
+
+private func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+/// Per-chunk output of a concurrentPerform, joined in chunk order.
+private final class ChunkResults: @unchecked Sendable {
+    private var parts: [[UInt8]]
+    private let lock = NSLock()
+    init(count: Int) { parts = Array(repeating: [], count: count) }
+    func set(_ index: Int, _ bytes: [UInt8]) { lock.lock(); parts[index] = bytes; lock.unlock() }
+    func joined() -> [UInt8] { lock.lock(); defer { lock.unlock() }; return parts.flatMap { $0 } }
+}
