@@ -52,9 +52,18 @@ public final class AppleNotificationIngestor: Sendable {
         var renewal: [String: Any]?
         var appTransaction: [String: Any]?
 
-        /// The merged payload: Apple's JSON as signed, plus the decoded nested objects.
+        /// The merged payload: Apple's JSON as signed, with each verified nested JWS replaced by
+        /// its decoded object (`transactionInfo`, `renewalInfo`, `appTransactionInfo`). The signed
+        /// strings themselves stay in `raw`, the evidence; keeping a second copy in the jsonb
+        /// would double what every append writes and every rebuild scans.
         var mergedPayload: [String: Any] {
             var p = outer
+            if var section = p[identity.section] as? [String: Any] {
+                if transaction != nil { section.removeValue(forKey: "signedTransactionInfo") }
+                if renewal != nil { section.removeValue(forKey: "signedRenewalInfo") }
+                if appTransaction != nil { section.removeValue(forKey: "signedAppTransactionInfo") }
+                p[identity.section] = section
+            }
             if let transaction { p["transactionInfo"] = transaction }
             if let renewal { p["renewalInfo"] = renewal }
             if let appTransaction { p["appTransactionInfo"] = appTransaction }
