@@ -1,0 +1,580 @@
+import Crypto
+import Foundation
+import LedgerCore
+import LedgerTesting
+import Postgres
+import Synchronization
+import XCTest
+@testable import AppStore
+
+/// Seeded mutation fuzzing of every AppStore parser that reads untrusted bytes: base64 / base64url,
+/// compact JWS segments, the JWS header (re-signed), `ingestV2` on whole bodies, the notification,
+/// transaction and renewal payloads (mutated, then RE-SIGNED with the test authority so decoding,
+/// nested JWS and the acceptance policy are reached rather than only the signature check), and
+/// `ingestV1` bodies.
+///
+/// The contract under test: every input ends as a `NewEvent` or a typed `AppleVerificationError`
+/// of a request status (400/401/422, never a crash, a hang or a server fault), and an accepted event
+/// is storable exactly as it is — its raw evidence is the posted bytes, its payload is JSON that
+/// PostgreSQL's jsonb accepts, its text columns hold no NUL, its times fit `timestamptz`. That last
+/// promise is checked locally for every accepted input and by the real PostgreSQL for a sample.
+///
+/// Signing: Apple's published library test chain (fixed keys, so the stored signed seeds verify on
+/// any machine) with the verifier's chain cache; the JWS header is encoded once and every mutated
+/// payload costs one ES256 signature (OpenSSL, fast even in a debug build).
+///
+/// Each run prints its seed and rate; `LEDGER_FUZZ_SEED=0x… swift test --filter AppStoreTests.FuzzTests/<test>`
+/// replays it, `LEDGER_FUZZ_ITERATIONS` changes the count (default 100,000 per parser).
+final class FuzzTests: XCTestCase {
+    static let iterations = Int(ProcessInfo.processInfo.environment["LEDGER_FUZZ_ITERATIONS"] ?? "") ?? 100_000
+    static let secret = "5e3f9c2a7b1d4e6f8a0b2c4d6e8f0a1b"
+
+    // MARK: base64
+
+    /// Oracle: Foundation's codec (compiled optimised, independent of ours). Ours accepts exactly the
+    /// canonical spellings: what it decodes re-encodes to the same text, and every canonical text decodes.
+    func testBase64Decoding() throws {
+        let tally = AppleTally()
+        lastTally = tally
+        var seeds = try FuzzKit.signedCorpus().flatMap { $0.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).map(Array.init) }
+        seeds += FuzzKit.pki.certificateTexts.map { Array($0.utf8) }
+        seeds += ["", "QQ", "QUI", "QUJD", "QQ==", "QUI=", "-_-_", "+/+/", "AA", "AB", "AAB", "AAE="].map { Array($0.utf8) }
+        try fuzz("base64", corpus: seeds, seed: 0xA55E_0001) { input in
+            let text = String(decoding: input, as: UTF8.self)
+            let std = Data(base64Encoded: text)
+            let canonicalStd = std.map { $0.base64EncodedString() == text && text.utf8.elementsEqual(input) } ?? false
+            if let ours = Base64.decodeStandard(input) {
+                guard canonicalStd, let std, ours.elementsEqual(std) else {
+                    throw FuzzViolation("decodeStandard accepted a non-canonical spelling")
+                }
+                tally.count("standard")
+            } else if canonicalStd {
+                throw FuzzViolation("decodeStandard refused canonical base64")
+            }
+            let asStd = FuzzKit.standardFromURL(input)
+            let url = asStd.flatMap { Data(base64Encoded: Data($0)) }
+            let canonicalURL = url.map { FuzzKit.base64URL([UInt8]($0)) == input } ?? false
+            if let ours = Base64.decodeURL(input) {
+                guard canonicalURL, let url, ours.elementsEqual(url) else {
+                    throw FuzzViolation("decodeURL accepted a non-canonical spelling")
+                }
+                tally.count("url")
+            } else if canonicalURL {
+                throw FuzzViolation("decodeURL refused canonical base64url")
+            } else {
+                tally.count("refused")
+            }
+        }
+        XCTAssertGreaterThan(tally["url"], Self.iterations / 20, "\(tally)")
+        XCTAssertGreaterThan(tally["standard"], Self.iterations / 100, "\(tally)")
+        XCTAssertGreaterThan(tally["refused"], Self.iterations / 20, "\(tally)")
+    }
+
+    // MARK: compact JWS
+
+    /// Whole compact JWS texts (stored seeds signed by the test chain, and Apple's library vectors),
+    /// mutated anywhere: segment splitting, base64url, header and payload JSON, x5c certificate
+    /// parsing and chain building, signature length and value. Unsigned mutation can only be refused,
+    /// so the strict oracle is: whatever verifies is byte-identical to a seed (one accepted spelling).
+    func testCompactJWSParsing() throws {
+        let seeds = try FuzzKit.signedCorpus(kind: "jws")
+        let known = Set(seeds)
+        let verifier = FuzzKit.pki.verifier()
+        let kinds: [SignedDataKind] = [.transaction, .notification, .renewalInfo, .appTransaction]
+        let tally = AppleTally()
+        lastTally = tally
+        try fuzz("compact JWS", corpus: seeds, seed: 0xA55E_0002) { input in
+            do {
+                let verified = try verifier.verify(bytes: input, kind: kinds[input.count % 4])
+                guard known.contains(input) else { throw FuzzViolation("a mutated JWS verified") }
+                try FuzzKit.checkStorable(json: verified.payloadJSON)
+                tally.count("verified")
+            } catch let error as AppleVerificationError {
+                try tally.refused(error)
+            }
+        }
+        for code in ["verified", "malformed", "bad_signature", "invalid_certificate", "invalid_chain_length", "json_too_deep"] {
+            XCTAssertGreaterThan(tally[code], 0, "'\(code)' never reached: \(tally)")
+        }
+    }
+
+    /// The JWS header JSON is mutated and the result RE-SIGNED with the leaf key, so the header
+    /// checks (alg, crit, x5c shape, certificate decoding, OIDs, chain) all run on signed input.
+    /// Oracle: a header that verifies names ES256, no crit, and the real leaf and intermediate.
+    func testJWSHeaderResigned() throws {
+        let pki = FuzzKit.pki
+        let seeds = try FuzzKit.corpus("header").map { FuzzKit.expand($0, pki.headerPlaceholders) }
+        let payload = FuzzKit.base64URL(try FuzzKit.corpus("transaction")[0])
+        let verifier = pki.verifier()
+        let tally = AppleTally()
+        lastTally = tally
+        try fuzz("JWS header (re-signed)", corpus: seeds, seed: 0xA55E_0003) { input in
+            let expanded = FuzzKit.expand(input, pki.headerPlaceholders)
+            var jws = FuzzKit.base64URL(expanded)
+            jws.append(UInt8(ascii: "."))
+            jws += payload
+            let signature = try pki.leafKey.signES256(jws)
+            jws.append(UInt8(ascii: "."))
+            jws += FuzzKit.base64URL(signature)
+            do {
+                _ = try verifier.verify(bytes: jws, kind: .transaction)
+                let header = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(expanded)) as? [String: Any])
+                guard header["alg"] as? String == "ES256", header["crit"] == nil,
+                      let x5c = header["x5c"] as? [String], x5c.count == 3,
+                      x5c[0] == pki.certificateTexts[0], x5c[1] == pki.certificateTexts[1] else {
+                    throw FuzzViolation("a header verified without ES256 and the real leaf and intermediate")
+                }
+                tally.count("verified")
+            } catch let error as AppleVerificationError {
+                try tally.refused(error)
+            }
+        }
+        for code in ["verified", "malformed", "unsupported_algorithm", "invalid_certificate", "invalid_chain_length", "missing_field"] {
+            XCTAssertGreaterThan(tally[code], 0, "'\(code)' never reached: \(tally)")
+        }
+    }
+
+    // MARK: ingestV2
+
+    /// Whole posted bodies (stored, signed) mutated anywhere: envelope JSON, the JWS, nested JWS.
+    /// Oracle: an accepted body carries one of the seeds' signed payloads, and raw is the input.
+    func testIngestV2Bodies() throws {
+        let seeds = try FuzzKit.signedCorpus(kind: "v2")
+        let signed = Set(try seeds.map { try XCTUnwrap(try JSONSerialization.jsonObject(with: Data($0)) as? [String: Any])["signedPayload"] as? String })
+        let ingestor = FuzzKit.ingestor()
+        let tally = AppleTally()
+        lastTally = tally
+        try fuzz("ingestV2 body", corpus: seeds, seed: 0xA55E_0004) { input in
+            try tally.ingest(input) {
+                let event = try ingestor.ingestV2(body: Data(input))
+                let body = try JSONSerialization.jsonObject(with: Data(input)) as? [String: Any]
+                guard let payload = body?["signedPayload"] as? String, signed.contains(payload) else {
+                    throw FuzzViolation("a body was accepted whose signedPayload is not one Apple (the test chain) signed")
+                }
+                return event
+            }
+        }
+        for code in ["accepted", "malformed", "bad_signature", "missing_field", "json_too_deep"] {
+            XCTAssertGreaterThan(tally[code], 0, "'\(code)' never reached: \(tally)")
+        }
+        try tally.checkSampleInPostgres()
+    }
+
+    /// The notification payload JSON is mutated, its `@TX@`-style placeholders are replaced by
+    /// nested JWS signed once, and the result is signed as the outer JWS: every input reaches JSON
+    /// decoding, section and identity checks, nested verification and agreement, and acceptance.
+    func testNotificationPayloadsResigned() throws {
+        let pki = FuzzKit.pki
+        let nested = try FuzzKit.nestedPlaceholders()
+        let raw = try FuzzKit.corpus("notification")
+        let seeds = raw + raw.map { FuzzKit.expand($0, nested) }
+        let ingestor = FuzzKit.ingestor()
+        let tally = AppleTally()
+        lastTally = tally
+        try fuzz("notification payload (re-signed)", corpus: seeds, seed: 0xA55E_0005) { input in
+            let body = try pki.body(payload: FuzzKit.expand(input, nested))
+            try tally.ingest(body) { try ingestor.ingestV2(body: Data(body)) }
+        }
+        XCTAssertGreaterThan(tally["accepted"], Self.iterations / 20, "mutations should leave many notifications acceptable: \(tally)")
+        for code in ["malformed", "missing_field", "nested_mismatch", "app_mismatch", "environment_mismatch", "bad_signature",
+                     "certificate_not_valid_at_signing_time", "json_too_deep"] {
+            XCTAssertGreaterThan(tally[code], 0, "'\(code)' never reached: \(tally)")
+        }
+        try tally.checkSampleInPostgres()
+    }
+
+    /// Transaction payloads mutated and signed as the nested `signedTransactionInfo` of a signed
+    /// notification: decoding, the validation time, bundle/environment agreement, the stream id
+    /// and `expiresAt` come from the mutated, authentic-looking transaction.
+    func testTransactionPayloadsResigned() throws {
+        try nestedPayloads("transaction", template: "notification/subscribed.json", slot: "@TX@", seed: 0xA55E_0006)
+    }
+
+    /// Renewal info payloads mutated and signed as the nested `signedRenewalInfo`.
+    func testRenewalPayloadsResigned() throws {
+        try nestedPayloads("renewal", template: "notification/renewal-only.json", slot: "@RI@", seed: 0xA55E_0007)
+    }
+
+    func nestedPayloads(_ directory: String, template: String, slot: String, seed: UInt64) throws {
+        let pki = FuzzKit.pki
+        let text = try FuzzKit.file(template)
+        let at = try XCTUnwrap(FuzzKit.find(Array(slot.utf8), in: text))
+        let prefix = Array(text[..<at]), suffix = Array(text[(at + slot.utf8.count)...])
+        let others = try FuzzKit.nestedPlaceholders().filter { $0.0 != Array(slot.utf8) }
+        let ingestor = FuzzKit.ingestor()
+        let tally = AppleTally()
+        lastTally = tally
+        try fuzz("\(directory) payload (re-signed)", corpus: try FuzzKit.corpus(directory), seed: seed) { input in
+            let inner = try pki.jws(payload: input)
+            let outer = FuzzKit.expand(prefix + inner + suffix, others)
+            let body = try pki.body(payload: outer)
+            try tally.ingest(body) { try ingestor.ingestV2(body: Data(body)) }
+        }
+        XCTAssertGreaterThan(tally["accepted"], Self.iterations / 20, "\(tally)")
+        for code in ["malformed", "nested_mismatch", "certificate_not_valid_at_signing_time", "json_too_deep"] {
+            XCTAssertGreaterThan(tally[code], 0, "'\(code)' never reached: \(tally)")
+        }
+        try tally.checkSampleInPostgres()
+    }
+
+    // MARK: ingestV1
+
+    /// Unsigned V1 bodies carrying the shared secret. Oracle, besides storability: neither stored
+    /// column contains the secret, and raw is the input with only the password value replaced.
+    func testIngestV1Bodies() throws {
+        let secret = Array(Self.secret.utf8)
+        let seeds = try FuzzKit.corpus("v1").map { FuzzKit.expand($0, [(Array("@SECRET@".utf8), secret)]) }
+        let ingestor = FuzzKit.ingestor()
+        let quoted = [UInt8(ascii: "\"")] + secret + [UInt8(ascii: "\"")]
+        let redacted = Array("\"<redacted>\"".utf8)
+        let tally = AppleTally()
+        lastTally = tally
+        try fuzz("ingestV1 body", corpus: seeds, seed: 0xA55E_0008) { input in
+            try tally.ingest(input, rawIsInput: false) {
+                let event = try ingestor.ingestV1(body: Data(input), sharedSecret: Self.secret)
+                let raw = [UInt8](event.raw)
+                if FuzzKit.find(secret, in: raw) != nil || FuzzKit.find(secret, in: [UInt8](event.payload)) != nil {
+                    throw FuzzViolation("the shared secret was stored")
+                }
+                // With the secret spelled once (the password member), raw is byte-for-byte the input
+                // with that value replaced; otherwise the redactor re-encodes, which is allowed.
+                if let first = FuzzKit.find(quoted, in: input), FuzzKit.find(secret, in: Array(input[(first + 2)...])) == nil {
+                    let expected = Array(input[..<first]) + redacted + Array(input[(first + quoted.count)...])
+                    guard raw == expected else { throw FuzzViolation("raw differs from the input beyond the redacted password") }
+                }
+                return event
+            }
+        }
+        XCTAssertGreaterThan(tally["accepted"], Self.iterations / 20, "\(tally)")
+        for code in ["malformed", "missing_field", "bad_shared_secret", "app_mismatch", "environment_mismatch", "json_too_deep"] {
+            XCTAssertGreaterThan(tally[code], 0, "'\(code)' never reached: \(tally)")
+        }
+        try tally.checkSampleInPostgres()
+    }
+
+    // MARK: harness
+
+    override func tearDown() {
+        if let tally = lastTally { print("outcomes: \(tally)") }
+        lastTally = nil
+        super.tearDown()
+    }
+
+    private var lastTally: AppleTally?
+
+    func fuzz(_ name: String, corpus: [[UInt8]], seed fallback: UInt64, body: ([UInt8]) throws -> Void) throws {
+        let seed = MutationFuzzer.seed(default: fallback)
+        let report = MutationFuzzer.run(corpus: corpus, iterations: Self.iterations, seed: seed, timeBudget: .seconds(2),
+                                        extraTokens: FuzzKit.tokens, body: body)
+        print("fuzz \(name): \(report)")
+        XCTAssertTrue(report.failures.isEmpty, "\(name): \(report)")
+        XCTAssertEqual(report.iterations, Self.iterations)
+    }
+}
+
+struct FuzzViolation: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Counts outcomes by error code ("accepted" for an event), checks each against the contract, and
+/// keeps a sample of accepted events for the PostgreSQL check.
+final class AppleTally: CustomStringConvertible {
+    private var counts: [String: Int] = [:]
+    private var sample: [NewEvent] = []
+    private var sampled: Set<Data> = []
+    static let sampleLimit = 1_500
+
+    subscript(code: String) -> Int { counts[code, default: 0] }
+    func count(_ code: String) { counts[code, default: 0] += 1 }
+    var description: String { counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ") }
+
+    func refused(_ error: AppleVerificationError) throws {
+        guard [400, 401, 422].contains(error.kind.httpStatus) else {
+            throw FuzzViolation("refused as \(error.kind.httpStatus): \(error)")
+        }
+        if FuzzKit.find(Array(FuzzTests.secret.utf8), in: Array(error.description.utf8)) != nil {
+            throw FuzzViolation("an error message reveals the shared secret: \(error.code)")
+        }
+        count(error.code)
+    }
+
+    /// `ingest` answers an event or throws AppleVerificationError; anything else is a violation.
+    func ingest(_ input: [UInt8], rawIsInput: Bool = true, _ ingest: () throws -> NewEvent) throws {
+        let event: NewEvent
+        do {
+            event = try ingest()
+        } catch let error as AppleVerificationError {
+            return try refused(error)
+        }
+        if rawIsInput, event.raw != Data(input) { throw FuzzViolation("raw is not the posted body") }
+        try FuzzKit.checkStorable(event)
+        count("accepted")
+        if sample.count < Self.sampleLimit, sampled.insert(event.payload).inserted { sample.append(event) }
+    }
+
+    /// Sends the sampled events' columns to the real PostgreSQL as the types `append_events` takes.
+    func checkSampleInPostgres() throws {
+        guard !sample.isEmpty else { return }
+        guard let url = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"], !url.isEmpty else {
+            throw TestDatabaseError.missingEnvironment("LEDGER_TEST_DATABASE_URL")
+        }
+        let connection = try Connection(conninfo: url)
+        func check(_ events: [NewEvent]) throws {
+            _ = try connection.query(
+                "SELECT cardinality($1::text[]) + cardinality($2::text[]) + cardinality($3::text[]) + cardinality($4::text[])"
+                    + " + cardinality($5::timestamptz[]) + cardinality($6::timestamptz[]) + cardinality($7::jsonb[])",
+                [.array(events.map { .text($0.streamId) }, of: .text),
+                 .array(events.map { .text($0.dedupeKey) }, of: .text),
+                 .array(events.map { .text($0.type) }, of: .text),
+                 .array(events.map { .optional($0.environment) }, of: .text),
+                 .array(events.map { $0.signedAt.map { .timestamptz(millis: $0) } ?? .null }, of: .timestamptz),
+                 .array(events.map { $0.expiresAt.map { .timestamptz(millis: $0) } ?? .null }, of: .timestamptz),
+                 .array(events.map { .jsonb($0.payload) }, of: .jsonb)])
+        }
+        do {
+            try check(sample)
+        } catch {
+            for event in sample {
+                do { try check([event]) } catch {
+                    XCTFail("PostgreSQL refused an accepted event (\(error)): payload \(String(decoding: event.payload.prefix(300), as: UTF8.self))")
+                    return
+                }
+            }
+            throw error
+        }
+        print("PostgreSQL accepted all \(sample.count) sampled events")
+    }
+}
+
+/// The test PKI, corpus access and the cheap encoders the harness needs per input.
+enum FuzzKit {
+    static let pki: FuzzPKI = try! FuzzPKI(authority: AppleTestAuthority.libraryTestChain())
+
+    static func ingestor() -> AppleNotificationIngestor {
+        let acceptance = try! AppleAcceptance(bundleIds: ["com.example"], appAppleIds: [1234], environments: ["Sandbox", "Production"])
+        return AppleNotificationIngestor(verifier: pki.verifier(), acceptance: acceptance)
+    }
+
+    static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fuzz/corpus/apple")
+
+    static func file(_ relative: String) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: directory.appendingPathComponent(relative)))
+    }
+
+    static func corpus(_ sub: String) throws -> [[UInt8]] {
+        let dir = directory.appendingPathComponent(sub)
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { !$0.hasPrefix(".") }.sorted()
+        XCTAssertFalse(names.isEmpty, "no seeds in \(dir.path)")
+        return try names.map { [UInt8](try Data(contentsOf: dir.appendingPathComponent($0))) }
+    }
+
+    /// Seeds signed by the library test chain, stored so that they are the same on every run:
+    /// `jws/` compact JWS, `v2/` posted bodies.
+    static func signedCorpus(kind: String = "jws") throws -> [[UInt8]] {
+        try corpus("signed/" + kind).map { trimmed($0) }
+    }
+
+    static func trimmed(_ b: [UInt8]) -> [UInt8] {
+        var b = b
+        while let last = b.last, last == 0x0A || last == 0x0D || last == 0x20 { b.removeLast() }
+        return b
+    }
+
+    /// The nested JWS the notification seeds name by placeholder, signed once per process.
+    static func nestedPlaceholders() throws -> [([UInt8], [UInt8])] {
+        try nestedCache.withLock { cache in
+            if let cache { return cache }
+            let made: [([UInt8], [UInt8])] = [
+                (Array("@TXP@".utf8), try pki.jws(payload: file("transaction/production.json"))),
+                (Array("@TX@".utf8), try pki.jws(payload: file("transaction/subscription.json"))),
+                (Array("@RI@".utf8), try pki.jws(payload: file("renewal/auto-renew.json"))),
+                (Array("@AT@".utf8), try pki.jws(payload: file("app-transaction/sandbox.json"))),
+            ]
+            cache = made
+            return made
+        }
+    }
+
+    private static let nestedCache = Mutex<[([UInt8], [UInt8])]?>(nil)
+
+    static let tokens: [[UInt8]] = [
+        "@TX@", "@RI@", "@AT@", "@TXP@", "\"Sandbox\"", "\"Production\"", "\"Xcode\"", "\"LocalTesting\"", "\"com.example\"",
+        "\"com.other\"", "1234", "\"data\":{}", "\"summary\":", "\"appData\":", "\"externalPurchaseToken\":", "null",
+        "\"signedDate\":", "\"expiresDate\":", "\"receiptCreationDate\":", "\"originalTransactionId\":", "\"notificationUUID\":",
+        "\"notificationType\":", "\"subtype\":", "\"environment\":", "\"bundleId\":", "\"appAppleId\":", "\"alg\":\"none\"",
+        "\"alg\":\"HS256\"", "\"crit\":[\"b64\"]", "\"x5c\":[]", "@LEAF@", "@INT@", "@ROOT@", "\"password\":", "\"bid\":",
+        "\"latest_receipt_info\":[]", "\"expires_date_ms\":\"", "\"PROD\"", "1767225600000", "1e3", "-1767225600000",
+        "9223372036854775807", "\\u0000", "\\u0061", ".", "..", "=",
+    ].map { Array($0.utf8) }
+
+    // MARK: the contract for an accepted event
+
+    /// PostgreSQL's `timestamptz` spans 4713 BC … 294276 AD.
+    static let timestampRange: ClosedRange<Int64> = -210_866_803_200_000...9_224_318_015_999_999
+
+    static func checkStorable(_ event: NewEvent) throws {
+        for (name, text) in [("streamId", event.streamId), ("dedupeKey", event.dedupeKey), ("type", event.type),
+                             ("environment", event.environment ?? "")] {
+            if text.utf8.contains(0) { throw FuzzViolation("\(name) contains NUL, which a text column cannot store") }
+            if name != "environment", text.isEmpty { throw FuzzViolation("\(name) is empty") }
+        }
+        for (name, t) in [("signedAt", event.signedAt), ("expiresAt", event.expiresAt)] {
+            if let t, !timestampRange.contains(t) { throw FuzzViolation("\(name) \(t) ms is outside timestamptz") }
+        }
+        try checkStorable(json: [UInt8](event.payload))
+    }
+
+    /// jsonb refuses `\u0000` (and text NUL); the payload must also be one JSON object.
+    static func checkStorable(json: [UInt8]) throws {
+        if find(Array("\\u0000".utf8), in: json) != nil {
+            // An escaped backslash followed by "u0000" is text, not an escape: look closer.
+            var i = 0, inString = false
+            while i < json.count {
+                let c = json[i]
+                if inString {
+                    if c == 0x5C {
+                        if i + 5 < json.count, json[i + 1] == 0x75, json[i + 2...i + 5].elementsEqual("0000".utf8) {
+                            throw FuzzViolation("payload contains the escape \\u0000, which jsonb refuses")
+                        }
+                        i += 2
+                        continue
+                    }
+                    if c == 0x22 { inString = false }
+                } else if c == 0x22 {
+                    inString = true
+                }
+                i += 1
+            }
+        }
+        if json.contains(0) { throw FuzzViolation("payload contains a NUL byte") }
+        guard (try? JSONSerialization.jsonObject(with: Data(json))) is [String: Any] else {
+            throw FuzzViolation("payload is not a JSON object")
+        }
+    }
+
+    // MARK: bytes
+
+    /// Replaces every placeholder occurrence (placeholders start with `@`).
+    static func expand(_ input: [UInt8], _ table: [([UInt8], [UInt8])]) -> [UInt8] {
+        guard input.contains(UInt8(ascii: "@")) else { return input }
+        var out: [UInt8] = []
+        out.reserveCapacity(input.count)
+        var i = 0
+        while i < input.count {
+            guard let at = input[i...].firstIndex(of: UInt8(ascii: "@")) else { out += input[i...]; break }
+            out += input[i..<at]
+            if let (name, value) = table.first(where: { input[at...].starts(with: $0.0) }) {
+                out += value
+                i = at + name.count
+            } else {
+                out.append(UInt8(ascii: "@"))
+                i = at + 1
+            }
+        }
+        return out
+    }
+
+    static func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
+        guard !needle.isEmpty, needle.count <= hay.count else { return nil }
+        var from = 0
+        while let i = hay[from...].firstIndex(of: needle[0]) {
+            if i + needle.count > hay.count { return nil }
+            if hay[i..<(i + needle.count)].elementsEqual(needle) { return i }
+            from = i + 1
+        }
+        return nil
+    }
+
+    /// base64url without padding through Foundation's optimised encoder: the harness encodes every
+    /// mutated payload, and a per-byte Swift loop in a debug build would cost more than the parser.
+    static func base64URL(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8](Data(bytes).base64EncodedData())
+        while out.last == UInt8(ascii: "=") { out.removeLast() }
+        out.withUnsafeMutableBufferPointer { b in
+            for i in b.indices {
+                if b[i] == UInt8(ascii: "+") { b[i] = UInt8(ascii: "-") } else if b[i] == UInt8(ascii: "/") { b[i] = UInt8(ascii: "_") }
+            }
+        }
+        return out
+    }
+
+    /// The standard-alphabet, padded spelling of a base64url text, or nil if it holds characters of
+    /// the standard alphabet or padding (which base64url does not use).
+    static func standardFromURL(_ input: [UInt8]) -> [UInt8]? {
+        var out = input
+        var ok = true
+        out.withUnsafeMutableBufferPointer { b in
+            for i in b.indices {
+                switch b[i] {
+                case UInt8(ascii: "-"): b[i] = UInt8(ascii: "+")
+                case UInt8(ascii: "_"): b[i] = UInt8(ascii: "/")
+                case UInt8(ascii: "+"), UInt8(ascii: "/"), UInt8(ascii: "="): ok = false
+                default: break
+                }
+            }
+        }
+        guard ok else { return nil }
+        while out.count % 4 != 0 { out.append(UInt8(ascii: "=")) }
+        return out
+    }
+}
+
+/// Signs like Apple with one fixed chain, cheaply: the header is encoded once.
+struct FuzzPKI: Sendable {
+    let authority: AppleTestAuthority
+    let header: [UInt8]
+    /// x5c entries: leaf, intermediate, root.
+    let certificateTexts: [String]
+    var leafKey: ECPrivateKey { authority.leafKey }
+
+    init(authority: AppleTestAuthority) throws {
+        self.authority = authority
+        certificateTexts = [authority.leaf, authority.intermediate, authority.root].map { Base64.encodeStandard($0.der) }
+        let json = try JSONSerialization.data(withJSONObject: ["alg": "ES256", "x5c": certificateTexts], options: [.sortedKeys])
+        header = FuzzKit.base64URL([UInt8](json))
+    }
+
+    func verifier() -> SignedDataVerifier { authority.verifier() }
+
+    var headerPlaceholders: [([UInt8], [UInt8])] {
+        zip(["@LEAF@", "@INT@", "@ROOT@"], certificateTexts).map { (Array($0.utf8), Array($1.utf8)) }
+    }
+
+    func jws(payload: [UInt8]) throws -> [UInt8] {
+        var out = header
+        out.append(UInt8(ascii: "."))
+        out += FuzzKit.base64URL(payload)
+        let signature = try leafKey.signES256(out)
+        out.append(UInt8(ascii: "."))
+        out += FuzzKit.base64URL(signature)
+        return out
+    }
+
+    /// `{"signedPayload":"<jws>"}` (base64url needs no JSON escaping).
+    func body(payload: [UInt8]) throws -> [UInt8] {
+        Array("{\"signedPayload\":\"".utf8) + (try jws(payload: payload)) + Array("\"}".utf8)
+    }
+}
+
+final class GenerateSignedCorpus: XCTestCase {
+    func testGenerate() throws {
+        guard ProcessInfo.processInfo.environment["GEN"] == "1" else { return }
+        let pki = FuzzKit.pki
+        let nested = try FuzzKit.nestedPlaceholders()
+        let dir = FuzzKit.directory.appendingPathComponent("signed")
+        func write(_ name: String, _ bytes: [UInt8]) throws { try Data(bytes).write(to: dir.appendingPathComponent(name)) }
+        try write("jws/transaction.jws", try pki.jws(payload: FuzzKit.file("transaction/subscription.json")))
+        try write("jws/transaction-full.jws", try pki.jws(payload: FuzzKit.file("transaction/library-full.json")))
+        try write("jws/renewal.jws", try pki.jws(payload: FuzzKit.file("renewal/library-full.json")))
+        try write("jws/app-transaction.jws", try pki.jws(payload: FuzzKit.file("app-transaction/sandbox.json")))
+        try write("jws/notification.jws", try pki.jws(payload: FuzzKit.expand(FuzzKit.file("notification/subscribed.json"), nested)))
+        for name in ["subscribed", "summary", "app-data", "test", "did-renew-production", "external-purchase-token"] {
+            let jws = try pki.jws(payload: FuzzKit.expand(FuzzKit.file("notification/\(name).json"), nested))
+            try write("v2/\(name).json", Array("{\"signedPayload\":\"".utf8) + jws + Array("\"}".utf8))
+        }
+        let jws = try pki.jws(payload: FuzzKit.expand(FuzzKit.file("notification/renewal-only.json"), nested))
+        try write("v2/renewal-only-spaced.json", Array("{ \"signedPayload\" : \"".utf8) + jws + Array("\",\n  \"deliveredBy\": [\"proxy\", 1.5, null] }\n".utf8))
+    }
+}
