@@ -106,6 +106,11 @@ extension AppleNotificationIngestor {
             func ms(_ f: String) throws(AppleVerificationError) -> Int64 {
                 guard let v = e[f] else { return Int64.min }
                 guard let s = v as? String, let i = Int64(s) else { throw .malformed("latest_receipt_info[].\(f) must be a decimal string") }
+                // signedAt / expiresAt come from these: a time PostgreSQL cannot store would fail
+                // the append after acceptance (found by the fuzz tests).
+                guard JSONValue.storableMillis.contains(i) else {
+                    throw .malformed("latest_receipt_info[].\(f) \(i) is outside any storable date")
+                }
                 return i
             }
             return (try ms("expires_date_ms"), try ms("purchase_date_ms"), e["transaction_id"] as? String ?? "")

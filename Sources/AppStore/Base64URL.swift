@@ -1,4 +1,9 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Strict base64 decoding on bytes. JWS segments are unpadded base64url (RFC 7515 §2); `x5c`
 /// entries are padded standard base64 (RFC 7515 §4.1.6). Anything else — a character from the
@@ -48,10 +53,17 @@ public enum Base64 {
             let rest = count % 4
             let outCount = full * 3 + (rest == 0 ? 0 : rest - 1)
             var bad: UInt8 = 0
-            let out = [UInt8](unsafeUninitializedCapacity: outCount) { o, initialized in
+            let out = [UInt8](unsafeUninitializedCapacity: outCount) { buffer, initialized in
+                // Raw pointers: buffer subscripts are bounds-checked calls in a debug build, and this
+                // loop decodes every byte of every JWS (the fuzz tests' profile).
+                guard outCount > 0, let o = buffer.baseAddress, let t = table.baseAddress, let s = input.baseAddress else {
+                    initialized = 0
+                    return
+                }
                 var i = 0, j = 0
-                for _ in 0..<full {
-                    let a = table[Int(input[i])], b = table[Int(input[i + 1])], c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
+                var k = 0
+                while k < full {
+                    let a = t[Int(s[i])], b = t[Int(s[i + 1])], c = t[Int(s[i + 2])], d = t[Int(s[i + 3])]
                     bad |= (a | b | c | d) & 0xC0
                     let n = UInt32(a & 63) << 18 | UInt32(b & 63) << 12 | UInt32(c & 63) << 6 | UInt32(d & 63)
                     o[j] = UInt8(truncatingIfNeeded: n >> 16)
@@ -59,10 +71,11 @@ public enum Base64 {
                     o[j + 2] = UInt8(truncatingIfNeeded: n)
                     i += 4
                     j += 3
+                    k += 1
                 }
                 if rest >= 2 {
-                    let a = table[Int(input[i])], b = table[Int(input[i + 1])]
-                    let c = rest == 3 ? table[Int(input[i + 2])] : 0
+                    let a = t[Int(s[i])], b = t[Int(s[i + 1])]
+                    let c = rest == 3 ? t[Int(s[i + 2])] : 0
                     bad |= (a | b | c) & 0xC0
                     let n = UInt32(a & 63) << 18 | UInt32(b & 63) << 12 | UInt32(c & 63) << 6
                     o[j] = UInt8(truncatingIfNeeded: n >> 16)
@@ -105,44 +118,100 @@ public enum Base64 {
 
 /// Guards JSON parsing: Foundation's parsers recurse per nesting level, so a 10,000-deep `[[[[…`
 /// can exhaust the stack. This scan runs on the raw bytes first, in one pass, and refuses input
-/// nested deeper than any Apple document needs.
+/// nested deeper than any Apple document needs. It also refuses what PostgreSQL cannot store and
+/// what two JSON readers would read differently (both found by the fuzz tests): the escape `\u0000`
+/// (Foundation decodes it to a NUL character; jsonb and text columns refuse it, so the append
+/// would fail after the notification was accepted), and an object with the same member name twice
+/// (Foundation keeps one value, PostgreSQL's jsonb the last: the raw evidence would say something
+/// else than what the ledger acted on).
 enum JSONGuard {
     /// Apple's deepest documents (advancedCommerceInfo items → refunds) nest about 6 levels.
     static let maxDepth = 32
 
-    static func depthWithinLimit<C: Collection>(_ bytes: C, limit: Int = maxDepth) -> Bool where C.Element == UInt8 {
-        if let r = bytes.withContiguousStorageIfAvailable({ depthWithinLimit($0, limit: limit) }) { return r }
-        return Array(bytes).withUnsafeBufferPointer { depthWithinLimit($0, limit: limit) }
+    enum Finding: Equatable {
+        case tooDeep
+        case nulEscape
+        /// Well-formed as far as the scan can tell; `members` counts `:` outside strings, which is
+        /// the number of object members of a valid document.
+        case ok(members: Int)
     }
 
-    static func depthWithinLimit(_ bytes: UnsafeBufferPointer<UInt8>, limit: Int) -> Bool {
+    static func depthWithinLimit<C: Collection>(_ bytes: C, limit: Int = maxDepth) -> Bool where C.Element == UInt8 {
+        scan(bytes, limit: limit) != .tooDeep
+    }
+
+    static func scan<C: Collection>(_ bytes: C, limit: Int = maxDepth) -> Finding where C.Element == UInt8 {
+        if let r = bytes.withContiguousStorageIfAvailable({ scan($0, limit: limit) }) { return r }
+        return Array(bytes).withUnsafeBufferPointer { scan($0, limit: limit) }
+    }
+
+    /// Numeric byte values, pointer indexing and memchr inside strings: this runs over every byte of
+    /// every body, header and payload, and in a debug build the per-byte loop it replaced cost
+    /// more than everything but the signature (found profiling the fuzz tests).
+    static func scan(_ bytes: UnsafeBufferPointer<UInt8>, limit: Int) -> Finding {
+        guard let p = bytes.baseAddress else { return .ok(members: 0) }
+        let quote: UInt8 = 0x22, backslash: UInt8 = 0x5C
+        let n = bytes.count
         var depth = 0
-        var inString = false
-        var escaped = false
-        for b in bytes {
-            if inString {
-                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch b {
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "{"), UInt8(ascii: "["):
+        var members = 0
+        var i = 0
+        while i < n {
+            let b = p[i]
+            i += 1
+            if b == quote {
+                // A string ends at the first quote preceded by an even number of backslashes.
+                var end = -1
+                var from = i
+                while from < n, let hit = memchr(p + from, Int32(quote), n - from) {
+                    let q = p.distance(to: UnsafePointer(hit.assumingMemoryBound(to: UInt8.self)))
+                    var slashes = 0
+                    while q - slashes - 1 >= i, p[q - slashes - 1] == backslash { slashes += 1 }
+                    if slashes % 2 == 0 { end = q; break }
+                    from = q + 1
+                }
+                if end < 0 { return .ok(members: members) }  // unterminated: the parser refuses it
+                var e = i
+                while e < end, let hit = memchr(p + e, Int32(backslash), end - e) {
+                    let k = p.distance(to: UnsafePointer(hit.assumingMemoryBound(to: UInt8.self)))
+                    if k + 5 < end, p[k + 1] == 0x75, p[k + 2] == 0x30, p[k + 3] == 0x30, p[k + 4] == 0x30, p[k + 5] == 0x30 {
+                        return .nulEscape
+                    }
+                    e = k + 2
+                }
+                i = end + 1
+            } else if b == 0x7B || b == 0x5B { // { [
                 depth += 1
-                if depth > limit { return false }
-            case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
-            default: break
+                if depth > limit { return .tooDeep }
+            } else if b == 0x7D || b == 0x5D { // } ]
+                depth -= 1
+            } else if b == 0x3A { // :
+                members += 1
             }
         }
-        return true
+        return .ok(members: members)
     }
 
-    /// Parses a JSON object after the depth check; nil when the bytes are not one JSON object.
+    /// Parses a JSON object after the scan; refuses anything that is not one JSON object.
     static func object<C: Collection>(_ bytes: C, what: String) throws(AppleVerificationError) -> [String: Any] where C.Element == UInt8 {
-        guard depthWithinLimit(bytes) else { throw .jsonTooDeep(what: what, limit: maxDepth) }
+        let members: Int
+        switch scan(bytes) {
+        case .tooDeep: throw .jsonTooDeep(what: what, limit: maxDepth)
+        case .nulEscape: throw .malformed("\(what) contains the escape \\u0000 (NUL), which no Apple document carries and PostgreSQL cannot store")
+        case .ok(let m): members = m
+        }
         let data = Data(bytes)
         guard let any = try? JSONSerialization.jsonObject(with: data, options: []), let obj = any as? [String: Any] else {
             throw .malformed("\(what) is not a JSON object")
         }
+        guard memberCount(obj) == members else {
+            throw .malformed("\(what) has an object with the same member name twice, which JSON readers resolve differently")
+        }
         return obj
+    }
+
+    static func memberCount(_ value: Any) -> Int {
+        if let o = value as? [String: Any] { return o.values.reduce(o.count) { $0 + memberCount($1) } }
+        if let a = value as? [Any] { return a.reduce(0) { $0 + memberCount($1) } }
+        return 0
     }
 }

@@ -4,6 +4,9 @@ import LedgerCore
 import LedgerTesting
 import Postgres
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 import XCTest
 @testable import AppStore
 
@@ -458,33 +461,43 @@ enum FuzzKit {
 
     /// Replaces every placeholder occurrence (placeholders start with `@`).
     static func expand(_ input: [UInt8], _ table: [([UInt8], [UInt8])]) -> [UInt8] {
-        guard input.contains(UInt8(ascii: "@")) else { return input }
+        guard var at = find([UInt8(ascii: "@")], in: input) else { return input }
         var out: [UInt8] = []
         out.reserveCapacity(input.count)
         var i = 0
-        while i < input.count {
-            guard let at = input[i...].firstIndex(of: UInt8(ascii: "@")) else { out += input[i...]; break }
+        while true {
             out += input[i..<at]
-            if let (name, value) = table.first(where: { input[at...].starts(with: $0.0) }) {
+            if let (name, value) = table.first(where: { find($0.0, in: input, from: at) == at }) {
                 out += value
                 i = at + name.count
             } else {
                 out.append(UInt8(ascii: "@"))
                 i = at + 1
             }
+            guard let next = find([UInt8(ascii: "@")], in: input, from: i) else { break }
+            at = next
         }
+        out += input[i...]
         return out
     }
 
-    static func find(_ needle: [UInt8], in hay: [UInt8]) -> Int? {
-        guard !needle.isEmpty, needle.count <= hay.count else { return nil }
-        var from = 0
-        while let i = hay[from...].firstIndex(of: needle[0]) {
-            if i + needle.count > hay.count { return nil }
-            if hay[i..<(i + needle.count)].elementsEqual(needle) { return i }
-            from = i + 1
+    /// memchr + memcmp: the generic searches are instantiated unoptimised in a debug build and would
+    /// dominate the harness.
+    static func find(_ needle: [UInt8], in hay: [UInt8], from: Int = 0) -> Int? {
+        guard !needle.isEmpty, from <= hay.count else { return nil }
+        return hay.withUnsafeBufferPointer { h -> Int? in
+            needle.withUnsafeBufferPointer { n -> Int? in
+                guard let base = h.baseAddress, let first = n.first else { return nil }
+                var q = base + from
+                let last = base + h.count - n.count  // the last possible start
+                while q <= last, let hit = memchr(q, Int32(first), last - q + 1) {
+                    let r = UnsafePointer(hit.assumingMemoryBound(to: UInt8.self))
+                    if memcmp(r, n.baseAddress!, n.count) == 0 { return base.distance(to: r) }
+                    q = r + 1
+                }
+                return nil
+            }
         }
-        return nil
     }
 
     /// base64url without padding through Foundation's optimised encoder: the harness encodes every
@@ -493,8 +506,17 @@ enum FuzzKit {
         var out = [UInt8](Data(bytes).base64EncodedData())
         while out.last == UInt8(ascii: "=") { out.removeLast() }
         out.withUnsafeMutableBufferPointer { b in
-            for i in b.indices {
-                if b[i] == UInt8(ascii: "+") { b[i] = UInt8(ascii: "-") } else if b[i] == UInt8(ascii: "/") { b[i] = UInt8(ascii: "_") }
+            guard let p = b.baseAddress else { return }
+            var q = p, end = p + b.count
+            // Only the few '+' and '/' are touched, found by memchr.
+            for (from, to) in [(UInt8(ascii: "+"), UInt8(ascii: "-")), (UInt8(ascii: "/"), UInt8(ascii: "_"))] {
+                q = p
+                end = p + b.count
+                while q < end, let hit = memchr(q, Int32(from), end - q) {
+                    let r = hit.assumingMemoryBound(to: UInt8.self)
+                    r.pointee = to
+                    q = r + 1
+                }
             }
         }
         return out
