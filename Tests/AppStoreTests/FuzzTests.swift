@@ -116,7 +116,9 @@ final class FuzzTests: XCTestCase {
             var jws = FuzzKit.base64URL(expanded)
             jws.append(UInt8(ascii: "."))
             jws += payload
-            let signature = try pki.leafKey.signES256(jws)
+            // A header that is not a JSON object is refused before the signature is looked at.
+            let signature = FuzzKit.isJSONObject(expanded) ? try pki.leafKey.signES256(jws) : FuzzPKI.unsigned
+            tally.count(signature == FuzzPKI.unsigned ? "(not signed)" : "(signed)")
             jws.append(UInt8(ascii: "."))
             jws += FuzzKit.base64URL(signature)
             do {
@@ -175,7 +177,9 @@ final class FuzzTests: XCTestCase {
         let tally = AppleTally()
         lastTally = tally
         try fuzz("notification payload (re-signed)", corpus: seeds, seed: 0xA55E_0005) { input in
-            let body = try pki.body(payload: FuzzKit.expand(input, nested))
+            let (jws, signed) = try pki.jws(payload: FuzzKit.expand(input, nested))
+            tally.count(signed ? "(signed)" : "(not signed)")
+            let body = FuzzPKI.body(jws: jws)
             try tally.ingest(body) { try ingestor.ingestV2(body: Data(body)) }
         }
         XCTAssertGreaterThan(tally["accepted"], Self.iterations / 50, "mutations should leave many notifications acceptable: \(tally)")
@@ -206,8 +210,25 @@ final class FuzzTests: XCTestCase {
         lastTally = tally
         let seeds = try FuzzKit.corpus("transaction") + FuzzKit.corpus("renewal")
         try fuzz("transaction / renewal payload (re-signed)", corpus: seeds, seed: 0xA55E_0006) { input in
-            let (prefix, suffix) = FuzzKit.find(marker, in: input) == nil ? transaction : renewal
-            let body = try pki.body(payload: prefix + (try pki.jws(payload: input)) + suffix)
+            let isRenewal = FuzzKit.find(marker, in: input) != nil
+            let (inner, signed) = try pki.jws(payload: input)
+            guard signed else {
+                // Not a JSON object: the nested verification refuses it before any signature math,
+                // so it is verified directly rather than wrapped in a signed notification (which
+                // would cost two ES256 operations to reach the same refusal).
+                tally.count("(not signed)")
+                do {
+                    _ = try ingestor.verifier.verify(bytes: inner, kind: isRenewal ? .renewalInfo : .transaction)
+                    throw FuzzViolation("a nested value that is not a JSON object verified")
+                } catch let error as AppleVerificationError {
+                    try tally.refused(error)
+                }
+                return
+            }
+            tally.count("(signed)")
+            let (prefix, suffix) = isRenewal ? renewal : transaction
+            let (outer, _) = try pki.jws(payload: prefix + inner + suffix)
+            let body = FuzzPKI.body(jws: outer)
             try tally.ingest(body) { try ingestor.ingestV2(body: Data(body)) }
         }
         XCTAssertGreaterThan(tally["accepted"], Self.iterations / 50, "\(tally)")
@@ -387,10 +408,10 @@ enum FuzzKit {
         try nestedCache.withLock { cache in
             if let cache { return cache }
             let made: [([UInt8], [UInt8])] = [
-                (Array("@TXP@".utf8), try pki.jws(payload: file("transaction/production.json"))),
-                (Array("@TX@".utf8), try pki.jws(payload: file("transaction/subscription.json"))),
-                (Array("@RI@".utf8), try pki.jws(payload: file("renewal/auto-renew.json"))),
-                (Array("@AT@".utf8), try pki.jws(payload: file("app-transaction/sandbox.json"))),
+                (Array("@TXP@".utf8), try pki.jws(payload: file("transaction/production.json")).jws),
+                (Array("@TX@".utf8), try pki.jws(payload: file("transaction/subscription.json")).jws),
+                (Array("@RI@".utf8), try pki.jws(payload: file("renewal/auto-renew.json")).jws),
+                (Array("@AT@".utf8), try pki.jws(payload: file("app-transaction/sandbox.json")).jws),
             ]
             cache = made
             return made
@@ -455,6 +476,10 @@ enum FuzzKit {
     }
 
     // MARK: bytes
+
+    static func isJSONObject(_ bytes: [UInt8]) -> Bool {
+        (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any]
+    }
 
     /// Replaces every placeholder occurrence (placeholders start with `@`).
     static func expand(_ input: [UInt8], _ table: [([UInt8], [UInt8])]) -> [UInt8] {
@@ -561,39 +586,26 @@ struct FuzzPKI: Sendable {
         zip(["@LEAF@", "@INT@", "@ROOT@"], certificateTexts).map { (Array($0.utf8), Array($1.utf8)) }
     }
 
-    func jws(payload: [UInt8]) throws -> [UInt8] {
+    /// 64 zero bytes in place of a signature.
+    static let unsigned = [UInt8](repeating: 0, count: 64)
+
+    /// A compact JWS of `payload`. Signed (one ES256 operation) only when the payload is a JSON
+    /// object: anything else is refused by the verifier's JSON step before it looks at the
+    /// signature, so a real signature would cost time without reaching any other code.
+    func jws(payload: [UInt8]) throws -> (jws: [UInt8], signed: Bool) {
         var out = header
         out.append(UInt8(ascii: "."))
         out += FuzzKit.base64URL(payload)
-        let signature = try leafKey.signES256(out)
+        let signed = FuzzKit.isJSONObject(payload)
+        let signature = signed ? try leafKey.signES256(out) : Self.unsigned
         out.append(UInt8(ascii: "."))
         out += FuzzKit.base64URL(signature)
-        return out
+        return (out, signed)
     }
 
     /// `{"signedPayload":"<jws>"}` (base64url needs no JSON escaping).
-    func body(payload: [UInt8]) throws -> [UInt8] {
-        Array("{\"signedPayload\":\"".utf8) + (try jws(payload: payload)) + Array("\"}".utf8)
+    static func body(jws: [UInt8]) -> [UInt8] {
+        Array("{\"signedPayload\":\"".utf8) + jws + Array("\"}".utf8)
     }
 }
 
-final class GenerateSignedCorpus: XCTestCase {
-    func testGenerate() throws {
-        guard ProcessInfo.processInfo.environment["GEN"] == "1" else { return }
-        let pki = FuzzKit.pki
-        let nested = try FuzzKit.nestedPlaceholders()
-        let dir = FuzzKit.directory.appendingPathComponent("signed")
-        func write(_ name: String, _ bytes: [UInt8]) throws { try Data(bytes).write(to: dir.appendingPathComponent(name)) }
-        try write("jws/transaction.jws", try pki.jws(payload: FuzzKit.file("transaction/subscription.json")))
-        try write("jws/transaction-full.jws", try pki.jws(payload: FuzzKit.file("transaction/library-full.json")))
-        try write("jws/renewal.jws", try pki.jws(payload: FuzzKit.file("renewal/library-full.json")))
-        try write("jws/app-transaction.jws", try pki.jws(payload: FuzzKit.file("app-transaction/sandbox.json")))
-        try write("jws/notification.jws", try pki.jws(payload: FuzzKit.expand(FuzzKit.file("notification/subscribed.json"), nested)))
-        for name in ["subscribed", "summary", "app-data", "test", "did-renew-production", "external-purchase-token"] {
-            let jws = try pki.jws(payload: FuzzKit.expand(FuzzKit.file("notification/\(name).json"), nested))
-            try write("v2/\(name).json", Array("{\"signedPayload\":\"".utf8) + jws + Array("\"}".utf8))
-        }
-        let jws = try pki.jws(payload: FuzzKit.expand(FuzzKit.file("notification/renewal-only.json"), nested))
-        try write("v2/renewal-only-spaced.json", Array("{ \"signedPayload\" : \"".utf8) + jws + Array("\",\n  \"deliveredBy\": [\"proxy\", 1.5, null] }\n".utf8))
-    }
-}
