@@ -74,6 +74,7 @@ public final class SignedDataVerifier: Sendable {
     public var chainValidationCount: Int { cache.withLock { $0.validations } }
     public var cacheHitCount: Int { cache.withLock { $0.hits } }
     public var cachedChainCount: Int { cache.withLock { $0.entries.count } }
+    var cachedHeaderCount: Int { cache.withLock { $0.headers.count } }
 
     public func verify(_ jws: String, kind: SignedDataKind) throws(AppleVerificationError) -> VerifiedSignedData {
         try verify(bytes: Array(jws.utf8), kind: kind)

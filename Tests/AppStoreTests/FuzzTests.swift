@@ -609,3 +609,132 @@ struct FuzzPKI: Sendable {
     }
 }
 
+
+/// What the fuzzer found, pinned as plain regression tests (each names the run that found it).
+final class AppleFuzzFindingTests: XCTestCase {
+    let pki = FuzzKit.pki
+    let ingestor = FuzzKit.ingestor()
+    let sample = AppleTestAuthority.sample()
+
+    func v2(_ payload: String) throws -> Data { Data(FuzzPKI.body(jws: try pki.jws(payload: Array(payload.utf8)).jws)) }
+
+    func notification(uuid: String = "u-1", type: String = "TEST", extra: String = "") -> String {
+        #"{"notificationType":"\#(type)","notificationUUID":"\#(uuid)","signedDate":1767225600000,"data":{"bundleId":"com.example","appAppleId":1234,"environment":"Sandbox"\#(extra)}}"#
+    }
+
+    /// Foundation decodes `\u0000` to a NUL character; PostgreSQL's text columns and jsonb refuse it,
+    /// so the append failed after acceptance (seed 0xa55e0005: a NUL in notificationUUID, the
+    /// dedupe key; seed 0xa55e0008: in a V1 payload).
+    func testNULEscapeIsRefusedInEveryJSONDocument() throws {
+        XCTAssertNoThrow(try ingestor.ingestV2(body: v2(notification())))
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: v2(notification(uuid: #"u\u0000"#))) }
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: v2(notification(extra: #","note":"\u0000""#))) }
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: v2(notification(extra: #","\u0000":1"#))) }
+        let body = try v2(notification())
+        let withNUL = Data(#"{"x":"\u0000","#.utf8) + body.dropFirst()
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: withNUL) }
+        // An escaped backslash followed by "u0000" is text, not a NUL: accepted and stored as such.
+        let event = try ingestor.ingestV2(body: v2(notification(uuid: #"u\\u0000"#)))
+        XCTAssertEqual(event.dedupeKey, #"u\u0000"#)
+        let v1 = Data(#"{"password":"\#(FuzzTests.secret)","notification_type":"CANCEL\u0000","environment":"Sandbox","bid":"com.example"}"#.utf8)
+        assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: v1, sharedSecret: FuzzTests.secret) }
+        XCTAssertEqual(JSONGuard.scan(Array(#"{"a":"\\\u0000"}"#.utf8)), .nulEscape, "an odd run of backslashes ends in an escape")
+        XCTAssertEqual(JSONGuard.scan(Array(#"{"a":"\\\\u0000"}"#.utf8)), .ok(members: 1))
+    }
+
+    /// Foundation keeps one of two equal member names, PostgreSQL's jsonb the last: the stored raw
+    /// evidence would read differently from what the ledger acted on.
+    func testRepeatedMemberNamesAreRefused() throws {
+        assertRefused("malformed", .malformed) {
+            try ingestor.ingestV2(body: v2(notification(extra: #","bundleId":"com.evil""#)))
+        }
+        let body = try v2(notification())
+        let twice = Data(#"{"signedPayload":"x","#.utf8) + body.dropFirst()
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: twice) }
+        let v1 = Data(#"{"password":"\#(FuzzTests.secret)","bid":"com.example","bid":"com.example","notification_type":"CANCEL","environment":"Sandbox"}"#.utf8)
+        assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: v1, sharedSecret: FuzzTests.secret) }
+        // The same name in different objects, and colons inside strings, are fine.
+        XCTAssertEqual(JSONGuard.scan(Array(#"{"a":{"a":"x:y"},"b":[{"a":1},{"a":2}]}"#.utf8)), .ok(members: 5))
+        XCTAssertNoThrow(try JSONGuard.object(Array(#"{"a":{"a":"x:y"},"b":[{"a":1},{"a":2}]}"#.utf8), what: "t"))
+        XCTAssertThrowsError(try JSONGuard.object(Array(#"{"a":[{"k":1,"k":1}]}"#.utf8), what: "t"))
+        XCTAssertThrowsError(try JSONGuard.object(Array(#"{"a":1,"\u0061":2}"#.utf8), what: "t"))
+    }
+
+    /// PostgreSQL's timestamptz ends in 294276 AD; a later time made the append fail after
+    /// acceptance (seed 0xa55e0008: V1 expires_date_ms 1654682094294967296).
+    func testTimesPostgreSQLCannotStoreAreRefusedOrLeftOut() throws {
+        let v1 = { (expires: String) in
+            Data(#"{"password":"\#(FuzzTests.secret)","notification_type":"CANCEL","environment":"Sandbox","bid":"com.example","unified_receipt":{"latest_receipt_info":[{"original_transaction_id":"1","purchase_date_ms":"1","expires_date_ms":"\#(expires)"}]}}"#.utf8)
+        }
+        XCTAssertEqual(try ingestor.ingestV1(body: v1("9224318015999999"), sharedSecret: FuzzTests.secret).expiresAt, 9_224_318_015_999_999)
+        for bad in ["9224318016000000", "1654682094294967296", "-210866803200001"] {
+            assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: v1(bad), sharedSecret: FuzzTests.secret) }
+        }
+        // V2: a signed expiresDate no timestamptz holds is left out of expiresAt (like one of the
+        // wrong type); the payload keeps Apple's value. A signedDate like it is refused.
+        var tx = #"{"originalTransactionId":"1","bundleId":"com.example","environment":"Sandbox","signedDate":1767225600000,"expiresDate":9224318016000000}"#
+        var body = try v2(notification(type: "DID_RENEW", extra: #","signedTransactionInfo":"\#(String(decoding: pki.jws(payload: Array(tx.utf8)).jws, as: UTF8.self))""#))
+        let event = try ingestor.ingestV2(body: body)
+        XCTAssertNil(event.expiresAt)
+        XCTAssertEqual(event.streamId, "1")
+        tx = tx.replacingOccurrences(of: "9224318016000000", with: "9224318015999999")
+        body = try v2(notification(type: "DID_RENEW", extra: #","signedTransactionInfo":"\#(String(decoding: pki.jws(payload: Array(tx.utf8)).jws, as: UTF8.self))""#))
+        XCTAssertEqual(try ingestor.ingestV2(body: body).expiresAt, 9_224_318_015_999_999)
+        assertRefused("malformed", .malformed) {
+            try ingestor.ingestV2(body: v2(notification().replacingOccurrences(of: "1767225600000", with: "9224318016000000")))
+        }
+    }
+
+    /// The header cache added for speed keeps only headers that passed every check, is keyed by
+    /// the exact header text, is bounded, and never stands in for the signature or the chain.
+    func testHeaderCacheHoldsOnlyCheckedHeadersAndNeverSkipsTheSignature() throws {
+        let verifier = pki.verifier()
+        let good = try pki.jws(payload: Array(notification().utf8)).jws
+        let parts = good.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).map(Array.init)
+        for alg in ["none", "HS256"] {
+            let header = FuzzKit.base64URL(Array(#"{"alg":"\#(alg)","x5c":["\#(pki.certificateTexts[0])","\#(pki.certificateTexts[1])","\#(pki.certificateTexts[2])"]}"#.utf8))
+            let forged = header + [UInt8(ascii: ".")] + parts[1] + [UInt8(ascii: ".")] + parts[2]
+            for _ in 0..<2 {
+                assertRefused("unsupported_algorithm", .unauthenticated) { try verifier.verify(bytes: forged, kind: .notification) }
+            }
+        }
+        XCTAssertNoThrow(try verifier.verify(bytes: good, kind: .notification))
+        XCTAssertNoThrow(try verifier.verify(bytes: good, kind: .notification))
+        let flipped = FuzzKit.base64URL(Base64.decodeURL(parts[2])!.enumerated().map { $0.offset == 5 ? $0.element ^ 1 : $0.element })
+        assertRefused("bad_signature", .unauthenticated) {
+            try verifier.verify(bytes: parts[0] + [0x2E] + parts[1] + [0x2E] + flipped, kind: .notification)
+        }
+        let otherPayload = FuzzKit.base64URL(Array(notification(uuid: "u-2").utf8))
+        assertRefused("bad_signature", .unauthenticated) {
+            try verifier.verify(bytes: parts[0] + [0x2E] + otherPayload + [0x2E] + parts[2], kind: .notification)
+        }
+        // A signedDate outside the chain's validity is still refused with a cached header and chain.
+        let late = try pki.jws(payload: Array(notification().replacingOccurrences(of: "1767225600000", with: "2524608000000").utf8)).jws
+        assertRefused("certificate_not_valid_at_signing_time", .unauthenticated) { try verifier.verify(bytes: late, kind: .notification) }
+        // Bounded: many distinct valid headers (extra members) keep at most `headerCapacity`.
+        for i in 0..<(ChainCache.headerCapacity + 5) {
+            let header = FuzzKit.base64URL(Array(#"{"alg":"ES256","kid":"\#(i)","x5c":["\#(pki.certificateTexts[0])","\#(pki.certificateTexts[1])","\#(pki.certificateTexts[2])"]}"#.utf8))
+            var jws = header + [0x2E] + parts[1]
+            let sig = try pki.leafKey.signES256(jws)
+            jws += [0x2E] + FuzzKit.base64URL(sig)
+            XCTAssertNoThrow(try verifier.verify(bytes: jws, kind: .notification))
+        }
+        XCTAssertEqual(verifier.cachedHeaderCount, ChainCache.headerCapacity)
+    }
+
+    /// The bulk base64 decoding moved to Foundation (a debug-build per-character loop dominated
+    /// verification); the strictness rules stay ours and are pinned here beyond testBase64URLIsStrict.
+    func testBase64StrictnessAfterTheFoundationDecoder() {
+        for bad in ["QQ=", "Q=Q", "QUJD=", "QU JD", "QUJ\u{0}", "QUJD\r\n", "QU\tJD", "QUI\u{7F}", "-_8=", "QUJ+", "QUJ/"] {
+            XCTAssertNil(Base64.decodeURL(Array(bad.utf8)), bad.debugDescription)
+        }
+        for bad in ["QQ", "QQ=", "QQ=A", "=QQ=", "Q===", "====", "QQ==QQ==", "-_8=", "QU JD", " QUJD", "QUJD ", "QUI\u{0}", "QR=="] {
+            XCTAssertNil(Base64.decodeStandard(Array(bad.utf8)), bad.debugDescription)
+        }
+        XCTAssertEqual(Base64.decodeStandard(Array("".utf8)), [])
+        XCTAssertEqual(Base64.decodeStandard(Array("QQ==".utf8)), [0x41])
+        XCTAssertEqual(Base64.decodeStandard(Array("QUI=".utf8)), [0x41, 0x42])
+        XCTAssertEqual(Base64.decodeURL(Array("_-_-".utf8)), [0xFF, 0xEF, 0xFE])
+        XCTAssertNil(Base64.decodeURL(Array("QUJ".utf8)), "unused bits of the last character must be zero")
+    }
+}
