@@ -98,8 +98,11 @@ public final class SignedDataVerifier: Sendable {
             throw .malformed("ES256 signature must be 64 bytes (r‖s), got \(jws.signature.count)")
         }
         let time = try validationTime(payload, kind: kind)
-        let (leafKey, leafSubject) = try verifiedLeaf(leaf: x5c.leaf, intermediate: x5c.intermediate, atMillis: time)
-        guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
+        let leaf = try verifiedLeaf(leaf: x5c.leaf, intermediate: x5c.intermediate, atMillis: time, jws: jws)
+        let (leafKey, leafSubject) = (leaf.key, leaf.subject)
+        if !leaf.signatureChecked {
+            guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
+        }
         return VerifiedSignedData(payloadJSON: jws.payload, validationTime: time, leafSubject: leafSubject, object: payload)
     }
 
@@ -138,14 +141,16 @@ public final class SignedDataVerifier: Sendable {
         return options.now()
     }
 
-    private func verifiedLeaf(leaf: String, intermediate: String, atMillis ms: Int64) throws(AppleVerificationError) -> (ECPublicKey, String) {
+    private func verifiedLeaf(
+        leaf: String, intermediate: String, atMillis ms: Int64, jws: CompactJWS
+    ) throws(AppleVerificationError) -> (key: ECPublicKey, subject: String, signatureChecked: Bool) {
         let seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         var keyMaterial = Array(leaf.utf8)
         keyMaterial.append(UInt8(ascii: "."))
         keyMaterial.append(contentsOf: intermediate.utf8)
         let key = Data(Digest.sha256(keyMaterial))
         if let hit = cache.withLock({ $0.lookup(key) }), hit.window.contains(epochSeconds: seconds) {
-            return (hit.leafKey, hit.leafSubject)
+            return (hit.leafKey, hit.leafSubject, false)
         }
         // Miss, or a cached chain outside its window: validate in full (another root might cover
         // this time), outside the lock so concurrent requests are not serialised on P-384 math.
@@ -169,6 +174,12 @@ public final class SignedDataVerifier: Sendable {
         let leafKey: ECPublicKey
         do { leafKey = try leafCert.publicKey() } catch { throw .invalidCertificate("leaf key: \(error)") }
         guard leafKey.curve == .p256 else { throw .invalidCertificate("the leaf key is not P-256, so it cannot sign ES256") }
+        // The signature before the chain: a path validation costs many times one P-256 verify, and
+        // a miss is what an unauthenticated sender can force at will (take a genuine JWS, move its
+        // signedDate outside the cached window, or send any chain). With this order, only data
+        // signed by the key in x5c[0] pays for path validation. The key is not trusted yet; the
+        // chain check below decides that.
+        guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
         cache.withLock { $0.validations += 1 }
         let window: VerifiedChainWindow
         do {
@@ -183,7 +194,7 @@ public final class SignedDataVerifier: Sendable {
         }
         let entry = ChainCache.Entry(leafKey: leafKey, leafSubject: leafCert.subject, window: window)
         cache.withLock { $0.insert(key, entry) }
-        return (leafKey, leafCert.subject)
+        return (leafKey, leafCert.subject, true)
     }
 }
 
