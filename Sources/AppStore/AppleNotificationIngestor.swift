@@ -68,6 +68,8 @@ public final class AppleNotificationIngestor: Sendable {
             guard let type = outer["notificationType"] as? String, !type.isEmpty else { throw .missingField("notificationType") }
             let subtype = try Fields.string(outer, "subtype")
             let stream = try streamId(type: type)
+            try Identifier.check(stream, "the stream id (originalTransactionId, requestIdentifier, externalPurchaseId or bundleId)")
+            try Identifier.check(uuid, "notificationUUID")
             let payload: Data
             do { payload = try JSONSerialization.data(withJSONObject: mergedPayload, options: [.sortedKeys, .withoutEscapingSlashes]) } catch {
                 throw .malformed("decoded payload could not be re-encoded as JSON")
@@ -184,6 +186,19 @@ public final class AppleNotificationIngestor: Sendable {
         if environment == "Production" {
             guard let appId = id.appAppleId else { throw .appMismatch("a Production notification without appAppleId cannot be attributed") }
             guard acceptance.appAppleIds.contains(appId) else { throw .appMismatch("appAppleId \(appId) is not an accepted app") }
+        }
+    }
+}
+
+/// Stream ids and dedupe keys are stored in columns that hold at most 1024 bytes (Migrations/0001);
+/// a longer one made the append fail after acceptance (found by the fuzz tests, whose accepted
+/// events are appended to a real database). Apple's identifiers are tens of bytes.
+enum Identifier {
+    static let maxBytes = 1024
+
+    static func check(_ value: String, _ what: String) throws(AppleVerificationError) {
+        guard value.utf8.count <= maxBytes else {
+            throw .malformed("\(what) is \(value.utf8.count) bytes; the ledger stores identifiers of at most \(maxBytes) bytes")
         }
     }
 }

@@ -63,6 +63,7 @@ extension AppleNotificationIngestor {
         guard let otid = try Fields.string(selected, "original_transaction_id"), !otid.isEmpty else {
             throw .missingField("latest_receipt_info[].original_transaction_id")
         }
+        try Identifier.check(otid, "latest_receipt_info[].original_transaction_id")
         let autoRenew: Bool?
         switch try Fields.string(object, "auto_renew_status") {
         case nil: autoRenew = nil

@@ -465,6 +465,9 @@ enum FuzzKit {
             if text.utf8.contains(0) { throw FuzzViolation("\(name) contains NUL, which a text column cannot store") }
             if name != "environment", text.isEmpty { throw FuzzViolation("\(name) is empty") }
         }
+        for (name, text) in [("streamId", event.streamId), ("dedupeKey", event.dedupeKey)] where text.utf8.count > 1024 {
+            throw FuzzViolation("\(name) is \(text.utf8.count) bytes; its column holds at most 1024")
+        }
         for (name, t) in [("signedAt", event.signedAt), ("expiresAt", event.expiresAt)] {
             if let t, !timestampRange.contains(t) { throw FuzzViolation("\(name) \(t) ms is outside timestamptz") }
         }
@@ -792,6 +795,24 @@ final class AppleFuzzFindingTests: XCTestCase {
         assertRefused("bad_shared_secret", .unauthenticated) {
             try ingestor.ingestV1(body: body(#","note":"\#(secret)""#), sharedSecret: secret + "0")
         }
+    }
+
+    /// The events table holds stream ids and dedupe keys of at most 1024 bytes; a longer signed
+    /// originalTransactionId (seed 0xa55e0006) or requestIdentifier (seed 0xa55e0005) was accepted
+    /// and then refused by the database's check constraint.
+    func testIdentifiersLongerThanTheirColumnAreRefused() throws {
+        let long = String(repeating: "7", count: 1025), fits = String(repeating: "7", count: 1024)
+        func withTransaction(_ otid: String) throws -> Data {
+            let tx = #"{"originalTransactionId":"\#(otid)","bundleId":"com.example","environment":"Sandbox","signedDate":1767225600000}"#
+            return try v2(notification(type: "DID_RENEW", extra: #","signedTransactionInfo":"\#(String(decoding: pki.jws(payload: Array(tx.utf8)).jws, as: UTF8.self))""#))
+        }
+        XCTAssertEqual(try ingestor.ingestV2(body: withTransaction(fits)).streamId, fits)
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: withTransaction(long)) }
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: v2(notification(uuid: long))) }
+        let summary = #"{"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","notificationUUID":"s","signedDate":1767225600000,"summary":{"bundleId":"com.example","environment":"Sandbox","requestIdentifier":"\#(long)"}}"#
+        assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: v2(summary)) }
+        let v1 = Data(#"{"password":"\#(FuzzTests.secret)","notification_type":"CANCEL","environment":"Sandbox","bid":"com.example","unified_receipt":{"latest_receipt_info":[{"original_transaction_id":"\#(long)"}]}}"#.utf8)
+        assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: v1, sharedSecret: FuzzTests.secret) }
     }
 
     /// The bulk base64 decoding moved to Foundation (a debug-build per-character loop dominated
