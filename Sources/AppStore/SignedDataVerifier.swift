@@ -297,6 +297,10 @@ enum JSONValue {
 /// unoptimised in a debug build and cost more per JWS than everything else but the signature
 /// (measured by the fuzz tests; the release build specialises it, but tests run debug).
 enum ByteScan {
+    static func contains(_ byte: UInt8, in bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBufferPointer { b in b.baseAddress.map { memchr($0, Int32(byte), b.count) != nil } ?? false }
+    }
+
     /// Offsets of the first `limit` occurrences of `byte`.
     static func positions(of byte: UInt8, in bytes: [UInt8], limit: Int) -> [Int] {
         bytes.withUnsafeBufferPointer { b -> [Int] in
