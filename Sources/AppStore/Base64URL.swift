@@ -128,6 +128,11 @@ enum JSONGuard {
     enum Finding: Equatable {
         case tooDeep
         case nulEscape
+        /// A comma before `}` or `]` (Foundation's reader takes it, PostgreSQL's does not).
+        case trailingComma
+        /// A number with more than 1000 digits or an exponent beyond ±1000: no Apple value is one,
+        /// and PostgreSQL's numeric overflows past 1e131071 or 16383 decimals.
+        case hugeNumber
         /// Well-formed as far as the scan can tell; `members` counts `:` outside strings, which is
         /// the number of object members of a valid document.
         case ok(members: Int)
@@ -152,9 +157,35 @@ enum JSONGuard {
         var depth = 0
         var members = 0
         var i = 0
+        var lastSignificant: UInt8 = 0
         while i < n {
             let b = p[i]
             i += 1
+            if b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 { continue }
+            defer { lastSignificant = b }
+            if (b == 0x7D || b == 0x5D), lastSignificant == 0x2C { return .trailingComma } // `,}` `,]`
+            if b == 0x2D || (b >= 0x30 && b <= 0x39) { // a number: - or a digit
+                var digits = 0, exponent = 0, inExponent = false
+                var k = i - 1
+                while k < n {
+                    let c = p[k]
+                    if c >= 0x30 && c <= 0x39 {
+                        if inExponent {
+                            if exponent <= 100_000 { exponent = exponent * 10 + Int(c - 0x30) }
+                        } else {
+                            digits += 1
+                        }
+                    } else if c == 0x65 || c == 0x45 { // e E
+                        inExponent = true
+                    } else if c != 0x2E && c != 0x2B && c != 0x2D { // . + -
+                        break
+                    }
+                    k += 1
+                }
+                if digits > 1000 || exponent > 1000 { return .hugeNumber }
+                i = k
+                continue
+            }
             if b == quote {
                 // A string ends at the first quote preceded by an even number of backslashes.
                 var end = -1
@@ -194,6 +225,8 @@ enum JSONGuard {
         switch scan(bytes) {
         case .tooDeep: throw .jsonTooDeep(what: what, limit: maxDepth)
         case .nulEscape: throw .malformed("\(what) contains the escape \\u0000 (NUL), which no Apple document carries and PostgreSQL cannot store")
+        case .trailingComma: throw .malformed("\(what) has a comma before a closing bracket, which JSON does not allow")
+        case .hugeNumber: throw .malformed("\(what) has a number with more than 1000 digits or an exponent beyond ±1000, which no Apple document carries and PostgreSQL cannot store")
         case .ok(let m): members = m
         }
         let data = Data(bytes)

@@ -313,7 +313,7 @@ final class AppleTally: CustomStringConvertible {
     private var counts: [String: Int] = [:]
     private var sample: [NewEvent] = []
     private var sampled: Set<Data> = []
-    static let sampleLimit = 1_500
+    static let sampleLimit = 4_000
 
     subscript(code: String) -> Int { counts[code, default: 0] }
     func count(_ code: String) { counts[code, default: 0] += 1 }
@@ -497,8 +497,12 @@ enum FuzzKit {
             }
         }
         if ByteScan.contains(0, in: json) { throw FuzzViolation("payload contains a NUL byte") }
-        guard (try? JSONSerialization.jsonObject(with: Data(json))) is [String: Any] else {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(json))) as? [String: Any] else {
             throw FuzzViolation("payload is not a JSON object")
+        }
+        // One value per member name: Foundation keeps one of two equal names, jsonb the last.
+        guard case .ok(let members) = JSONGuard.scan(json, limit: .max), members == JSONGuard.memberCount(object) else {
+            throw FuzzViolation("payload repeats a member name (or nests beyond any limit)")
         }
     }
 
@@ -839,6 +843,22 @@ final class AppleFuzzFindingTests: XCTestCase {
         let payload = try XCTUnwrap(try JSONSerialization.jsonObject(with: event.payload) as? [String: Any])
         XCTAssertEqual((payload["transactionInfo"] as? [String: Any])?["originalTransactionId"] as? String, "5")
         XCTAssertEqual(JSONGuard.scan([UInt8](event.payload)), .ok(members: JSONGuard.memberCount(payload)))
+    }
+
+    /// Foundation's JSON reader takes a comma before `}` (seed 0xa55e0005, iteration 59858: a
+    /// mutation dropped the last member) and numbers PostgreSQL's numeric cannot hold (seed
+    /// 0xa55e0006: `1e999999`); once the payload was stored as signed, jsonb refused both.
+    func testTrailingCommasAndHugeNumbersAreRefused() throws {
+        for (extra, finding) in [(#","a":[1,]"#, JSONGuard.Finding.trailingComma), (#","a":{"b":1,}"#, .trailingComma),
+                                 (#","a":1e1001"#, .hugeNumber), (#","a":-2E-99999"#, .hugeNumber),
+                                 (#","a":1\#(String(repeating: "0", count: 1001))"#, .hugeNumber)] {
+            let text = notification(extra: extra)
+            XCTAssertEqual(JSONGuard.scan(Array(text.utf8)), finding, extra)
+            assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: v2(text)) }
+        }
+        for fine in [#","a":[1, 2 ,3 ]"#, #","a":1e300"#, #","a":-0.5e-1000"#, #","a":"1,}""#, #","a":[]"#, #","a":{}"#] {
+            XCTAssertNoThrow(try ingestor.ingestV2(body: v2(notification(extra: fine))), fine)
+        }
     }
 
     /// The bulk base64 decoding moved to Foundation (a debug-build per-character loop dominated
