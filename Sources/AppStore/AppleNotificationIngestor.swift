@@ -68,9 +68,9 @@ public final class AppleNotificationIngestor: Sendable {
         var mergedPayload: [String: Any] {
             var p = outer
             if var section = p[identity.section] as? [String: Any] {
-                if transaction != nil { section.removeValue(forKey: "signedTransactionInfo") }
-                if renewal != nil { section.removeValue(forKey: "signedRenewalInfo") }
-                if appTransaction != nil { section.removeValue(forKey: "signedAppTransactionInfo") }
+                if transaction != nil, section["signedTransactionInfo"] != nil { section["signedTransactionInfo"] = NSNull() }
+                if renewal != nil, section["signedRenewalInfo"] != nil { section["signedRenewalInfo"] = NSNull() }
+                if appTransaction != nil, section["signedAppTransactionInfo"] != nil { section["signedAppTransactionInfo"] = NSNull() }
                 p[identity.section] = section
             }
             if let transaction { p["transactionInfo"] = transaction }
@@ -109,12 +109,36 @@ public final class AppleNotificationIngestor: Sendable {
             let nested: [(String, [UInt8]?)] = [
                 ("transactionInfo", json.transaction), ("renewalInfo", json.renewal), ("appTransactionInfo", json.appTransaction),
             ]
-            if let spliced = Self.splice(json.outer, nested), !nested.contains(where: { $0.1 != nil && outer[$0.0] != nil }) {
+            if let spliced = Self.splice(Self.withoutSignedCopies(json.outer, of: signedNested), nested),
+               !nested.contains(where: { $0.1 != nil && outer[$0.0] != nil }) {
                 return spliced
             }
             do { return try JSONSerialization.data(withJSONObject: mergedPayload, options: [.sortedKeys, .withoutEscapingSlashes]) } catch {
                 throw .malformed("decoded payload could not be re-encoded as JSON")
             }
+        }
+
+        /// The nested JWS texts that were verified and are stored decoded beside the notification.
+        var signedNested: [String] {
+            guard let section = outer[identity.section] as? [String: Any] else { return [] }
+            var out: [String] = []
+            if transaction != nil, let s = section["signedTransactionInfo"] as? String { out.append(s) }
+            if renewal != nil, let s = section["signedRenewalInfo"] as? String { out.append(s) }
+            if appTransaction != nil, let s = section["signedAppTransactionInfo"] as? String { out.append(s) }
+            return out
+        }
+
+        /// The signed text with each verified nested JWS string replaced by `null`: the JWS stay in
+        /// `raw` (the evidence) and appear decoded in the payload, so the jsonb does not carry a
+        /// second copy of ~2/3 of every body. A JWS not found verbatim (escaped) is left in place.
+        static func withoutSignedCopies(_ object: [UInt8], of jws: [String]) -> [UInt8] {
+            var out = object
+            for token in jws {
+                let needle = [UInt8(ascii: "\"")] + Array(token.utf8) + [UInt8(ascii: "\"")]
+                guard let range = Data(out).range(of: Data(needle)) else { continue }
+                out.replaceSubrange(range, with: Array("null".utf8))
+            }
+            return out
         }
 
         static func splice(_ object: [UInt8], _ members: [(String, [UInt8]?)]) -> Data? {

@@ -32,8 +32,8 @@ final class IngestV2Tests: XCTestCase {
         XCTAssertEqual(p["futureTopLevel"] as? String, "kept")
         XCTAssertEqual((p["data"] as? [String: Any])?["futureDataField"] as? Bool, true)
         // The nested JWS live on in raw (the evidence); the payload holds them decoded, once.
-        XCTAssertNil((p["data"] as? [String: Any])?["signedTransactionInfo"])
-        XCTAssertNil((p["data"] as? [String: Any])?["signedRenewalInfo"])
+        XCTAssertTrue((p["data"] as? [String: Any])?["signedTransactionInfo"] is NSNull)
+        XCTAssertTrue((p["data"] as? [String: Any])?["signedRenewalInfo"] is NSNull)
         XCTAssertTrue(String(decoding: event.raw, as: UTF8.self).contains("signedPayload"))
         let tx = try XCTUnwrap(p["transactionInfo"] as? [String: Any])
         XCTAssertEqual(tx["transactionId"] as? String, "7001")
