@@ -18,10 +18,10 @@ public enum AppleTestAuthorityError: Error, CustomStringConvertible {
     }
 }
 
-/// Where `shared/apple-vectors` lives: beside the repository clone (CI places a copy of shared/
-/// there) — precisely, in the nearest folder above the package that holds `shared/apple-vectors`,
-/// so a git worktree nested one level deeper finds it too — or `LEDGER_APPLE_VECTORS` when set.
-/// Never silently absent: a missing folder throws.
+/// Where Apple's test vectors are: `LEDGER_APPLE_VECTORS` when set, else the copy committed in
+/// `Tests/Fixtures/apple-vectors` (byte-identical to the team's shared/apple-vectors, MIT, see its
+/// README), else a `shared/apple-vectors` in a folder above the package. Never silently absent:
+/// a missing folder throws.
 public enum AppleVectors {
     public static func directory(from file: String = #filePath) throws(AppleTestAuthorityError) -> URL {
         if let env = ProcessInfo.processInfo.environment["LEDGER_APPLE_VECTORS"], !env.isEmpty {
@@ -29,8 +29,10 @@ public enum AppleVectors {
         }
         var dir = URL(fileURLWithPath: file).deletingLastPathComponent()
         while dir.path != "/" {
-            let candidate = dir.appendingPathComponent("shared/apple-vectors")
-            if FileManager.default.fileExists(atPath: candidate.path) { return try existing(candidate) }
+            for relative in ["Tests/Fixtures/apple-vectors", "shared/apple-vectors"] {
+                let candidate = dir.appendingPathComponent(relative)
+                if FileManager.default.fileExists(atPath: candidate.path) { return try existing(candidate) }
+            }
             dir = dir.deletingLastPathComponent()
         }
         throw .vectorsMissing("no shared/apple-vectors in any folder above \(file); place a copy of shared/ beside the repository clone or set LEDGER_APPLE_VECTORS")

@@ -2,16 +2,12 @@ import Foundation
 import XCTest
 @testable import Crypto
 
-/// shared/apple-vectors beside the clone (the nearest ancestor folder holding shared/apple-vectors,
-/// so a git worktree nested one level deeper finds it too); a missing file fails with a clear message.
+/// Apple's test vectors, committed in Tests/Fixtures/apple-vectors; a missing file fails with a clear message.
 private func vector(_ path: String, file: String = #filePath) throws -> [UInt8] {
-    var dir = URL(fileURLWithPath: file).deletingLastPathComponent()
-    while dir.path != "/", !FileManager.default.fileExists(atPath: dir.appendingPathComponent("shared/apple-vectors").path) {
-        dir = dir.deletingLastPathComponent()
-    }
-    let url = dir.appendingPathComponent("shared/apple-vectors").appendingPathComponent(path)
+    let root = URL(fileURLWithPath: file).deletingLastPathComponent().deletingLastPathComponent()
+    let url = root.appendingPathComponent("Fixtures/apple-vectors").appendingPathComponent(path)
     guard let d = FileManager.default.contents(atPath: url.path) else {
-        XCTFail("test vector \(url.path) is missing: place a copy of shared/ beside the repository clone")
+        XCTFail("test vector \(url.path) is missing: it is part of the repository (Tests/Fixtures/apple-vectors)")
         throw CryptoError.invalidInputLength("missing vector \(path)")
     }
     return [UInt8](d)
