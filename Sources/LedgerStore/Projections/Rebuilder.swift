@@ -44,6 +44,11 @@ public struct RebuildReport: Sendable, Equatable, Codable {
     /// Streams refolded at the swap because events reached them after the snapshot.
     public var caughtUpStreams: Int
     public var seconds: Double
+    /// Where the time went: the bulk read+fold+COPY, building keys and indexes, the swap
+    /// (appends wait during the swap only).
+    public var bulkSeconds: Double = 0
+    public var indexSeconds: Double = 0
+    public var swapSeconds: Double = 0
     public var eventsPerSecond: Double
     /// Peak resident set size of this process (VmHWM), when the platform reports it.
     public var peakRSSBytes: Int?
@@ -58,7 +63,10 @@ public struct RebuildReport: Sendable, Equatable, Codable {
             format: "%@%@: %d events, %d streams in %.2f s (%.0f events/s), peak RSS %@",
             dryRun ? "dry run of " : "rebuilt ", projections.map(\.rawValue).joined(separator: ", "), events, streams,
             seconds, eventsPerSecond, peakRSSBytes.map { String(format: "%.1f MB", Double($0) / 1_048_576) } ?? "n/a")
-        if !dryRun { text += "; snapshot at \(snapshotHead), swapped at \(swapHead) (\(caughtUpStreams) streams caught up)" }
+        if !dryRun {
+            text += "; snapshot at \(snapshotHead), swapped at \(swapHead) (\(caughtUpStreams) streams caught up)"
+            text += String(format: "; bulk %.2f s, indexes %.2f s, swap %.3f s", bulkSeconds, indexSeconds, swapSeconds)
+        }
         return text
     }
 }
@@ -92,6 +100,18 @@ public struct Rebuilder: Sendable {
     public init(conninfo: String, projector: Projector) {
         self.conninfo = conninfo
         self.projector = projector
+    }
+
+    static let oldSuffix = "_retired"
+
+    /// Drops the tables a swap retired (also those a crash left between swap and drop).
+    static func dropRetired(_ tables: [ProjectionTable], on connection: Connection) throws {
+        try connection.transaction { connection in
+            try connection.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+            for table in tables {
+                try connection.query("DROP TABLE IF EXISTS \(table.qualified())\(oldSuffix)", name: "drop retired table")
+            }
+        }
     }
 
     static let advisoryLockKey: Int64 = 0x6C65_6467_7262_6C64  // "ledgrbld"
@@ -134,6 +154,7 @@ public struct Rebuilder: Sendable {
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
 
         // Fresh tables, committed so that every partition's writer can fill them.
+        try Self.dropRetired(tables, on: writer)
         try writer.transaction { writer in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             for table in tables {
@@ -149,7 +170,7 @@ public struct Rebuilder: Sendable {
         let (head, snapshot, bounds) = try Self.openSnapshot(on: exporter, partitions: partitions)
         let now = projector.clock()
         let done = Mutex(0)
-        let report: @Sendable (Int) -> Void = { rows in
+        let reportRows: @Sendable (Int) -> Void = { rows in
             let total = done.withLock { $0 += rows; return $0 }
             progress(total, Int(head))
         }
@@ -159,7 +180,7 @@ public struct Rebuilder: Sendable {
                 return try writer.transaction { writer -> (Int, Int) in
                     try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
                     var buffers = CopyBuffers()
-                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: report) { stream, facts in
+                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: reportRows) { stream, facts in
                         buffers.add(StreamRows(streamId: stream, facts: facts, catalog: projector.catalog, now: now), for: projections)
                         if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
                     }
@@ -176,6 +197,7 @@ public struct Rebuilder: Sendable {
             streams += folded
         }
         progress(events, Int(head))
+        let bulkDone = ContinuousClock.now
         try writer.transaction { writer in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             for table in tables {
@@ -184,7 +206,9 @@ public struct Rebuilder: Sendable {
             }
         }
 
+        let indexDone = ContinuousClock.now
         beforeSwap?()
+        let swapStart = ContinuousClock.now
         let (swapHead, caughtUp) = try writer.transaction { writer -> (Int64, Int) in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             let swapHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
@@ -201,18 +225,24 @@ public struct Rebuilder: Sendable {
                 WHERE projection = ANY($2)
                 """,
                 [.int64(swapHead), .array(names.map { .text($0.rawValue) }, of: .text)], name: "checkpoints to head")
+            // Renames only: dropping a large table here would keep appends waiting longer.
             for table in tables {
-                try writer.query("DROP TABLE \(table.qualified())", name: "drop old table")
+                try writer.query("ALTER TABLE \(table.qualified()) RENAME TO \(table.rawValue)\(Self.oldSuffix)", name: "retire live table")
                 try writer.query("ALTER TABLE \(table.qualified(next: true)) RENAME TO \(table.rawValue)", name: "swap table")
             }
             return (swapHead, late.filter(Projector.isSubscriptionStream).count)
         }
+        try Self.dropRetired(tables, on: writer)
 
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
-        return RebuildReport(
+        var report = RebuildReport(
             projections: names, dryRun: false, snapshotHead: head, swapHead: swapHead, events: events, streams: streams,
             caughtUpStreams: caughtUp, seconds: seconds, eventsPerSecond: Double(events) / seconds,
             peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
+        report.bulkSeconds = started.duration(to: bulkDone).seconds
+        report.indexSeconds = bulkDone.duration(to: indexDone).seconds
+        report.swapSeconds = swapStart.duration(to: .now).seconds
+        return report
     }
 
     // MARK: dry run
