@@ -8,7 +8,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build release db-start db-stop deps migrate demo bench clean
+.PHONY: run test build release db-start db-stop deps migrate demo bench test-api test-reliability clean
 
 deps:
 	@$(DB) deps
@@ -35,6 +35,23 @@ run: migrate
 
 test: db-start
 	@eval "$$($(DB) env)"; swift test $(SWIFT_TEST_FLAGS)
+
+# Real data in the API within a minute: serve in the background and post a simulated population.
+demo: deps
+	@scripts/demo.sh
+
+# schemathesis (PyPI, in a git-ignored .venv) against the running service and docs/openapi.yaml.
+test-api: deps
+	@scripts/api-test.sh
+
+# Crash, outage, duplicate-storm, slowloris and graceful-shutdown scenarios against the real binary.
+test-reliability: deps
+	@scripts/test-reliability.sh
+
+# Every benchmark, in a release build, each printing its same-run baseline and the ratio.
+bench: release db-start
+	@eval "$$($(DB) env)"; for b in verify append ingest read rebuild refund-inquiry; do \
+	  .build/release/ledger bench $$b || exit 1; done
 
 clean: db-stop
 	rm -rf .build .pg

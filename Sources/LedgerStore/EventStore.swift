@@ -72,11 +72,13 @@ public final class EventStore: Sendable {
     public let maxBatch: Int
     private let hooks: [any AppendHook]
     private let onHookFailure: (@Sendable (HookFailure) -> Void)?
-    private let queue = Mutex(PendingAppends())
+    private let queue: Mutex<PendingAppends>
     private let counters = Mutex(EventStoreMetrics())
-    /// The one writer thread: appends are serialised by the head lock anyway, so more writers
-    /// would only queue inside PostgreSQL instead of batching here.
-    private let writer = DispatchQueue(label: "ledger.eventstore.append")
+    /// Writer threads. Appends are serialised by the head lock, so one writer is the default: a
+    /// second lets the next batch reach the server while the current one commits, but halves the
+    /// batches (measured: no gain on 2 cores). Kept configurable for faster disks and more cores.
+    private let writers: [DispatchQueue]
+    private let linger: DispatchTimeInterval
 
     private struct Request: Sendable {
         let events: [NewEvent]
@@ -85,14 +87,19 @@ public final class EventStore: Sendable {
 
     private struct PendingAppends: Sendable {
         var requests: [Request] = []
-        var writing = false
+        var idleWriters: [Int]
     }
 
     public init(
-        pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512,
+        pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512, writers: Int = 1,
+        linger: Duration = .microseconds(500),
         onHookFailure: (@Sendable (HookFailure) -> Void)? = nil
     ) {
         precondition(maxBatch > 0, "maxBatch must be positive")
+        precondition(writers > 0, "at least one writer")
+        self.linger = .nanoseconds(Int(linger.components.seconds * 1_000_000_000 + linger.components.attoseconds / 1_000_000_000))
+        self.writers = (0..<writers).map { DispatchQueue(label: "ledger.eventstore.append\($0)") }
+        queue = Mutex(PendingAppends(idleWriters: Array((0..<writers).reversed())))
         self.pool = pool
         self.hooks = hooks
         self.maxBatch = maxBatch
@@ -125,6 +132,21 @@ public final class EventStore: Sendable {
         return try result.get()
     }
 
+    /// `append` for threads outside Swift concurrency (libmicrohttpd callbacks): blocks the calling
+    /// thread until the commit. Never call it from an async task.
+    public func appendBlocking(_ events: [NewEvent]) throws(StoreError) -> [AppendOutcome] {
+        if events.isEmpty { return [] }
+        for event in events { try Self.validate(event) }
+        let box = ResultBox()
+        let done = DispatchSemaphore(value: 0)
+        enqueue(Request(events: events, complete: { result in
+            box.set(result)
+            done.signal()
+        }))
+        done.wait()
+        return try box.get()
+    }
+
     /// What the database would also refuse, caught early with a clearer message.
     static func validate(_ event: NewEvent) throws(StoreError) {
         if event.streamId.isEmpty { throw .invalidEvent("streamId is empty; every event needs a stream (see StreamNames)") }
@@ -137,18 +159,26 @@ public final class EventStore: Sendable {
     }
 
     private func enqueue(_ request: Request) {
-        let startWriter = queue.withLock { state -> Bool in
+        let startWriter = queue.withLock { state -> Int? in
             state.requests.append(request)
-            if state.writing { return false }
-            state.writing = true
-            return true
+            return state.idleWriters.popLast()
         }
-        if startWriter { writer.async { self.drain() } }
+        if let startWriter { writers[startWriter].async { self.drain(writer: startWriter) } }
     }
 
-    /// Runs on `writer` until the queue is empty.
-    private func drain() {
+    /// Runs on writer `writer`'s queue until the queue is empty.
+    private func drain(writer: Int) {
+        var lastBatch = 0
         while true {
+            // The callers just answered usually append again at once; if fewer requests are
+            // waiting than were just served, give them a moment to arrive so the next commit
+            // carries them too (PostgreSQL's commit_delay idea, bounded by `linger`).
+            if lastBatch > 1 {
+                let deadline = DispatchTime.now() + linger
+                while queue.withLock({ $0.requests.count }) < lastBatch && DispatchTime.now() < deadline {
+                    usleep(50)
+                }
+            }
             let batch = queue.withLock { state -> [Request] in
                 var taken: [Request] = []
                 var events = 0
@@ -157,10 +187,11 @@ public final class EventStore: Sendable {
                     events += next.events.count
                     state.requests.removeFirst()
                 }
-                if taken.isEmpty { state.writing = false }
+                if taken.isEmpty { state.idleWriters.append(writer) }
                 return taken
             }
             if batch.isEmpty { return }
+            lastBatch = batch.count
             write(batch)
         }
     }
@@ -168,7 +199,9 @@ public final class EventStore: Sendable {
     private func write(_ batch: [Request]) {
         do {
             let (outcomes, reported) = try pool.withConnectionBlocking { connection in
-                try connection.transaction { connection in try self.insert(batch, on: connection) }
+                // Without hooks the function call is the whole transaction: one round trip.
+                if self.hooks.isEmpty { return try self.insert(batch, on: connection) }
+                return try connection.transaction { connection in try self.insert(batch, on: connection) }
             }
             record(batch: batch, outcomes: outcomes, hookFailures: reported)
             for failure in reported { onHookFailure?(failure) }
@@ -322,5 +355,15 @@ public final class EventStore: Sendable {
                 expiresAt: try row.decode(Int64?.self, "expires_at"),
                 payload: try row.decode(Data.self, "payload"),
                 raw: try row.decode(Data.self, "raw")))
+    }
+}
+
+/// Carries a writer's answer to a thread blocked in `appendBlocking`.
+private final class ResultBox: Sendable {
+    private let value = Mutex<Result<[AppendOutcome], StoreError>?>(nil)
+    func set(_ result: Result<[AppendOutcome], StoreError>) { value.withLock { $0 = result } }
+    func get() throws(StoreError) -> [AppendOutcome] {
+        guard let result = value.withLock({ $0 }) else { throw .unavailable("the append was not answered") }
+        return try result.get()
     }
 }

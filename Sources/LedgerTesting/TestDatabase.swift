@@ -41,6 +41,7 @@ public struct TestDatabase: Sendable {
         let name = "\(prefix)_\(ProcessInfo.processInfo.processIdentifier)_\(String(suffix, radix: 16))"
         let info = try ConnectionInfo(parsing: server)
         let connection = try Connection(conninfo: server)
+        dropAbandoned(prefix: prefix, on: connection)
         try connection.query("CREATE DATABASE \(try connection.quoteIdentifier(name))", name: "create test database")
         let database = TestDatabase(
             name: name,
@@ -56,6 +57,21 @@ public struct TestDatabase: Sendable {
             }
         }
         return database
+    }
+
+    /// Test processes that crash or are killed leave their databases behind; the name carries the
+    /// creating pid, so drop those whose process is gone (another live run's are left alone).
+    static func dropAbandoned(prefix: String, on connection: Connection) {
+        guard let rows = try? connection.query(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", [.text(prefix + "_")], name: "list test databases") else { return }
+        for row in rows.rows {
+            guard let name = try? row.decode(String.self, "datname") else { continue }
+            let parts = name.dropFirst(prefix.count + 1).split(separator: "_")
+            guard parts.count == 2, let pid = Int32(parts[0]), pid != ProcessInfo.processInfo.processIdentifier else { continue }
+            if kill(pid, 0) != 0 && errno == ESRCH, let quoted = try? connection.quoteIdentifier(name) {
+                _ = try? connection.query("DROP DATABASE IF EXISTS \(quoted) WITH (FORCE)", name: "drop abandoned test database")
+            }
+        }
     }
 
     /// Drops the database, disconnecting anything still connected to it.

@@ -122,16 +122,56 @@ public final class ConnectionPool: Sendable {
     /// Never call it from a Swift concurrency task: it parks the thread while it waits.
     @discardableResult
     public func withConnectionBlocking<T>(_ body: (Connection) throws -> T) throws -> T {
-        let delivered = Mutex<Result<Lease, PostgresError>?>(nil)
-        let ready = DispatchSemaphore(value: 0)
-        acquire { result in
-            delivered.withLock { $0 = result }
-            ready.signal()
+        let lease: Lease
+        // Fast path: a free connection is checked (or opened) right here, on the caller's thread,
+        // instead of hopping to the slot's queue and back.
+        switch state.withLock({ s -> Grant? in s.closed ? .failure(PostgresError(.poolClosed, "acquire after close")) : Self.takeImmediately(&s) }) {
+        case .failure(let error)?:
+            throw error
+        case .reuse(let idle)?:
+            if idle.connection.isAliveWhenIdle() {
+                lease = idle
+            } else {
+                state.withLock { $0.discarded += 1 }
+                lease = try openBlocking(slot: idle.slot)
+            }
+        case .open(let slot)?:
+            lease = try openBlocking(slot: slot)
+        case nil:
+            let delivered = Mutex<Result<Lease, PostgresError>?>(nil)
+            let ready = DispatchSemaphore(value: 0)
+            acquire { result in
+                delivered.withLock { $0 = result }
+                ready.signal()
+            }
+            ready.wait()
+            lease = try delivered.withLock { $0! }.get()
         }
-        ready.wait()
-        let lease = try delivered.withLock { $0! }.get()
         defer { release(lease) }
         return try body(lease.connection)
+    }
+
+    private func openBlocking(slot: Int) throws(PostgresError) -> Lease {
+        do {
+            let connection = try Connection(conninfo: conninfo)
+            state.withLock { $0.opened += 1 }
+            return Lease(slot: slot, connection: connection)
+        } catch {
+            handBack(slot: slot, connection: nil)
+            throw error
+        }
+    }
+
+    private static func takeImmediately(_ s: inout State) -> Grant? {
+        if let lease = s.idle.popLast() {
+            s.inUse += 1
+            return .reuse(lease)
+        }
+        if let slot = s.freeSlots.popLast() {
+            s.inUse += 1
+            return .open(slot: slot)
+        }
+        return nil
     }
 
     /// Closes idle connections and fails waiting callers; connections in use close when returned.
@@ -150,14 +190,7 @@ public final class ConnectionPool: Sendable {
     private func acquire(_ deliver: @escaping @Sendable (Result<Lease, PostgresError>) -> Void) {
         let (grant, waiterID) = state.withLock { s -> (Grant?, UInt64?) in
             if s.closed { return (.failure(PostgresError(.poolClosed, "acquire after close")), nil) }
-            if let lease = s.idle.popLast() {
-                s.inUse += 1
-                return (.reuse(lease), nil)
-            }
-            if let slot = s.freeSlots.popLast() {
-                s.inUse += 1
-                return (.open(slot: slot), nil)
-            }
+            if let grant = Self.takeImmediately(&s) { return (grant, nil) }
             s.nextWaiter += 1
             s.waiters.append(Waiter(id: s.nextWaiter, deliver: deliver))
             return (nil, s.nextWaiter)

@@ -117,11 +117,12 @@ public enum PostgresValue: Sendable, Equatable {
             if s.utf8.contains(0) {
                 throw PostgresError(.invalidArgument, "text parameters cannot contain NUL (0x00); PostgreSQL text cannot store it, send the value as bytea")
             }
-            out.append(contentsOf: s.utf8)
-        case .bytea(let d): out.append(contentsOf: d)
+            var text = s
+            text.withUTF8 { out.append(contentsOf: $0) }
+        case .bytea(let d): d.withUnsafeBytes { out.append(contentsOf: $0) }
         case .jsonb(let d):
             out.append(1)  // jsonb binary format version
-            out.append(contentsOf: d)
+            d.withUnsafeBytes { out.append(contentsOf: $0) }
         case .timestamptz(let millis):
             let (micros, overflow) = (millis &- PostgresEpoch.unixMillis).multipliedReportingOverflow(by: 1000)
             if overflow { throw PostgresError(.invalidArgument, "timestamp \(millis) ms is outside PostgreSQL's range") }

@@ -1,5 +1,6 @@
 import Foundation
 import LedgerService
+import LedgerTesting
 
 // The `ledger` executable: one sub-command per operator task. Each prints its own --help.
 
@@ -13,7 +14,8 @@ commands:
   project          run the catch-up worker that advances projection checkpoints
   verify-payload   verify an Apple JWS or notification body offline and print it decoded
   simulate         post realistic signed subscription lifecycles to a running service
-  bench            benchmarks: append | ingest | rebuild | read | refund-inquiry
+  bench            benchmarks: append | ingest | read | rebuild | refund-inquiry | verify | fold
+  reliability      crash, outage, duplicate-storm, slowloris and shutdown scenarios (make test-reliability)
 
 Run `ledger <command> --help` for a command's options. Configuration comes from LEDGER_CONFIG
 (a JSON file) and the LEDGER_* environment variables listed in README.md.
@@ -35,6 +37,7 @@ do {
     case "verify-payload": try await VerifyPayloadCommand.run(rest)
     case "simulate": try await SimulateCommand.run(rest)
     case "bench": try await BenchCommand.run(rest)
+    case "reliability": exit(await ReliabilitySuite.main(rest))
     default:
         FileHandle.standardError.write(Data("ledger: unknown command '\(command)'\n\n\(usage)\n".utf8))
         exit(2)

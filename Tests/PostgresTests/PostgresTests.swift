@@ -264,6 +264,22 @@ final class PostgresTests: XCTestCase {
         try await pool.withConnection { _ = try $0.query("SELECT 1") }
     }
 
+    func testPoolAgainstAnUnreachableServerFailsFastAsUnavailable() async throws {
+        let info = try ConnectionInfo(parsing: database.adminConninfo).with("host", "/nonexistent-socket-dir")
+        let pool = ConnectionPool(conninfo: info.conninfo, maxConnections: 2, acquireTimeout: .seconds(10))
+        let started = Date()
+        for _ in 0..<3 {
+            do {
+                try await pool.withConnection { _ = try $0.query("SELECT 1") }
+                XCTFail("no server there")
+            } catch let error as PostgresError {
+                XCTAssertEqual(error.kind, .unavailable)
+            }
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5, "must not wait for the acquire timeout")
+        XCTAssertEqual(pool.statistics.open, 0, "failed connects must give their slots back")
+    }
+
     func testPoolDiscardsConnectionsLeftInTransaction() async throws {
         let pool = ConnectionPool(conninfo: database.adminConninfo, maxConnections: 1)
         try await pool.withConnection { _ = try $0.query("BEGIN") }

@@ -1,0 +1,317 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The five scenarios of issue 6. Each runs a bounded load, breaks something on purpose, and
+/// audits the event log against what the clients were told.
+enum Scenarios {
+    /// Statuses a webhook may answer while things break: 200 (stored) or 503 (retry later).
+    static func unexpectedStatuses(_ load: LoadReport) -> [Int: Int] {
+        load.statusCounts.filter { $0.key != 200 && $0.key != 503 }
+    }
+
+    static func statusDetail(_ load: LoadReport) -> String {
+        let bad = unexpectedStatuses(load)
+        if bad.isEmpty { return "only 200 and 503: \(load.summary)" }
+        let sample = bad.keys.sorted().compactMap { load.sampleBodies[$0] }.first ?? "-"
+        return "unexpected \(bad.sorted { $0.key < $1.key }.map { "\($0.key)×\($0.value)" }.joined(separator: " ")); e.g. \(sample)"
+    }
+
+    static func postingOptions(_ h: Harness, duration: Duration, connections: Int? = nil, requestTimeout: Duration = .seconds(15)) -> LoadOptions {
+        LoadOptions(connections: connections ?? h.options.connections, limit: .duration(duration), requestTimeout: requestTimeout,
+                    reconnectDelay: .milliseconds(50), recordOutcomes: true)
+    }
+
+    /// Waits (bounded) until the load has at least `count` acknowledgements.
+    static func waitForAcknowledgements(_ generator: LoadGenerator, atLeast count: Int, within: Duration = .seconds(30)) async throws -> Bool {
+        let deadline = monotonicNanos() + nanos(within)
+        while generator.progress.ok < count {
+            if monotonicNanos() >= deadline { return false }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return true
+    }
+
+    // MARK: kill -9
+
+    static func kill9(_ h: Harness) async throws -> ReliabilityReport {
+        var report = ReliabilityReport(scenario: "kill9")
+        let mint = NotificationMint(authority: h.authority)
+        try h.service.start()
+        let generator = try LoadGenerator(target: h.service.target, options: postingOptions(h, duration: h.options.loadDuration),
+                                          source: mint.loadSource())
+        let running = Task { await generator.run() }
+        let kills = 2
+        var restarted = 0
+        var killFailure: (any Error)?
+        do {
+            for k in 1...kills {
+                try await Task.sleep(for: h.options.loadDuration / (kills + 1))
+                let acknowledgedBefore = generator.progress.ok
+                guard try await waitForAcknowledgements(generator, atLeast: acknowledgedBefore + 1, within: .seconds(15)) else {
+                    report.check("load acknowledged before kill \(k)", false, "no 200 within 15 s; service log:\n\(h.service.logTail())")
+                    break
+                }
+                try h.service.kill9()
+                h.options.log("kill9: killed the service (-9) with \(generator.progress.ok) acknowledged so far")
+                try await Task.sleep(for: .milliseconds(300))
+                try h.service.start()
+                restarted += 1
+            }
+        } catch {
+            killFailure = error
+        }
+        if killFailure != nil { generator.stop() }
+        let load = await running.value
+        if let killFailure { throw killFailure }
+        try h.tally(&report, outcomes: load.outcomes, mint: mint)
+        report.check("service killed and restarted", restarted == kills, "\(restarted) of \(kills) kill -9 / restart cycles")
+        report.check("answers", unexpectedStatuses(load).isEmpty, statusDetail(load))
+        report.check("load acknowledged", report.acknowledged > 0, "\(report.acknowledged) notifications acknowledged")
+        report.notes.append("transport errors (killed connections, refused while down): \(load.transportErrorKinds)")
+        if let check = h.options.projectionCheck {
+            let difference = try await check(h.database)
+            report.check("projections equal a fresh rebuild", difference == nil, difference ?? "equal")
+        } else {
+            report.notes.append("projection-vs-rebuild check not wired (ReliabilityOptions.projectionCheck)")
+        }
+        return report
+    }
+
+    // MARK: PostgreSQL outage
+
+    static func postgresOutage(_ h: Harness) async throws -> ReliabilityReport {
+        var report = ReliabilityReport(scenario: "postgres-outage")
+        guard let script = h.options.databaseScript, FileManager.default.isExecutableFile(atPath: script) else {
+            throw ReliabilityError.setup("LEDGER_TEST_DB_SCRIPT must name scripts/db.sh to stop and start PostgreSQL")
+        }
+        let mint = NotificationMint(authority: h.authority)
+        try h.service.start()
+        let before: Duration = h.options.quick ? .milliseconds(1500) : .seconds(3)
+        let recoveryBound: Duration = .seconds(30)
+        // Longer than the scenario can take: the controller stops the load once recovery is seen.
+        let generator = try LoadGenerator(
+            target: h.service.target,
+            options: postingOptions(h, duration: before + h.options.outageDuration + recoveryBound + .seconds(10), requestTimeout: .seconds(20)),
+            source: mint.loadSource())
+        let running = Task { await generator.run() }
+        var recoverySeconds: Double?
+        var outageFailure: (any Error)?
+        do {
+            try await Task.sleep(for: before)
+            try runScript(script, "stop")
+            let stoppedAt = generator.progress
+            h.options.log("postgres-outage: PostgreSQL stopped with \(stoppedAt.ok) acknowledged")
+            try await Task.sleep(for: h.options.outageDuration)
+            let duringOutage = generator.progress.ok - stoppedAt.ok
+            report.notes.append("acknowledged while PostgreSQL was down (in flight at the stop): \(duringOutage)")
+            try runScript(script, "start")
+            let restartedAt = monotonicNanos()
+            let okAtRestart = generator.progress.ok
+            h.options.log("postgres-outage: PostgreSQL started again")
+            if try await waitForAcknowledgements(generator, atLeast: okAtRestart + 10, within: recoveryBound) {
+                recoverySeconds = Double(monotonicNanos() - restartedAt) / 1e9
+            }
+            try await Task.sleep(for: .seconds(1))
+        } catch {
+            outageFailure = error
+            try? runScript(script, "start")
+        }
+        generator.stop()
+        let load = await running.value
+        if let outageFailure { throw outageFailure }
+        try h.tally(&report, outcomes: load.outcomes, mint: mint)
+        report.check("no 500, only 200 or 503", unexpectedStatuses(load).isEmpty, statusDetail(load))
+        report.check("clients saw the outage as 503", load.count(503) > 0, "\(load.count(503)) answers 503")
+        report.check("recovered by itself", recoverySeconds != nil,
+                     recoverySeconds.map { String(format: "10 acknowledgements %.1f s after PostgreSQL came back", $0) }
+                        ?? "no acknowledgement within \(recoveryBound) of PostgreSQL coming back; log:\n\(h.service.logTail())")
+        let hung = load.transportErrorKinds["timeout", default: 0]
+        report.check("no request hung", hung == 0 && load.latency.max < 20_000,
+                     String(format: "%d timed out; slowest answer %.0f ms", hung, load.latency.max))
+        report.notes.append("transport errors: \(load.transportErrorKinds)")
+        return report
+    }
+
+    /// Runs `scripts/db.sh stop|start` (bounded: 90 s). posix_spawn + waitpid rather than
+    /// Foundation's Process: Process learns of the exit through a descriptor the child inherits,
+    /// and the postmaster that `start` daemonises inherits it too, so Process would wait for
+    /// PostgreSQL to stop rather than for the script to finish.
+    static func runScript(_ script: String, _ verb: String) throws {
+        let words: [String] = ["/bin/bash", script, verb]
+        let argv: [UnsafeMutablePointer<CChar>?] = words.map { (word: String) in strdup(word) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, "/bin/bash", nil, nil, argv, environ)
+        guard rc == 0 else { throw ReliabilityError.database("cannot run \(script) \(verb): posix_spawn error \(rc)") }
+        let deadline = monotonicNanos() + 90_000_000_000
+        var status: Int32 = 0
+        while waitpid(pid, &status, WNOHANG) == 0 {
+            if monotonicNanos() > deadline {
+                kill(pid, SIGKILL)
+                _ = waitpid(pid, &status, 0)
+                throw ReliabilityError.database("\(script) \(verb) did not finish within 90 s")
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        // WIFEXITED / WEXITSTATUS are macros Swift cannot import.
+        let exited = status & 0x7f == 0
+        let code = (status >> 8) & 0xff
+        guard exited, code == 0 else { throw ReliabilityError.database("\(script) \(verb) failed (wait status \(status))") }
+    }
+
+    // MARK: duplicate storm
+
+    static func duplicateStorm(_ h: Harness) async throws -> ReliabilityReport {
+        var report = ReliabilityReport(scenario: "duplicate-storm")
+        let n = h.options.stormNotifications
+        let copies = h.options.stormCopies
+        let mint = NotificationMint(authority: h.authority)
+        let requests = try mint.premint(n).map(\.request)
+        try h.service.start()
+        // Request i posts notification i / copies: the copies of one notification are adjacent,
+        // so they are in flight on different connections at the same moment.
+        let generator = try LoadGenerator(
+            target: h.service.target,
+            options: LoadOptions(connections: h.options.connections, limit: .count(n * copies), requestTimeout: .seconds(15), recordOutcomes: true)
+        ) { i in requests[i / copies] }
+        let load = await generator.run()
+        try h.tally(&report, outcomes: load.outcomes, mint: mint, notificationOf: { $0 / copies })
+        let rows = try h.storedKeys().values.reduce(0, +)
+        report.check("every post answered 200", load.count(200) == n * copies, load.summary)
+        report.check("exactly one event per notification", rows == n && report.stored == n,
+                     "\(rows) events for \(n) notifications posted \(copies) times each")
+        return report
+    }
+
+    // MARK: slowloris
+
+    static func slowloris(_ h: Harness) async throws -> ReliabilityReport {
+        var report = ReliabilityReport(scenario: "slowloris")
+        let mint = NotificationMint(authority: h.authority)
+        try h.service.start()
+        let slow = SlowClients(target: h.service.target, count: h.options.slowConnections)
+        report.check("slow connections opened", slow.opened >= h.options.slowConnections * 9 / 10,
+                     "\(slow.opened) of \(h.options.slowConnections) from 127.0.0.2 (idle, slow head, slow body)")
+        let (interval, duration) = (h.options.slowByteInterval, h.options.loadDuration)
+        let dribbling = Thread { slow.dribble(every: interval, for: duration) }
+        dribbling.start()
+        let generator = try LoadGenerator(target: h.service.target,
+                                          options: postingOptions(h, duration: h.options.loadDuration, connections: 8, requestTimeout: .seconds(10)),
+                                          source: mint.loadSource())
+        let load = await generator.run()
+        slow.waitUntilDone()
+        try h.tally(&report, outcomes: load.outcomes, mint: mint)
+        report.check("other clients answered", load.count(200) == load.attempted && load.transportErrors == 0 && load.attempted > 0, load.summary)
+        let bound = 1000.0
+        report.check("bounded latency", load.latency.p99 < bound, String(format: "p99 %.1f ms (bound %.0f ms), max %.1f ms", load.latency.p99, bound, load.latency.max))
+        report.notes.append("slow connections still open at the end: \(slow.stillOpen) of \(slow.opened) (the server closes them on its idle timeout)")
+        return report
+    }
+
+    // MARK: graceful shutdown
+
+    static func gracefulShutdown(_ h: Harness) async throws -> ReliabilityReport {
+        var report = ReliabilityReport(scenario: "graceful-shutdown")
+        let mint = NotificationMint(authority: h.authority)
+        try h.service.start()
+        let generator = try LoadGenerator(target: h.service.target, options: postingOptions(h, duration: h.options.loadDuration),
+                                          source: mint.loadSource())
+        let running = Task { await generator.run() }
+        var exit: (status: Int32, seconds: Double)?
+        var failure: (any Error)?
+        do {
+            try await Task.sleep(for: h.options.loadDuration / 2)
+            _ = try await waitForAcknowledgements(generator, atLeast: 1, within: .seconds(15))
+            let inFlightOK = generator.progress.ok
+            exit = try h.service.terminate(timeout: .seconds(25))
+            h.options.log("graceful-shutdown: SIGTERM with \(inFlightOK) acknowledged; exited after \(exit!.seconds) s")
+        } catch {
+            failure = error
+        }
+        generator.stop()
+        let load = await running.value
+        if let failure { throw failure }
+        try h.tally(&report, outcomes: load.outcomes, mint: mint)
+        report.check("exited cleanly", exit?.status == 0,
+                     "exit status \(exit.map { "\($0.status)" } ?? "-")" + (exit?.status == 0 ? "" : "; log:\n\(h.service.logTail())"))
+        report.check("within its grace period", (exit?.seconds ?? 99) < 12, String(format: "%.2f s after SIGTERM (grace 10 s)", exit?.seconds ?? -1))
+        report.check("no 500, only 200 or 503", unexpectedStatuses(load).isEmpty, statusDetail(load))
+        let hung = load.transportErrorKinds["timeout", default: 0]
+        report.check("nothing hung", hung == 0, "\(hung) requests timed out; transport errors: \(load.transportErrorKinds)")
+        return report
+    }
+}
+
+/// Connections that hold the server's resources without finishing a request, from 127.0.0.2 so
+/// a per-IP limit on them does not also starve the well-behaved clients on 127.0.0.1: a third
+/// send nothing, a third send a request head one byte at a time, a third a body one byte at a time.
+final class SlowClients: @unchecked Sendable {
+    // Touched only by the dribbling thread after init; `waitUntilDone` orders the final reads.
+    private var sockets: [Int32] = []
+    private var progress: [Int] = []
+    private let done = DispatchSemaphore(value: 0)
+    let target: LoopbackTarget
+    private(set) var stillOpen = 0
+
+    private static let head = Array("POST /v1/apple/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Slow: ".utf8)
+    private static let bodyHead = Array("POST /v1/apple/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n{\"signedPayload\":\"".utf8)
+
+    init(target: LoopbackTarget, count: Int) {
+        self.target = target
+        for i in 0..<count {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { continue }
+            var source = sockaddr_in()
+            source.sin_family = sa_family_t(AF_INET)
+            source.sin_addr.s_addr = inet_addr("127.0.0.2")
+            var a = sockaddr_in()
+            a.sin_family = sa_family_t(AF_INET)
+            a.sin_port = in_port_t(UInt16(target.port).bigEndian)
+            a.sin_addr.s_addr = inet_addr(target.host)
+            var tv = timeval(tv_sec: 2, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            let ok = withUnsafePointer(to: &source) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+                && withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+            guard ok else {
+                close(fd)
+                continue
+            }
+            // Slow bodies announce themselves at once, then trickle.
+            if i % 3 == 2 { _ = Self.bodyHead.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
+            sockets.append(fd)
+            progress.append(i % 3)
+        }
+    }
+
+    var opened: Int { sockets.count }
+
+    /// Sends one byte on every slow connection each `interval` for `duration` (bounded), then closes them.
+    func dribble(every interval: Duration, for duration: Duration) {
+        let deadline = monotonicNanos() + nanos(duration)
+        var position = [Int](repeating: 0, count: sockets.count)
+        var open = [Bool](repeating: true, count: sockets.count)
+        while monotonicNanos() < deadline {
+            for (i, fd) in sockets.enumerated() where open[i] && progress[i] != 0 {
+                let bytes: [UInt8] = progress[i] == 1 ? [Self.head[min(position[i], Self.head.count - 1)]] : [0x41]
+                let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, 1, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                if sent < 0, errno != EAGAIN { open[i] = false }
+                // After the fixed head, keep the header value growing: the head never ends.
+                position[i] += 1
+            }
+            let step = min(nanos(interval), deadline > monotonicNanos() ? deadline - monotonicNanos() : 0)
+            Thread.sleep(forTimeInterval: Double(step) / 1e9)
+        }
+        // A closed peer shows as readable with 0 bytes.
+        for (i, fd) in sockets.enumerated() where open[i] {
+            var byte: UInt8 = 0
+            if recv(fd, &byte, 1, Int32(MSG_DONTWAIT | MSG_PEEK)) == 0 { open[i] = false }
+        }
+        stillOpen = open.filter { $0 }.count
+        for fd in sockets { close(fd) }
+        done.signal()
+    }
+
+    func waitUntilDone() { done.wait() }
+}

@@ -1,0 +1,101 @@
+import Foundation
+import LedgerCore
+import LedgerService
+import LedgerStore
+import LedgerTesting
+
+/// `ledger bench <name>`: each benchmark prints its figure next to a baseline measured in the
+/// same run, and the ratio, so a result means something on any machine.
+enum BenchCommand {
+    static let help = """
+    usage: ledger bench <append|ingest|read|rebuild|refund-inquiry|verify|fold> [options]
+
+      append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
+                      inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
+      ingest          signed V2 notifications over HTTP into a spawned `ledger serve` vs pgbench
+                      --notifications N (10000) --connections C (32)
+      read            GET /v1/subscriptions/{id} on a populated spawned service: max req/s and p99 at a
+                      fixed rate        --subscriptions N (5000) --connections C (32) --rate R (2000) --seconds S (10)
+      rebuild         rebuild every projection from N seeded events vs COPY of the same rows
+                      --events N (1000000)
+      refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: p50/p99 and req/s
+                      --inquiries N (2000) --connections C (16)
+      verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
+      fold            pure projection folds: facts/s vs JSON decoding of the same payloads
+
+    Needs the project cluster (make db-start; the LEDGER_TEST_DATABASE_URL superuser URL from
+    `eval "$(scripts/db.sh env)"`), creates scratch databases and drops them afterwards.
+    Build with `swift build -c release` first: debug figures are not meaningful.
+    """
+
+    static func run(_ raw: [String]) async throws {
+        guard let name = raw.first, name != "--help", name != "-h" else {
+            print(help)
+            if raw.isEmpty { throw CommandFailure(message: "name a benchmark", exitCode: 2) }
+            return
+        }
+        let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
+                             valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
+                                      "seconds", "inquiries"],
+                             help: help)
+        let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
+        func needServer() throws -> String {
+            guard !server.isEmpty else {
+                throw CommandFailure(message: "LEDGER_TEST_DATABASE_URL is not set: run `make db-start` and `eval \"$(scripts/db.sh env)\"`", exitCode: 2)
+            }
+            return server
+        }
+        switch name {
+        case "append":
+            let levels = (args.options["concurrency"] ?? "1,8,32").split(separator: ",").compactMap { Int($0) }
+            let events = try args.int("events", default: 20_000)
+            print("bench append: \(events) events per level, EventStore (group commit) vs pgbench single-row INSERT")
+            for c in levels {
+                print(try await AppendBenchmark.run(conninfo: try needServer(), events: events, concurrency: c))
+            }
+        case "ingest":
+            let options = try ReliabilityOptions(quick: false)
+            let spawned = try SpawnedService(options: options)
+            defer { spawned.stop() }
+            let c = try args.int("connections", default: 32)
+            let report = try await IngestBenchmark.run(
+                .init(baseURL: spawned.baseURL, notifications: try args.int("notifications", default: 10_000), connections: c,
+                      baseline: IngestBenchmark.pgbenchBaseline(serverConninfo: try needServer())),
+                authority: spawned.authority, log: progress)
+            print(report.text)
+        case "read":
+            let options = try ReliabilityOptions(quick: false)
+            let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token"])
+            defer { spawned.stop() }
+            let ids = try await ReadBenchmark.populate(baseURL: spawned.baseURL, authority: spawned.authority,
+                                                       subscriptions: try args.int("subscriptions", default: 5_000))
+            let report = try await ReadBenchmark.run(
+                .init(baseURL: spawned.baseURL, ids: ids, token: "bench-read-token", connections: try args.int("connections", default: 32),
+                      duration: .seconds(try args.int("seconds", default: 10)), fixedRate: Double(try args.int("rate", default: 2000))),
+                log: progress)
+            print(report.text)
+        case "rebuild":
+            let events = try args.int("events", default: 1_000_000)
+            let bar = ProgressBar(total: events, label: "rebuild")
+            let report = try await RebuildBenchmark.run(conninfo: try needServer(), events: events) { phase, done, total in
+                if phase != "seed" { bar.update(done) }
+            }
+            bar.finish(events)
+            print(report)
+        case "refund-inquiry":
+            print(try await RefundInquiryBenchmark.run(serverConninfo: try needServer(),
+                                                       inquiries: try args.int("inquiries", default: 2_000),
+                                                       connections: try args.int("connections", default: 16), log: progress))
+        case "verify":
+            print(try VerifierBenchmark.run(seconds: Double(try args.int("seconds", default: 3))))
+        case "fold":
+            print(FoldBenchmark.run(events: try args.int("events", default: 300_000)))
+        default:
+            throw CommandFailure(message: "unknown benchmark '\(name)'\n\n\(help)", exitCode: 2)
+        }
+    }
+
+    static let progress: @Sendable (String) -> Void = { line in
+        FileHandle.standardError.write(Data("  \(line)\n".utf8))
+    }
+}
