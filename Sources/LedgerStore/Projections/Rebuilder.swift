@@ -30,7 +30,7 @@ public struct EntitlementChange: Sendable, Hashable, Codable, Comparable {
 
 /// What a rebuild (or dry run) did: what the service records as the admin action's event and
 /// what `ledger rebuild` prints.
-public struct RebuildReport: Sendable, Equatable, Codable {
+public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertible {
     public var projections: [ProjectionName]
     public var dryRun: Bool
     /// The head of the snapshot the bulk pass read.
@@ -41,7 +41,8 @@ public struct RebuildReport: Sendable, Equatable, Codable {
     public var events: Int
     /// Subscription streams folded by the bulk pass.
     public var streams: Int
-    /// Streams refolded at the swap because events reached them after the snapshot.
+    /// Streams refolded under the swap's lock because events reached them after the last
+    /// catch-up (streams touched after the snapshot are refolded once before, without the lock).
     public var caughtUpStreams: Int
     public var seconds: Double
     /// Where the time went: the bulk read+fold+COPY, building keys and indexes, the swap
@@ -103,6 +104,11 @@ public struct Rebuilder: Sendable {
     }
 
     static let oldSuffix = "_retired"
+
+    static func streams(after position: Int64, on connection: Connection) throws -> [String] {
+        try connection.query("SELECT DISTINCT stream_id FROM events WHERE position > $1", [.int64(position)], name: "streams after")
+            .rows.map { try $0.decode(String.self, "stream_id") }
+    }
 
     /// Drops the tables a swap retired (also those a crash left between swap and drop).
     static func dropRetired(_ tables: [ProjectionTable], on connection: Connection) throws {
@@ -206,6 +212,15 @@ public struct Rebuilder: Sendable {
             }
         }
 
+        // Catch up without blocking appends first, so the locked swap only has to fold what
+        // arrived during this pass: after a long rebuild under heavy ingestion that can be a lot.
+        let nearHead = try writer.transaction { writer -> Int64 in
+            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+            let nearHead = try writer.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? head
+            try projector.refold(streams: try Self.streams(after: head, on: writer), projections: projections, next: true, on: writer)
+            return nearHead
+        }
+
         let indexDone = ContinuousClock.now
         beforeSwap?()
         let swapStart = ContinuousClock.now
@@ -213,10 +228,7 @@ public struct Rebuilder: Sendable {
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             let swapHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
                 .first?.decode(Int64.self, "head") ?? 0
-            var late: [String] = []
-            for row in try writer.query("SELECT DISTINCT stream_id FROM events WHERE position > $1", [.int64(head)], name: "streams after snapshot").rows {
-                late.append(try row.decode(String.self, "stream_id"))
-            }
+            let late = try Self.streams(after: nearHead, on: writer)
             try projector.refold(streams: late, projections: projections, next: true, on: writer)
             try writer.query(
                 """
