@@ -34,6 +34,15 @@ extension AppleNotificationIngestor {
         var object = try JSONGuard.object(body, what: "V1 notification body")
         guard let password = object["password"] as? String else { throw .badSharedSecret }
         guard ConstantTime.equals(Array(password.utf8), Array(sharedSecret.utf8)) else { throw .badSharedSecret }
+        // Only the top-level password is redacted; the secret anywhere else (a nested "password",
+        // any other value or name, however escaped) would be stored in the payload, or force the
+        // raw evidence down to a stub (found by the fuzz tests: a nested copy reached the payload).
+        // Apple sends it nowhere else, so such a body is refused rather than stored.
+        var rest = object
+        rest["password"] = nil
+        if V1Redaction.mentions(rest, secret: sharedSecret) {
+            throw .malformed("the body carries the shared secret outside its top-level password member; it is refused so that the secret is never stored")
+        }
 
         guard let type = try Fields.string(object, "notification_type"), !type.isEmpty else {
             throw .missingField("notification_type")
@@ -54,6 +63,7 @@ extension AppleNotificationIngestor {
         guard let otid = try Fields.string(selected, "original_transaction_id"), !otid.isEmpty else {
             throw .missingField("latest_receipt_info[].original_transaction_id")
         }
+        try Identifier.check(otid, "latest_receipt_info[].original_transaction_id")
         let autoRenew: Bool?
         switch try Fields.string(object, "auto_renew_status") {
         case nil: autoRenew = nil
@@ -91,6 +101,10 @@ extension AppleNotificationIngestor {
         do { payload = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) } catch {
             throw .malformed("V1 body could not be re-encoded as JSON")
         }
+        // A last byte-level check (a secret of digits could be spelled by a number).
+        if V1Redaction.contains([UInt8](payload), Array(sharedSecret.utf8)) {
+            throw .malformed("the body carries the shared secret outside its top-level password member; it is refused so that the secret is never stored")
+        }
         return NewEvent(
             streamId: otid, dedupeKey: dedupeKey, source: .apple, type: "V1/\(type)",
             environment: environment,
@@ -106,6 +120,11 @@ extension AppleNotificationIngestor {
             func ms(_ f: String) throws(AppleVerificationError) -> Int64 {
                 guard let v = e[f] else { return Int64.min }
                 guard let s = v as? String, let i = Int64(s) else { throw .malformed("latest_receipt_info[].\(f) must be a decimal string") }
+                // signedAt / expiresAt come from these: a time PostgreSQL cannot store would fail
+                // the append after acceptance (found by the fuzz tests).
+                guard JSONValue.storableMillis.contains(i) else {
+                    throw .malformed("latest_receipt_info[].\(f) \(i) is outside any storable date")
+                }
                 return i
             }
             return (try ms("expires_date_ms"), try ms("purchase_date_ms"), e["transaction_id"] as? String ?? "")
@@ -142,6 +161,14 @@ enum V1Redaction {
             }
         }
         return Data("{\"password\":\"\(placeholder)\"}".utf8)
+    }
+
+    /// Whether any string value or member name in `value` contains `secret` (after JSON unescaping).
+    static func mentions(_ value: Any, secret: String) -> Bool {
+        if let s = value as? String { return s.contains(secret) }
+        if let o = value as? [String: Any] { return o.contains { $0.key.contains(secret) || mentions($0.value, secret: secret) } }
+        if let a = value as? [Any] { return a.contains { mentions($0, secret: secret) } }
+        return false
     }
 
     static func contains(_ hay: [UInt8], _ needle: [UInt8]) -> Bool {

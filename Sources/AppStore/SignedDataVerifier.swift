@@ -1,6 +1,11 @@
 import Crypto
 import Foundation
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Apple's marker extensions (reference/apple.md §1.1 step 6): present on every App Store
 /// signing chain, absent from ordinary WWDR/TLS certificates that also chain to Apple's root.
@@ -69,14 +74,47 @@ public final class SignedDataVerifier: Sendable {
     public var chainValidationCount: Int { cache.withLock { $0.validations } }
     public var cacheHitCount: Int { cache.withLock { $0.hits } }
     public var cachedChainCount: Int { cache.withLock { $0.entries.count } }
+    var cachedHeaderCount: Int { cache.withLock { $0.headers.count } }
 
     public func verify(_ jws: String, kind: SignedDataKind) throws(AppleVerificationError) -> VerifiedSignedData {
         try verify(bytes: Array(jws.utf8), kind: kind)
     }
 
     public func verify(bytes: [UInt8], kind: SignedDataKind) throws(AppleVerificationError) -> VerifiedSignedData {
-        let jws = try CompactJWS.parse(bytes)
-        let header = try JSONGuard.object(jws.header, what: "JWS header")
+        let jws = try CompactJWS.parse(bytes, decodeHeader: false)
+        // Apple's header (ES256 + the same three certificates) is identical on every JWS of a leaf,
+        // so its checked x5c entries are remembered by the exact header text: steady traffic skips
+        // decoding and parsing ~2.4 kB of header JSON per JWS. Only headers that passed are kept.
+        let headerKey = Data(jws.headerSegment)
+        let x5c: CheckedHeader
+        if let hit = cache.withLock({ $0.headers[headerKey] }) {
+            x5c = hit
+        } else {
+            x5c = try Self.checkHeader(jws.headerSegment)
+            cache.withLock { $0.insertHeader(headerKey, x5c) }
+        }
+        let payload = try JSONGuard.object(jws.payload, what: "JWS payload")
+        guard jws.signature.count == 64 else {
+            throw .malformed("ES256 signature must be 64 bytes (r‖s), got \(jws.signature.count)")
+        }
+        let time = try validationTime(payload, kind: kind)
+        let leaf = try verifiedLeaf(leaf: x5c.leaf, intermediate: x5c.intermediate, atMillis: time, jws: jws)
+        let (leafKey, leafSubject) = (leaf.key, leaf.subject)
+        if !leaf.signatureChecked {
+            guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
+        }
+        return VerifiedSignedData(payloadJSON: jws.payload, validationTime: time, leafSubject: leafSubject, object: payload)
+    }
+
+    /// The x5c entries of a header that names ES256, no `crit`, and exactly three certificates.
+    struct CheckedHeader {
+        let leaf: String
+        let intermediate: String
+    }
+
+    static func checkHeader(_ segment: ArraySlice<UInt8>) throws(AppleVerificationError) -> CheckedHeader {
+        guard let bytes = Base64.decodeURL(segment) else { throw .malformed("JWS header is not base64url") }
+        let header = try JSONGuard.object(bytes, what: "JWS header")
         guard let alg = header["alg"] as? String else { throw .missingField("JWS header alg") }
         guard alg == "ES256" else { throw .unsupportedAlgorithm(alg) }
         // RFC 7515 §4.1.11: a `crit` extension we do not implement must make the JWS invalid.
@@ -84,14 +122,7 @@ public final class SignedDataVerifier: Sendable {
         guard let x5cAny = header["x5c"] else { throw .missingField("JWS header x5c") }
         guard let x5c = x5cAny as? [String] else { throw .malformed("JWS header x5c is not an array of strings") }
         guard x5c.count == 3 else { throw .invalidChainLength(x5c.count) }
-        let payload = try JSONGuard.object(jws.payload, what: "JWS payload")
-        guard jws.signature.count == 64 else {
-            throw .malformed("ES256 signature must be 64 bytes (r‖s), got \(jws.signature.count)")
-        }
-        let time = try validationTime(payload, kind: kind)
-        let (leafKey, leafSubject) = try verifiedLeaf(leaf: x5c[0], intermediate: x5c[1], atMillis: time)
-        guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
-        return VerifiedSignedData(payloadJSON: jws.payload, validationTime: time, leafSubject: leafSubject, object: payload)
+        return CheckedHeader(leaf: x5c[0], intermediate: x5c[1])
     }
 
     /// Decodes without verifying — only for showing what a refused JWS claims (PayloadInspector).
@@ -110,14 +141,16 @@ public final class SignedDataVerifier: Sendable {
         return options.now()
     }
 
-    private func verifiedLeaf(leaf: String, intermediate: String, atMillis ms: Int64) throws(AppleVerificationError) -> (ECPublicKey, String) {
+    private func verifiedLeaf(
+        leaf: String, intermediate: String, atMillis ms: Int64, jws: CompactJWS
+    ) throws(AppleVerificationError) -> (key: ECPublicKey, subject: String, signatureChecked: Bool) {
         let seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         var keyMaterial = Array(leaf.utf8)
         keyMaterial.append(UInt8(ascii: "."))
         keyMaterial.append(contentsOf: intermediate.utf8)
         let key = Data(Digest.sha256(keyMaterial))
         if let hit = cache.withLock({ $0.lookup(key) }), hit.window.contains(epochSeconds: seconds) {
-            return (hit.leafKey, hit.leafSubject)
+            return (hit.leafKey, hit.leafSubject, false)
         }
         // Miss, or a cached chain outside its window: validate in full (another root might cover
         // this time), outside the lock so concurrent requests are not serialised on P-384 math.
@@ -141,6 +174,12 @@ public final class SignedDataVerifier: Sendable {
         let leafKey: ECPublicKey
         do { leafKey = try leafCert.publicKey() } catch { throw .invalidCertificate("leaf key: \(error)") }
         guard leafKey.curve == .p256 else { throw .invalidCertificate("the leaf key is not P-256, so it cannot sign ES256") }
+        // The signature before the chain: a path validation costs many times one P-256 verify, and
+        // a miss is what an unauthenticated sender can force at will (take a genuine JWS, move its
+        // signedDate outside the cached window, or send any chain). With this order, only data
+        // signed by the key in x5c[0] pays for path validation. The key is not trusted yet; the
+        // chain check below decides that.
+        guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
         cache.withLock { $0.validations += 1 }
         let window: VerifiedChainWindow
         do {
@@ -155,7 +194,7 @@ public final class SignedDataVerifier: Sendable {
         }
         let entry = ChainCache.Entry(leafKey: leafKey, leafSubject: leafCert.subject, window: window)
         cache.withLock { $0.insert(key, entry) }
-        return (leafKey, leafCert.subject)
+        return (leafKey, leafCert.subject, true)
     }
 }
 
@@ -170,6 +209,10 @@ struct ChainCache: ~Copyable {
     let capacity: Int
     var entries: [Data: Entry] = [:]
     var order: [Data] = []
+    /// Checked JWS headers by their exact base64url text; a few suffice (one per live leaf).
+    static let headerCapacity = 8
+    var headers: [Data: SignedDataVerifier.CheckedHeader] = [:]
+    var headerOrder: [Data] = []
     var validations = 0
     var hits = 0
 
@@ -179,6 +222,13 @@ struct ChainCache: ~Copyable {
         guard let e = entries[key] else { return nil }
         hits += 1
         return e
+    }
+
+    mutating func insertHeader(_ key: Data, _ header: SignedDataVerifier.CheckedHeader) {
+        guard headers[key] == nil else { return }
+        if headers.count >= Self.headerCapacity, !headerOrder.isEmpty { headers[headerOrder.removeFirst()] = nil }
+        headerOrder.append(key)
+        headers[key] = header
     }
 
     mutating func insert(_ key: Data, _ entry: Entry) {
@@ -192,40 +242,47 @@ struct ChainCache: ~Copyable {
 
 /// The three parts of a compact JWS, decoded strictly.
 struct CompactJWS {
+    /// Empty when parsed with `decodeHeader: false` (the verifier decodes it only on a cache miss).
     let header: [UInt8]
+    let headerSegment: ArraySlice<UInt8>
     let payload: [UInt8]
     let signature: [UInt8]
     let signingInput: ArraySlice<UInt8>
 
-    static func parse(_ bytes: [UInt8]) throws(AppleVerificationError) -> CompactJWS {
-        // firstIndex(of:) runs in the optimised standard library even in debug builds.
-        var dots: [Int] = []
-        var from = 0
-        while dots.count < 3, let d = bytes[from...].firstIndex(of: UInt8(ascii: ".")) {
-            dots.append(d)
-            from = d + 1
-        }
+    static func parse(_ bytes: [UInt8], decodeHeader: Bool = true) throws(AppleVerificationError) -> CompactJWS {
+        let dots = ByteScan.positions(of: UInt8(ascii: "."), in: bytes, limit: 3)
         guard dots.count == 2 else {
             throw .malformed("a compact JWS has exactly three dot-separated segments, found \(dots.count + 1)\(dots.count > 2 ? " or more" : "")")
         }
         let h = bytes[..<dots[0]], p = bytes[(dots[0] + 1)..<dots[1]], s = bytes[(dots[1] + 1)...]
         guard !h.isEmpty, !p.isEmpty else { throw .malformed("JWS header or payload segment is empty") }
-        guard let header = Base64.decodeURL(h) else { throw .malformed("JWS header is not base64url") }
+        var header: [UInt8] = []
+        if decodeHeader {
+            guard let decoded = Base64.decodeURL(h) else { throw .malformed("JWS header is not base64url") }
+            header = decoded
+        }
         guard let payload = Base64.decodeURL(p) else { throw .malformed("JWS payload is not base64url") }
         guard let signature = Base64.decodeURL(s) else { throw .malformed("JWS signature is not base64url") }
-        return CompactJWS(header: header, payload: payload, signature: signature, signingInput: bytes[..<dots[1]])
+        return CompactJWS(header: header, headerSegment: h, payload: payload, signature: signature, signingInput: bytes[..<dots[1]])
     }
 }
 
 /// Reading values out of JSONSerialization results.
 enum JSONValue {
-    /// A millisecond timestamp: integer, or fractional (Xcode) rounded to the nearest ms.
+    /// PostgreSQL's `timestamptz` range (4713 BC … 294276 AD) in ms. A time outside it is no date
+    /// any document means, and the event could not be stored: the append would fail after the
+    /// notification was accepted (found by the fuzz tests).
+    static let storableMillis: ClosedRange<Int64> = -210_866_803_200_000...9_224_318_015_999_999
+
+    /// A millisecond timestamp: integer, or fractional (Xcode) rounded to the nearest ms; nil when
+    /// not a number or outside `storableMillis`.
     static func millis(_ v: Any?) -> Int64? {
         guard let n = v as? NSNumber, !(v is Bool) else { return nil }
         let d = n.doubleValue
         guard d.isFinite, abs(d) < 9.2e18 else { return nil }
         // Integers keep full precision (doubles lose it above 2^53); fractions round to nearest.
-        return d.rounded() == d ? n.int64Value : Int64(d.rounded())
+        let ms = d.rounded() == d ? n.int64Value : Int64(d.rounded())
+        return storableMillis.contains(ms) ? ms : nil
     }
 
     static func int64(_ v: Any?) -> Int64? {
@@ -233,5 +290,29 @@ enum JSONValue {
         let d = n.doubleValue
         guard d.isFinite, d == d.rounded(), abs(d) < 9.2e18 else { return nil }
         return n.int64Value
+    }
+}
+
+/// Byte searches through libc's `memchr`: the generic `firstIndex(of:)` on a slice is instantiated
+/// unoptimised in a debug build and cost more per JWS than everything else but the signature
+/// (measured by the fuzz tests; the release build specialises it, but tests run debug).
+enum ByteScan {
+    static func contains(_ byte: UInt8, in bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBufferPointer { b in b.baseAddress.map { memchr($0, Int32(byte), b.count) != nil } ?? false }
+    }
+
+    /// Offsets of the first `limit` occurrences of `byte`.
+    static func positions(of byte: UInt8, in bytes: [UInt8], limit: Int) -> [Int] {
+        bytes.withUnsafeBufferPointer { b -> [Int] in
+            guard let base = b.baseAddress else { return [] }
+            var found: [Int] = []
+            var from = 0
+            while found.count < limit, from < b.count, let hit = memchr(base + from, Int32(byte), b.count - from) {
+                let at = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                found.append(at)
+                from = at + 1
+            }
+            return found
+        }
     }
 }

@@ -32,17 +32,11 @@ extension LedgerApp {
             }
         }
         let who = requesterFingerprint(request)
-        let requestedAt = Self.nowMillis()
-        let action: [String: Any] = [
-            "action": dryRun ? "rebuild_dry_run" : "rebuild",
-            "projections": selected.map(\.rawValue).sorted(),
-            "requestedBy": who, "requestedAt": requestedAt,
-        ]
-        let record = NewEvent(
-            streamId: StreamNames.ledgerAdmin, dedupeKey: "admin:\(requestedAt):\(UUID().uuidString.lowercased())",
-            source: .ledger, type: dryRun ? "admin/rebuild-dry-run" : "admin/rebuild", signedAt: requestedAt,
-            payload: JSONBody.data(action), raw: JSONBody.data(action))
-        do { _ = try await store.append(record) } catch {
+        do {
+            _ = try await AdminAudit.record(
+                action: dryRun ? "rebuild_dry_run" : "rebuild", projections: selected.map(\.rawValue).sorted(),
+                requestedBy: who, in: store)
+        } catch {
             return storeFailure(error, source: "admin")
         }
         log.info("admin rebuild requested", ["dryRun": dryRun, "requestedBy": who["fingerprint"] as? String ?? "-"])
@@ -85,5 +79,27 @@ extension LedgerApp {
             "fingerprint": String(Hex.encode(Digest.sha256(Array(token.utf8))).prefix(12)),
             "remoteAddress": request.remoteAddress ?? NSNull(),
         ]
+    }
+}
+
+/// Admin actions are events too (`source = ledger`, stream `ledger:admin`), recorded before the
+/// work starts so an interrupted action is on record: what, which projections, who asked.
+public enum AdminAudit {
+    @discardableResult
+    public static func record(action: String, projections: [String], requestedBy: [String: Any],
+                              in store: EventStore) async throws(StoreError) -> AppendOutcome {
+        let requestedAt = EpochMillis((Date().timeIntervalSince1970 * 1000).rounded(.down))
+        let body: [String: Any] = ["action": action, "projections": projections, "requestedBy": requestedBy, "requestedAt": requestedAt]
+        let data = JSONBody.data(body)
+        return try await store.append(NewEvent(
+            streamId: StreamNames.ledgerAdmin, dedupeKey: "admin:\(requestedAt):\(UUID().uuidString.lowercased())",
+            source: .ledger, type: "admin/" + action.replacingOccurrences(of: "_", with: "-"), signedAt: requestedAt,
+            payload: data, raw: data))
+    }
+
+    /// Who runs a CLI action: the operating-system user and host.
+    public static var commandLineRequester: [String: Any] {
+        ["via": "cli", "user": ProcessInfo.processInfo.environment["USER"] ?? NSUserName(),
+         "host": ProcessInfo.processInfo.hostName, "pid": Int(getpid())]
     }
 }

@@ -8,7 +8,7 @@ extension LedgerApp {
         router.add("GET", "/healthz") { _ in JSONBody.response(200, ["status": "ok"]) }
         router.add("GET", "/readyz") { [self] _ in await readiness() }
         router.add("GET", "/metrics") { [self] _ in
-            .text(200, metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+            .text(200, metrics.render() + (await projectionMetrics()), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
     }
 
@@ -40,6 +40,20 @@ extension LedgerApp {
         body["projections"] = await projectionHealth(&ready)
         body["status"] = ready ? "ready" : "not_ready"
         return JSONBody.response(ready ? 200 : 503, body)
+    }
+
+    /// Checkpoint, lag and stopped state per projection, read at scrape time (one small query).
+    func projectionMetrics() async -> String {
+        guard let statuses = try? await ProjectionStatusReader.statuses(pool) else {
+            return "# projection status unavailable: the database did not answer\n"
+        }
+        var out = "# HELP ledger_projection_position Last event position applied by each projection\n# TYPE ledger_projection_position gauge\n"
+        for s in statuses { out += "ledger_projection_position{projection=\"\(s.name)\"} \(s.position)\n" }
+        out += "# HELP ledger_projection_lag Events appended but not yet applied, per projection\n# TYPE ledger_projection_lag gauge\n"
+        for s in statuses { out += "ledger_projection_lag{projection=\"\(s.name)\"} \(s.lag)\n" }
+        out += "# HELP ledger_projection_failed 1 when the projection stopped on a failing event (see /readyz)\n# TYPE ledger_projection_failed gauge\n"
+        for s in statuses { out += "ledger_projection_failed{projection=\"\(s.name)\"} \(s.isFailed ? 1 : 0)\n" }
+        return out
     }
 
     /// Each projection's checkpoint, lag and error; a stopped projection makes the service not ready,

@@ -2,6 +2,7 @@ import Foundation
 import LedgerCore
 import LedgerService
 import LedgerStore
+import Postgres
 
 enum RebuildCommand {
     static let help = """
@@ -36,6 +37,16 @@ enum RebuildCommand {
         if dryRun && args.options["projection"] != nil && projections != [.entitlements] {
             throw CommandFailure(message: "--dry-run compares entitlements only; drop --projection or use --projection entitlements", exitCode: 2)
         }
+        // On the record first, as the HTTP admin action is.
+        let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: 1)
+        do {
+            try await AdminAudit.record(action: dryRun ? "rebuild_dry_run" : "rebuild", projections: projections.map(\.rawValue).sorted(),
+                                        requestedBy: AdminAudit.commandLineRequester, in: EventStore(pool: pool))
+        } catch {
+            pool.close()
+            throw CommandFailure(message: "cannot record the rebuild in the event log (nothing was rebuilt): \(error)")
+        }
+        pool.close()
         let bar = LazyProgressBar(label: dryRun ? "dry run" : "rebuild")
         let rebuilder = Rebuilder(conninfo: configuration.databaseURL, projector: Projector(catalog: catalog))
         let report: RebuildReport

@@ -31,7 +31,10 @@ final class IngestV2Tests: XCTestCase {
         let p = try jsonObject(event.payload)
         XCTAssertEqual(p["futureTopLevel"] as? String, "kept")
         XCTAssertEqual((p["data"] as? [String: Any])?["futureDataField"] as? Bool, true)
-        XCTAssertNotNil((p["data"] as? [String: Any])?["signedTransactionInfo"] as? String)
+        // The nested JWS live on in raw (the evidence); the payload holds them decoded, once.
+        XCTAssertNil((p["data"] as? [String: Any])?["signedTransactionInfo"])
+        XCTAssertNil((p["data"] as? [String: Any])?["signedRenewalInfo"])
+        XCTAssertTrue(String(decoding: event.raw, as: UTF8.self).contains("signedPayload"))
         let tx = try XCTUnwrap(p["transactionInfo"] as? [String: Any])
         XCTAssertEqual(tx["transactionId"] as? String, "7001")
         XCTAssertEqual((tx["futureTxField"] as? [String: Any])?["nested"] as? [Int], [1, 2, 3])

@@ -69,7 +69,8 @@ final class InspectorAndEncodingTests: XCTestCase {
         XCTAssertTrue(report.render().contains("REFUSED bad_signature"))
         // The same body from another trust store: nothing verifies.
         let elsewhere = try PayloadInspector(verifier: SignedDataVerifier(trustedRoots: [AppleTrustedRoots.bundledAppleRootCAG3])).inspect(body)
-        XCTAssertEqual(elsewhere.outcomes.compactMap(\.error?.code), ["untrusted_chain", "untrusted_chain", "untrusted_chain"])
+        // (The tampered renewal fails its signature, which is now checked before the chain.)
+        XCTAssertEqual(elsewhere.outcomes.compactMap(\.error?.code), ["untrusted_chain", "untrusted_chain", "bad_signature"])
     }
 
     func testInspectsAStoredV1BodyWithoutSignatures() throws {

@@ -166,6 +166,7 @@ final class QueryAPITests: XCTestCase {
             let metrics = try await h.request("GET", "/metrics")
             XCTAssertTrue(metrics.text.contains("ledger_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 1"), metrics.text)
             XCTAssertTrue(metrics.text.contains("ledger_db_pool_connections{state=\"max\"}"), metrics.text)
+            XCTAssertTrue(metrics.text.contains("ledger_projection_lag{projection=\"subscriptions\"} 0"), metrics.text)
         }
     }
 

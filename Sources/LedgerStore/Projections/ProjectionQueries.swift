@@ -144,3 +144,17 @@ enum TransactionRow {
             signedDate: try row.decode(Int64.self, "signed_date"))
     }
 }
+
+extension ProjectionQueries {
+    /// Every subscription in the projection (for audits comparing live tables with a rebuild).
+    public func subscriptionIds() async throws(ProjectionError) -> [String] {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query("SELECT stream_id FROM projections.subscriptions ORDER BY stream_id", name: "subscription ids")
+                    .rows.map { try $0.decode(String.self, "stream_id") }
+            }
+        } catch {
+            throw ProjectionError(error)
+        }
+    }
+}

@@ -193,6 +193,7 @@ public enum ReliabilitySuite {
         do {
             var o = try ReliabilityOptions(ledgerBinary: binary, quick: quick)
             o.keepDatabases = keep
+            o.projectionCheck = { database in try await ProjectionConsistency.compareWithRebuild(conninfo: database.adminConninfo) }
             options = o
         } catch {
             FileHandle.standardError.write(Data("ledger reliability: \(error)\n".utf8))

@@ -1,0 +1,37 @@
+import Foundation
+import LedgerCore
+import LedgerStore
+import Postgres
+
+/// After a crash: do the live projection tables say what a rebuild from the event log says?
+/// The catch-up worker first applies whatever the crash left unapplied (as `serve` would on
+/// restart); then every subscription's state (re-evaluated at one fixed instant) and transactions
+/// are read, the projections are rebuilt from position 0, and read again.
+public enum ProjectionConsistency {
+    public static func compareWithRebuild(conninfo: String, catalog: ProductCatalog = ProductCatalog(products: [:])) async throws -> String? {
+        let pool = ConnectionPool(conninfo: conninfo, maxConnections: 2)
+        defer { pool.close() }
+        let projector = Projector(catalog: catalog)
+        _ = try await ProjectionWorker(pool: pool, projector: projector).catchUp()
+        let queries = ProjectionQueries(pool: pool)
+        let now = Projector.wallClock()
+
+        func snapshot() async throws -> [String: String] {
+            var out: [String: String] = [:]
+            for id in try await queries.subscriptionIds() {
+                let state = try await queries.subscription(id, now: now)
+                let transactions = try await queries.transactions(id)
+                out[id] = "\(String(describing: state))|\(transactions)"
+            }
+            return out
+        }
+        let live = try await snapshot()
+        _ = try await Rebuilder(conninfo: conninfo, projector: projector).run()
+        let rebuilt = try await snapshot()
+        if live == rebuilt { return nil }
+        let missing = Set(rebuilt.keys).subtracting(live.keys).sorted().prefix(3)
+        let extra = Set(live.keys).subtracting(rebuilt.keys).sorted().prefix(3)
+        let differing = live.keys.filter { rebuilt[$0] != nil && rebuilt[$0] != live[$0] }.sorted().prefix(3)
+        return "live \(live.count) vs rebuilt \(rebuilt.count) subscriptions; missing live: \(Array(missing)); only live: \(Array(extra)); differing: \(Array(differing))"
+    }
+}
