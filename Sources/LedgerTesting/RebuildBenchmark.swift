@@ -36,12 +36,13 @@ public enum RebuildBenchmark {
                     rebuild benchmark: %d events, %d subscription streams (seeded in %.1f s)
                       COPY (SELECT <fact columns> … ORDER BY stream_id, position) TO STDOUT: %.2f s, %.0f events/s
                       rebuild (all projections, fold + COPY IN + swap):             %.2f s, %.0f events/s, %.2f× the COPY
+                        (bulk read + fold + COPY IN %.2f s, keys and indexes %.2f s, swap %.3f s)
                       client CPU during the rebuild: %.2f s (%.0f events per CPU-second)
                       peak RSS during the rebuild: %@
                       targets: ≥ 100000 events/s, ≤ 3× the COPY, RSS < 200 MB
                     """,
                 events, streams, seedSeconds, copySeconds, copyEventsPerSecond, rebuild.seconds,
-                rebuild.eventsPerSecond, ratio, rebuildCPUSeconds, Double(events) / max(rebuildCPUSeconds, 1e-9), rss)
+                rebuild.eventsPerSecond, ratio, rebuild.bulkSeconds, rebuild.indexSeconds, rebuild.swapSeconds, rebuildCPUSeconds, Double(events) / max(rebuildCPUSeconds, 1e-9), rss)
         }
     }
 

@@ -317,8 +317,9 @@ final class ImmutabilityTests: StoreTestCase {
             "INSERT INTO events (position, stream_id, dedupe_key, source, type, payload, raw) VALUES (1, 's', 'k', 'apple', 't', '{}', '\\x00')")) { error in
             XCTAssertEqual((error as? PostgresError)?.sqlState, "23505", "\(error)")
         }
-        try service.query("INSERT INTO projection_checkpoints (projection) VALUES ('subscriptions')")
-        try service.query("UPDATE projection_checkpoints SET position = 1 WHERE projection = 'subscriptions'")
+        // 0002 seeds the real projections' rows; a projection of its own keeps this independent of them.
+        try service.query("INSERT INTO projection_checkpoints (projection) VALUES ('store_test_projection')")
+        try service.query("UPDATE projection_checkpoints SET position = 1 WHERE projection = 'store_test_projection'")
     }
 
     func testEventsCannotBeUpdatedDeletedOrTruncatedEvenBySuperuser() async throws {

@@ -98,7 +98,7 @@ final class ProjectionRebuildTests: XCTestCase {
         let lateState = try await queries.subscription("9000000000004", now: Self.now)
         XCTAssertEqual(lateState?.productId, "com.example.premium.monthly")
         XCTAssertEqual(try database.checkpoints()["subscriptions"], head + 1)
-        let leftovers = try database.adminQuery("SELECT count(*)::bigint AS n FROM pg_tables WHERE schemaname = 'projections' AND tablename LIKE '%\\_next'")
+        let leftovers = try database.adminQuery("SELECT count(*)::bigint AS n FROM pg_tables WHERE schemaname = 'projections' AND (tablename LIKE '%\\_next' OR tablename LIKE '%\\_retired')")
         XCTAssertEqual(try leftovers.first?.decode(Int64.self, "n"), 0)
     }
 

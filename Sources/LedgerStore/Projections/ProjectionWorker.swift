@@ -74,8 +74,10 @@ public final class ProjectionWorker: Sendable {
     /// Runs until `stop()`: a pass, then waits for an append's NOTIFY on `ledger_events` or one
     /// `pollInterval`, whichever comes first. Errors (database down) are reported and retried.
     public func run(pollInterval: Duration = .seconds(1), onError: @escaping @Sendable (ProjectionError) -> Void = { _ in }) async {
-        let listener = try? NotificationListener(conninfo: pool.conninfo, channels: ["ledger_events"])
+        var listener: NotificationListener?
         while !stopped.load(ordering: .relaxed) {
+            // (Re)connects after the database was down; until then the poll interval applies.
+            if listener == nil { listener = try? NotificationListener(conninfo: pool.conninfo, channels: ["ledger_events"]) }
             var more = false
             do {
                 let passes = try await runOnce()
@@ -87,12 +89,20 @@ public final class ProjectionWorker: Sendable {
                 onError(error)
             }
             if more || stopped.load(ordering: .relaxed) { continue }
-            if let listener {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            if let current = listener {
+                let healthy = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                     waiter.async {
-                        _ = try? listener.wait(timeout: pollInterval)
-                        continuation.resume()
+                        do {
+                            _ = try current.wait(timeout: pollInterval)
+                            continuation.resume(returning: true)
+                        } catch {
+                            continuation.resume(returning: false)
+                        }
                     }
+                }
+                if !healthy {
+                    listener = nil
+                    try? await Task.sleep(for: pollInterval)
                 }
             } else {
                 try? await Task.sleep(for: pollInterval)

@@ -30,7 +30,7 @@ public struct EntitlementChange: Sendable, Hashable, Codable, Comparable {
 
 /// What a rebuild (or dry run) did: what the service records as the admin action's event and
 /// what `ledger rebuild` prints.
-public struct RebuildReport: Sendable, Equatable, Codable {
+public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertible {
     public var projections: [ProjectionName]
     public var dryRun: Bool
     /// The head of the snapshot the bulk pass read.
@@ -41,9 +41,15 @@ public struct RebuildReport: Sendable, Equatable, Codable {
     public var events: Int
     /// Subscription streams folded by the bulk pass.
     public var streams: Int
-    /// Streams refolded at the swap because events reached them after the snapshot.
+    /// Streams refolded under the swap's lock because events reached them after the last
+    /// catch-up (streams touched after the snapshot are refolded once before, without the lock).
     public var caughtUpStreams: Int
     public var seconds: Double
+    /// Where the time went: the bulk read+fold+COPY, building keys and indexes, the swap
+    /// (appends wait during the swap only).
+    public var bulkSeconds: Double = 0
+    public var indexSeconds: Double = 0
+    public var swapSeconds: Double = 0
     public var eventsPerSecond: Double
     /// Peak resident set size of this process (VmHWM), when the platform reports it.
     public var peakRSSBytes: Int?
@@ -58,7 +64,10 @@ public struct RebuildReport: Sendable, Equatable, Codable {
             format: "%@%@: %d events, %d streams in %.2f s (%.0f events/s), peak RSS %@",
             dryRun ? "dry run of " : "rebuilt ", projections.map(\.rawValue).joined(separator: ", "), events, streams,
             seconds, eventsPerSecond, peakRSSBytes.map { String(format: "%.1f MB", Double($0) / 1_048_576) } ?? "n/a")
-        if !dryRun { text += "; snapshot at \(snapshotHead), swapped at \(swapHead) (\(caughtUpStreams) streams caught up)" }
+        if !dryRun {
+            text += "; snapshot at \(snapshotHead), swapped at \(swapHead) (\(caughtUpStreams) streams caught up)"
+            text += String(format: "; bulk %.2f s, indexes %.2f s, swap %.3f s", bulkSeconds, indexSeconds, swapSeconds)
+        }
         return text
     }
 }
@@ -92,6 +101,23 @@ public struct Rebuilder: Sendable {
     public init(conninfo: String, projector: Projector) {
         self.conninfo = conninfo
         self.projector = projector
+    }
+
+    static let oldSuffix = "_retired"
+
+    static func streams(after position: Int64, on connection: Connection) throws -> [String] {
+        try connection.query("SELECT DISTINCT stream_id FROM events WHERE position > $1", [.int64(position)], name: "streams after")
+            .rows.map { try $0.decode(String.self, "stream_id") }
+    }
+
+    /// Drops the tables a swap retired (also those a crash left between swap and drop).
+    static func dropRetired(_ tables: [ProjectionTable], on connection: Connection) throws {
+        try connection.transaction { connection in
+            try connection.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+            for table in tables {
+                try connection.query("DROP TABLE IF EXISTS \(table.qualified())\(oldSuffix)", name: "drop retired table")
+            }
+        }
     }
 
     static let advisoryLockKey: Int64 = 0x6C65_6467_7262_6C64  // "ledgrbld"
@@ -134,6 +160,7 @@ public struct Rebuilder: Sendable {
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
 
         // Fresh tables, committed so that every partition's writer can fill them.
+        try Self.dropRetired(tables, on: writer)
         try writer.transaction { writer in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             for table in tables {
@@ -149,7 +176,7 @@ public struct Rebuilder: Sendable {
         let (head, snapshot, bounds) = try Self.openSnapshot(on: exporter, partitions: partitions)
         let now = projector.clock()
         let done = Mutex(0)
-        let report: @Sendable (Int) -> Void = { rows in
+        let reportRows: @Sendable (Int) -> Void = { rows in
             let total = done.withLock { $0 += rows; return $0 }
             progress(total, Int(head))
         }
@@ -159,7 +186,7 @@ public struct Rebuilder: Sendable {
                 return try writer.transaction { writer -> (Int, Int) in
                     try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
                     var buffers = CopyBuffers()
-                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: report) { stream, facts in
+                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: reportRows) { stream, facts in
                         buffers.add(StreamRows(streamId: stream, facts: facts, catalog: projector.catalog, now: now), for: projections)
                         if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
                     }
@@ -176,6 +203,7 @@ public struct Rebuilder: Sendable {
             streams += folded
         }
         progress(events, Int(head))
+        let bulkDone = ContinuousClock.now
         try writer.transaction { writer in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             for table in tables {
@@ -184,15 +212,23 @@ public struct Rebuilder: Sendable {
             }
         }
 
+        // Catch up without blocking appends first, so the locked swap only has to fold what
+        // arrived during this pass: after a long rebuild under heavy ingestion that can be a lot.
+        let nearHead = try writer.transaction { writer -> Int64 in
+            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+            let nearHead = try writer.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? head
+            try projector.refold(streams: try Self.streams(after: head, on: writer), projections: projections, next: true, on: writer)
+            return nearHead
+        }
+
+        let indexDone = ContinuousClock.now
         beforeSwap?()
+        let swapStart = ContinuousClock.now
         let (swapHead, caughtUp) = try writer.transaction { writer -> (Int64, Int) in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
             let swapHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
                 .first?.decode(Int64.self, "head") ?? 0
-            var late: [String] = []
-            for row in try writer.query("SELECT DISTINCT stream_id FROM events WHERE position > $1", [.int64(head)], name: "streams after snapshot").rows {
-                late.append(try row.decode(String.self, "stream_id"))
-            }
+            let late = try Self.streams(after: nearHead, on: writer)
             try projector.refold(streams: late, projections: projections, next: true, on: writer)
             try writer.query(
                 """
@@ -201,18 +237,24 @@ public struct Rebuilder: Sendable {
                 WHERE projection = ANY($2)
                 """,
                 [.int64(swapHead), .array(names.map { .text($0.rawValue) }, of: .text)], name: "checkpoints to head")
+            // Renames only: dropping a large table here would keep appends waiting longer.
             for table in tables {
-                try writer.query("DROP TABLE \(table.qualified())", name: "drop old table")
+                try writer.query("ALTER TABLE \(table.qualified()) RENAME TO \(table.rawValue)\(Self.oldSuffix)", name: "retire live table")
                 try writer.query("ALTER TABLE \(table.qualified(next: true)) RENAME TO \(table.rawValue)", name: "swap table")
             }
             return (swapHead, late.filter(Projector.isSubscriptionStream).count)
         }
+        try Self.dropRetired(tables, on: writer)
 
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
-        return RebuildReport(
+        var report = RebuildReport(
             projections: names, dryRun: false, snapshotHead: head, swapHead: swapHead, events: events, streams: streams,
             caughtUpStreams: caughtUp, seconds: seconds, eventsPerSecond: Double(events) / seconds,
             peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
+        report.bulkSeconds = started.duration(to: bulkDone).seconds
+        report.indexSeconds = bulkDone.duration(to: indexDone).seconds
+        report.swapSeconds = swapStart.duration(to: .now).seconds
+        return report
     }
 
     // MARK: dry run
