@@ -245,6 +245,14 @@ final class ServerCore: Sendable {
             headers: requestHeaders(connection), body: state.body, remoteAddress: clientAddress(connection)
         )
         state.body = Data()
+        // No handler wants a NUL in a query value (nor can PostgreSQL text hold one): refuse it here,
+        // as a NUL in the path is refused, instead of letting it surface deep inside as a 5xx.
+        if let name = request.query.first(where: { $0.key.utf8.contains(0) || $0.value.utf8.contains(0) })?.key {
+            return queue(.error(
+                status: 400, code: "invalid_query",
+                message: "The query parameter \(name.utf8.contains(0) ? "name" : "'\(name)'") contains an encoded NUL byte (%00); remove it."
+            ), for: state, on: connection)
+        }
         let handler: HTTPHandler
         switch (dispatch, state.match) {
         case let (.router, .matched(route, parameters)?):

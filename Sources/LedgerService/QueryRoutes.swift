@@ -138,6 +138,10 @@ extension LedgerApp {
             log.error("projection read failed", ["error": message])
             return .error(status: 503, code: "database_unavailable", message: "the ledger's database is unavailable; retry later")
         }
+        if case .refused(let message) = error {
+            log.warn("projection query refused", ["error": message])
+            return .error(status: 400, code: "invalid_parameter", message: "the database refused the request's values: \(message)")
+        }
         log.error("projection read failed", ["error": "\(error)"])
         return .error(status: 500, code: "projection_error", message: "\(error)")
     }

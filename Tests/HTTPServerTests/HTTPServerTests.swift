@@ -47,10 +47,10 @@ final class HTTPServerRoutingTests: ServerTestCase {
         let response = try RawClient.request(port: port, path: "/v1/subscriptions/1%00/events?x=%00")
         XCTAssertEqual(response.status, 400)
         XCTAssertEqual(response.errorBody?["error"], "invalid_path")
-        // A NUL in a query value is data, delivered whole.
+        // A NUL in a query value is refused as well (schemathesis found one reaching PostgreSQL as a 503).
         let query = try RawClient.request(port: port, path: "/v1/subscriptions/1/events?x=a%00b")
-        XCTAssertEqual(query.status, 200)
-        XCTAssertEqual((decode(query.body)["query"] as? [String: String])?["x"], "a\u{0}b")
+        XCTAssertEqual(query.status, 400)
+        XCTAssertEqual(query.errorBody?["error"], "invalid_query")
     }
 
     func testBinaryBodyRoundTrips() throws {

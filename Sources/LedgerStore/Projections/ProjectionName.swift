@@ -76,7 +76,10 @@ public enum ProjectionError: Error, Sendable, Equatable, CustomStringConvertible
     case rebuildInProgress
     /// A stored row does not read back (the schema and this build disagree).
     case corrupt(String)
+    /// The database is unreachable or the connection broke: retry later (HTTP 503).
     case database(String)
+    /// The database refused the statement itself (bad input, a constraint): retrying will not help.
+    case refused(String)
 
     public var description: String {
         switch self {
@@ -92,14 +95,22 @@ public enum ProjectionError: Error, Sendable, Equatable, CustomStringConvertible
             return "a projection row cannot be read: \(why). Check that every migration is applied, then rebuild (`ledger rebuild`)"
         case .database(let why):
             return "the projection store failed: \(why)"
+        case .refused(let why):
+            return "the database refused the projection query: \(why)"
         }
     }
 
     init(_ error: any Error) {
         if let own = error as? ProjectionError { self = own; return }
         if let postgres = error as? PostgresError, postgres.kind == .decoding { self = .corrupt(postgres.description); return }
-        if let postgres = error as? PostgresError { self = .database(postgres.description); return }
-        if let store = error as? StoreError { self = .database(store.description); return }
+        if let postgres = error as? PostgresError {
+            self = postgres.isUnavailable ? .database(postgres.description) : .refused(postgres.description)
+            return
+        }
+        if let store = error as? StoreError {
+            self = store.isUnavailable ? .database(store.description) : .refused(store.description)
+            return
+        }
         self = .database(String(describing: error))
     }
 }
