@@ -34,7 +34,7 @@ run: migrate
 	@eval "$$($(DB) env)"; exec $(LEDGER) serve
 
 test: db-start
-	@eval "$$($(DB) env)"; swift test $(SWIFT_TEST_FLAGS)
+	@eval "$$($(DB) env)"; swift test --disable-swift-testing $(SWIFT_TEST_FLAGS)
 
 # Real data in the API within a minute: serve in the background and post a simulated population.
 demo: deps
@@ -46,7 +46,7 @@ test-api: deps
 
 # Crash, outage, duplicate-storm, slowloris and graceful-shutdown scenarios against the real binary.
 test-reliability: deps
-	@scripts/test-reliability.sh
+	@scripts/test-reliability.sh $(RELIABILITY_FLAGS)
 
 # Every benchmark, in a release build, each printing its same-run baseline and the ratio.
 bench: release db-start
