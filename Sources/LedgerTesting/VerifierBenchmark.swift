@@ -59,17 +59,50 @@ public enum VerifierBenchmark {
     }
 
     static func openSSLSpeed(seconds: Int) -> (Double?, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["openssl", "speed", "-seconds", String(seconds), "ecdsap256"]
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = Pipe()
-        do { try p.run() } catch { return (nil, "could not start openssl: \(error)") }
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
+        // `openssl speed` times itself with SIGALRM. A child inherits its parent's blocked signals
+        // and the async runtime's threads block some, so Foundation.Process can start an openssl
+        // whose alarm never fires (seen: 10 minutes for "-seconds 3"). Spawn it with an empty
+        // signal mask and default handlers instead, and give up after a generous bound.
+        guard let text = SpawnedCommand.output(["/usr/bin/env", "openssl", "speed", "-seconds", String(seconds), "ecdsap256"],
+                                               timeoutSeconds: seconds * 10 + 30) else {
+            return (nil, "openssl speed did not run or did not finish")
+        }
         guard let v = parseOpenSSLSpeed(text) else { return (nil, "no nistp256 row in openssl output") }
         return (v, "openssl speed -seconds \(seconds) ecdsap256")
+    }
+}
+
+/// Runs a command with a clean signal state and captures its standard output.
+enum SpawnedCommand {
+    static func output(_ argv: [String], timeoutSeconds: Int) -> String? {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return nil }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        posix_spawn_file_actions_addclose(&actions, fds[0])
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t(), all = sigset_t()
+        sigemptyset(&empty)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var cargs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        defer { cargs.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, argv[0], &actions, &attributes, &cargs, environ)
+        close(fds[1])
+        guard rc == 0 else { close(fds[0]); return nil }
+        let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(timeoutSeconds), execute: watchdog)
+        let data = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true).readDataToEndOfFile()
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        watchdog.cancel()
+        return String(decoding: data, as: UTF8.self)
     }
 }
