@@ -90,12 +90,30 @@ public final class Metrics: Sendable {
         return out
     }
 
+    /// `name="value",…` with keys in byte order; values escaped per the exposition format, on
+    /// bytes (this runs for every request: Foundation's string replacing is slow on Linux).
     static func render(_ labels: [String: String]) -> String {
-        labels.keys.sorted().map { k in
-            let v = labels[k]!.replacingOccurrences(of: "\\", with: "\\\\")
-                .replacingOccurrences(of: "\"", with: "\\\"").replacingOccurrences(of: "\n", with: "\\n")
-            return "\(k)=\"\(v)\""
-        }.joined(separator: ",")
+        var out = ""
+        for k in labels.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+            if !out.isEmpty { out += "," }
+            out += k
+            out += "=\""
+            let v = labels[k]!
+            if v.utf8.contains(where: { $0 == 0x5C || $0 == 0x22 || $0 == 0x0A }) {
+                for scalar in v.unicodeScalars {
+                    switch scalar {
+                    case "\\": out += "\\\\"
+                    case "\"": out += "\\\""
+                    case "\n": out += "\\n"
+                    default: out.unicodeScalars.append(scalar)
+                    }
+                }
+            } else {
+                out += v
+            }
+            out += "\""
+        }
+        return out
     }
 
     static func number(_ v: Double) -> String {

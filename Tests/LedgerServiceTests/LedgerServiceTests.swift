@@ -87,5 +87,6 @@ final class LogAndMetricsTests: XCTestCase {
         XCTAssertTrue(text.contains("ledger_http_request_seconds_bucket{route=\"/healthz\",le=\"0.005\"} 1\n"), text)
         XCTAssertTrue(text.contains("ledger_http_request_seconds_count{route=\"/healthz\"} 1\n"), text)
         XCTAssertTrue(text.contains("ledger_pool_in_use 3\n"), text)
+        XCTAssertEqual(Metrics.render(["b": "x\"y\\z\nw", "a": "plain"]), "a=\"plain\",b=\"x\\\"y\\\\z\\nw\"")
     }
 }
