@@ -115,7 +115,15 @@ public final class ProjectionWorker: Sendable {
     // MARK: one pass
 
     func pass(_ projection: ProjectionName, on connection: Connection) throws -> ProjectionPass.Outcome {
-        try connection.transaction { connection -> ProjectionPass.Outcome in
+        // Look before locking: the live hook keeps a running projection at the head, and every
+        // append's NOTIFY wakes this worker. Taking the checkpoint row FOR UPDATE just to find
+        // nothing to do made each append batch's hook wait for this transaction (measured: 5
+        // events per batch and 1.2k notifications/s instead of full batches).
+        let peek = try connection.query(
+            "SELECT c.position, h.position AS head FROM projection_checkpoints c CROSS JOIN event_head h WHERE c.projection = $1",
+            [.text(projection.rawValue)], name: "checkpoint behind head?")
+        if let row = peek.first, try row.decode(Int64.self, "position") >= row.decode(Int64.self, "head") { return .idle }
+        return try connection.transaction { connection -> ProjectionPass.Outcome in
             let locked = try connection.query(
                 "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
                 [.text(projection.rawValue)], name: "lock checkpoint")
