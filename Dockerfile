@@ -1,4 +1,5 @@
-FROM swift:6.1-bookworm AS build
+# The toolchain the project is tested with (Swift 6.3).
+FROM swift:6.3-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev libssl-dev libmicrohttpd-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
