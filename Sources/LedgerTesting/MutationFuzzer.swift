@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -6,28 +7,12 @@ import Glibc
 import Darwin
 #endif
 
-/// SplitMix64: tiny, fast and fully determined by its 64-bit seed, so a fuzz or property-test
-/// failure is reproduced from the one number it prints.
-public struct SplitMix64: RandomNumberGenerator, Sendable {
-    public private(set) var state: UInt64
-
-    public init(seed: UInt64) { state = seed }
-
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        return Self.mix(state)
-    }
-
-    /// The SplitMix64 finaliser: a bijective scramble of one word.
-    public static func mix(_ x: UInt64) -> UInt64 {
-        var z = x
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+// The fuzzer draws from LedgerCore's `SplitMix64` (one PRNG for the generators and the fuzzer),
+// so a failure is reproduced from the one seed it prints.
+extension SplitMix64 {
     /// Uniform in `0..<bound` (bound > 0); the modulo bias is irrelevant for fuzzing.
     public mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(max(bound, 1))) }
+    /// True one time in `oneIn`.
     public mutating func chance(_ oneIn: Int) -> Bool { below(oneIn) == 0 }
 }
 
