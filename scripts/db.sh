@@ -42,7 +42,7 @@ pick_base() {
 
 deps() {
   local need=()
-  for p in libpq-dev libssl-dev libmicrohttpd-dev pkg-config postgresql; do
+  for p in libpq-dev libssl-dev libmicrohttpd-dev pkg-config postgresql curl; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
   done
   [ ${#need[@]} -eq 0 ] && return 0
