@@ -163,25 +163,11 @@ public enum RebuildBenchmark {
         }
     }
 
-    /// `YYYY-MM-DD HH:MM:SS.mmm+00` for epoch milliseconds (civil-from-days, no formatter).
+    /// `YYYY-MM-DD HH:MM:SS.mmm+00` for epoch milliseconds.
     static func timestamptz(_ millis: EpochMillis) -> String {
-        let days = millis >= 0 ? millis / 86_400_000 : (millis - 86_399_999) / 86_400_000
-        let msOfDay = millis - days * 86_400_000
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
-        func pad(_ v: Int64, _ width: Int) -> String {
-            let s = String(v)
-            return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
-        }
-        let h = msOfDay / 3_600_000, mi = (msOfDay / 60_000) % 60, s = (msOfDay / 1000) % 60, ms = msOfDay % 1000
-        return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2)) \(pad(h, 2)):\(pad(mi, 2)):\(pad(s, 2)).\(pad(ms, 3))+00"
+        guard let t = CivilTime(epochMillis: millis) else { return "epoch" }
+        let p = CivilTime.padded
+        return "\(p(t.year, 4))-\(p(t.month, 2))-\(p(t.day, 2)) \(p(t.hour, 2)):\(p(t.minute, 2)):\(p(t.second, 2)).\(p(t.millisecond, 3))+00"
     }
 
     /// Linux: `echo 5 > /proc/self/clear_refs` resets VmHWM to the current RSS, so the rebuild's

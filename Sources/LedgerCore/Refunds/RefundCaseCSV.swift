@@ -61,27 +61,11 @@ public enum RefundCaseCSV {
     }
 }
 
-/// ISO 8601 UTC from epoch ms without a formatter object (LedgerCore holds only value types).
+/// ISO 8601 UTC from epoch ms.
 enum UTCTime {
     static func iso8601(_ ms: EpochMillis) -> String {
-        // Beyond ±300,000 years the arithmetic below could overflow; no real time is there.
-        guard ms > -9_000_000_000_000_000 && ms < 9_000_000_000_000_000 else { return String(ms) }
-        let days = ms >= 0 ? ms / 86_400_000 : (ms - 86_399_999) / 86_400_000
-        let msOfDay = ms - days * 86_400_000
-        // Howard Hinnant's civil_from_days.
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
-        func two(_ v: Int64) -> String { v < 10 ? "0\(v)" : "\(v)" }
-        func three(_ v: Int64) -> String { v < 10 ? "00\(v)" : v < 100 ? "0\(v)" : "\(v)" }
-        let year = y >= 0 && y < 10000 ? String(repeating: "0", count: max(0, 4 - String(y).count)) + String(y) : String(y)
-        return "\(year)-\(two(m))-\(two(d))T\(two(msOfDay / 3_600_000)):\(two(msOfDay / 60_000 % 60)):"
-            + "\(two(msOfDay / 1000 % 60)).\(three(msOfDay % 1000))Z"
+        guard let t = CivilTime(epochMillis: ms) else { return String(ms) }
+        let p = CivilTime.padded
+        return "\(p(t.year, 4))-\(p(t.month, 2))-\(p(t.day, 2))T\(p(t.hour, 2)):\(p(t.minute, 2)):\(p(t.second, 2)).\(p(t.millisecond, 3))Z"
     }
 }
