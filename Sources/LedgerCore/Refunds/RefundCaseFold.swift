@@ -30,6 +30,38 @@ public enum RefundCaseFold {
         return all.sorted { ($0.openedAt, $0.caseId) < ($1.openedAt, $1.caseId) }
     }
 
+    /// The case ids an event may contribute to, so a live projection re-folds only those cases when
+    /// it appends the event (load every event indexed under these ids, plus the link events of
+    /// their provisional streams, and call `cases(from:)`). Deliveries and links are listed under
+    /// each order id they name; contract messages and other events under none.
+    public static func caseIds(of event: RecordedEvent) -> [String] {
+        let decoder = JSONDecoder()
+        switch event.event.source {
+        case .apple:
+            guard appleTypes.contains(event.event.type.split(separator: "/").first.map(String.init) ?? ""),
+                  let p = try? decoder.decode(AppleEventPayload.self, from: event.event.payload),
+                  let type = p.notificationType, appleTypes.contains(type) else { return [] }
+            return ["apple:" + (p.transactionInfo?.transactionId ?? "event-\(event.position)")]
+        case .ledger:
+            guard let v = try? decoder.decode(PushValue.self, from: event.event.payload) else { return [] }
+            switch event.event.type {
+            case XPayEventName.refundInquiryAnswer, XPayEventName.orderLinked:
+                return [v.text("pay_order_id") ?? v.text("order_id")].compactMap { $0.map { "wechat:" + $0 } }
+            default: return []
+            }
+        case .wechat:
+            guard let v = try? decoder.decode(PushValue.self, from: event.event.payload) else { return [] }
+            let ids: [String?]
+            switch XPayMessage(v) {
+            case .refundInquiry(let q): ids = [q.payOrderId]
+            case .refundOutcome(let r): ids = [r.mchOrderId, r.wxOrderId]
+            case .goodsDelivery(let d): ids = [d.outTradeNo, d.mchOrderNo, d.transactionId]
+            default: ids = []
+            }
+            return Array(Set(ids.compactMap { $0.map { "wechat:" + $0 } })).sorted()
+        }
+    }
+
     /// One event per position; should two different events claim one position (never in a real
     /// log), the choice depends on their content only.
     static func deduplicated(_ events: [RecordedEvent]) -> [RecordedEvent] {
