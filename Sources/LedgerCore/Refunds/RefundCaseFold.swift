@@ -150,7 +150,9 @@ struct WeChatInputs {
     var inquiries: [String: [(RecordedEvent, XPayRefundInquiry)]] = [:]
     var answers: [String: [(RecordedEvent, PushValue)]] = [:]
     var refunds: [(RecordedEvent, XPayRefundOutcome)] = []
-    var deliveries: [Delivery] = []
+    /// Deliveries under each order id they carry (OutTradeNo, MchOrderNo, TransactionId), so
+    /// matching a case costs a lookup per alias, not a scan of every delivery.
+    var deliveriesById: [String: [Delivery]] = [:]
     /// openids named by contract messages and deliveries, per subscription stream.
     var openIdsByStream: [String: Set<String>] = [:]
 
@@ -172,7 +174,8 @@ struct WeChatInputs {
             if r.mchOrderId != nil || r.wxOrderId != nil { refunds.append((e, r)) }
         case .goodsDelivery(let d):
             if let order = d.outTradeNo {
-                deliveries.append(Delivery(event: e, message: d, ids: [order, d.mchOrderNo, d.transactionId].compactMap { $0 }))
+                let delivery = Delivery(event: e, message: d, ids: [order, d.mchOrderNo, d.transactionId].compactMap { $0 })
+                for id in Set(delivery.ids) { deliveriesById[id, default: []].append(delivery) }
             }
             if let o = d.openId { openIdsByStream[d.subscription?.originalTransactionId ?? stream, default: []].insert(o) }
         case .signingResult(let s):
@@ -207,7 +210,7 @@ struct WeChatInputs {
         let refunds = rawRefunds.sorted { $0.0.position < $1.0.position }
         var aliases: Set<String> = [key]
         for (_, r) in refunds { aliases.formUnion([r.mchOrderId, r.wxOrderId].compactMap { $0 }) }
-        let delivery = deliveries.filter { !aliases.isDisjoint(with: $0.ids) }.min { $0.event.position < $1.event.position }
+        let delivery = aliases.flatMap { deliveriesById[$0] ?? [] }.min { $0.event.position < $1.event.position }
 
         // Answers and the askings they replied to.
         var triggered: [Int64: Int64] = [:]   // inquiry position → answer position
