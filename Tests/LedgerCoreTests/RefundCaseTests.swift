@@ -191,6 +191,26 @@ final class RefundCaseTests: XCTestCase {
         XCTAssertNil(failedOnly.first?.refundedAmount)
     }
 
+    func testCaseIdsOfAnEventNameEveryCaseItCanJoin() {
+        let events = wechatEvents()
+        XCTAssertEqual(RefundCaseFold.caseIds(of: events[0]), [], "a signing is no case")
+        XCTAssertEqual(RefundCaseFold.caseIds(of: events[2]), ["wechat:O2", "wechat:mch-O2", "wechat:tx-O2"])
+        XCTAssertEqual(RefundCaseFold.caseIds(of: events[3]), ["wechat:O2"])
+        XCTAssertEqual(RefundCaseFold.caseIds(of: events[4]), ["wechat:O2"])
+        XCTAssertEqual(RefundCaseFold.caseIds(of: events[8]), ["wechat:O2", "wechat:wx-O2"])
+        XCTAssertEqual(RefundCaseFold.caseIds(of: W.ledger(W.link(order: "X9"), type: XPayEventName.orderLinked,
+                                                           position: 1, recorded: 1)), ["wechat:X9"])
+        XCTAssertEqual(RefundCaseFold.caseIds(of: appleEvent("REFUND", position: 1, signed: 1, revoked: 1)), ["apple:t9"])
+        XCTAssertEqual(RefundCaseFold.caseIds(of: appleEvent("DID_RENEW", position: 1, signed: 1)), [])
+        // Every case's events are found under its id.
+        let all = events + [appleEvent("REFUND", position: 30, signed: 1, revoked: 1)]
+        for c in RefundCaseFold.cases(from: all) {
+            let indexed = all.filter { RefundCaseFold.caseIds(of: $0).contains(c.caseId) }
+            XCTAssertEqual(RefundCaseFold.cases(from: indexed + all.filter { $0.event.source == .wechat && RefundCaseFold.caseIds(of: $0).isEmpty })
+                .first { $0.caseId == c.caseId }, c)
+        }
+    }
+
     func testHostileEventsAreIgnoredNotFatal() {
         let junk: [RecordedEvent] = [
             RecordedEvent(position: 1, recordedAt: 0, event: NewEvent(streamId: "x", dedupeKey: "a", source: .wechat,

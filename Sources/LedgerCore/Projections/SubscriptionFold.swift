@@ -47,11 +47,11 @@ public struct SubscriptionFold: Sendable {
     /// spans one of them is the one that was upgraded, whether or not a message says so.
     private var upgradeTimes: Set<EpochMillis> = []
     /// WeChat xpay facts have their own merge (a refund names only an order); see WeChatSubscriptionFold.
-    private var wechat: WeChatSubscriptionFold
+    /// Created on the first WeChat fact, so Apple-only folds pay nothing for it.
+    private var wechat: WeChatSubscriptionFold?
 
     public init(originalTransactionId: String) {
         self.originalTransactionId = originalTransactionId
-        self.wechat = WeChatSubscriptionFold(originalTransactionId: originalTransactionId)
     }
 
     public init(originalTransactionId: String, facts: some Sequence<SubscriptionFact>) {
@@ -64,7 +64,8 @@ public struct SubscriptionFold: Sendable {
     public mutating func apply(_ fact: SubscriptionFact) {
         guard fact.originalTransactionId == originalTransactionId else { return }
         if fact.source.isWeChat {
-            wechat.apply(fact)
+            if wechat == nil { wechat = WeChatSubscriptionFold(originalTransactionId: originalTransactionId) }
+            wechat!.apply(fact)
             // A contract message (no transaction) still overlays the renewal fields of a stream
             // that also has Apple transactions; WeChat orders never enter the Apple slots.
             if fact.transaction != nil { return }
@@ -93,16 +94,16 @@ public struct SubscriptionFold: Sendable {
     }
 
     /// True when no fact with a transaction or renewal info has been folded.
-    public var isEmpty: Bool { slots.isEmpty && renewalOnly == nil && wechat.isEmpty }
+    public var isEmpty: Bool { slots.isEmpty && renewalOnly == nil && (wechat?.isEmpty ?? true) }
 
     /// The merged transactions, ordered by purchaseDate then transactionId.
     public var transactions: [TransactionRecord] {
-        (slots.values.map(record(of:)) + wechat.transactions)
+        (slots.values.map(record(of:)) + (wechat?.transactions ?? []))
             .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
     }
 
     public func transaction(_ transactionId: String) -> TransactionRecord? {
-        slots[transactionId].map(record(of:)) ?? wechat.transactions.first { $0.transactionId == transactionId }
+        slots[transactionId].map(record(of:)) ?? wechat?.transactions.first { $0.transactionId == transactionId }
     }
 
     /// The subscription as the merged facts describe it, with its status evaluated at `asOf`.
@@ -110,7 +111,7 @@ public struct SubscriptionFold: Sendable {
     /// functions of `SubscriptionProjection`, which also leave out facts not yet signed/recorded.
     public func state(at asOf: EpochMillis) -> SubscriptionState? {
         let headSlot = currentSlot()
-        if headSlot == nil && !wechat.isEmpty { return wechat.state(at: asOf) }
+        if headSlot == nil, let wechat, !wechat.isEmpty { return wechat.state(at: asOf) }
         if headSlot == nil && renewalOnly == nil { return nil }
         let head = headSlot?.head
         let tx = head?.transaction

@@ -173,9 +173,7 @@ public struct WeChatOrderLinks: Sendable, Equatable {
               let v = try? JSONDecoder().decode(PushValue.self, from: event.event.payload),
               let provisional = v.text("provisional_stream") else { return }
         let target = v.text("subscription_stream") ?? event.event.streamId
-        if let current = subscriptionByProvisional[provisional], current <= target {
-            // keep the least
-        } else {
+        if subscriptionByProvisional[provisional].map({ target < $0 }) ?? true {
             subscriptionByProvisional[provisional] = target
         }
         if !(linkPositions[provisional] ?? []).contains(event.position) {

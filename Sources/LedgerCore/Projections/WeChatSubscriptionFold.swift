@@ -19,9 +19,9 @@ import Foundation
 ///   order to refund, so it cannot be revoked until the delivery arrives.
 public struct WeChatSubscriptionFold: Sendable {
     public let originalTransactionId: String
+    /// Every fact with position and recordedAt cleared: a re-push is the same element.
     private var facts: Set<SubscriptionFact> = []
 
-    /// Contract messages differing from a re-push only in position or recordedAt are one fact.
     public init(originalTransactionId: String) {
         self.originalTransactionId = originalTransactionId
     }

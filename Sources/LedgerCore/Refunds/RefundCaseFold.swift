@@ -30,6 +30,38 @@ public enum RefundCaseFold {
         return all.sorted { ($0.openedAt, $0.caseId) < ($1.openedAt, $1.caseId) }
     }
 
+    /// The case ids an event may contribute to, so a live projection re-folds only those cases when
+    /// it appends the event (load every event indexed under these ids, plus the link events of
+    /// their provisional streams, and call `cases(from:)`). Deliveries and links are listed under
+    /// each order id they name; contract messages and other events under none.
+    public static func caseIds(of event: RecordedEvent) -> [String] {
+        let decoder = JSONDecoder()
+        switch event.event.source {
+        case .apple:
+            guard appleTypes.contains(event.event.type.split(separator: "/").first.map(String.init) ?? ""),
+                  let p = try? decoder.decode(AppleEventPayload.self, from: event.event.payload),
+                  let type = p.notificationType, appleTypes.contains(type) else { return [] }
+            return ["apple:" + (p.transactionInfo?.transactionId ?? "event-\(event.position)")]
+        case .ledger:
+            guard let v = try? decoder.decode(PushValue.self, from: event.event.payload) else { return [] }
+            switch event.event.type {
+            case XPayEventName.refundInquiryAnswer, XPayEventName.orderLinked:
+                return [v.text("pay_order_id") ?? v.text("order_id")].compactMap { $0.map { "wechat:" + $0 } }
+            default: return []
+            }
+        case .wechat:
+            guard let v = try? decoder.decode(PushValue.self, from: event.event.payload) else { return [] }
+            let ids: [String?]
+            switch XPayMessage(v) {
+            case .refundInquiry(let q): ids = [q.payOrderId]
+            case .refundOutcome(let r): ids = [r.mchOrderId, r.wxOrderId]
+            case .goodsDelivery(let d): ids = [d.outTradeNo, d.mchOrderNo, d.transactionId]
+            default: ids = []
+            }
+            return Array(Set(ids.compactMap { $0.map { "wechat:" + $0 } })).sorted()
+        }
+    }
+
     /// One event per position; should two different events claim one position (never in a real
     /// log), the choice depends on their content only.
     static func deduplicated(_ events: [RecordedEvent]) -> [RecordedEvent] {
@@ -118,7 +150,9 @@ struct WeChatInputs {
     var inquiries: [String: [(RecordedEvent, XPayRefundInquiry)]] = [:]
     var answers: [String: [(RecordedEvent, PushValue)]] = [:]
     var refunds: [(RecordedEvent, XPayRefundOutcome)] = []
-    var deliveries: [Delivery] = []
+    /// Deliveries under each order id they carry (OutTradeNo, MchOrderNo, TransactionId), so
+    /// matching a case costs a lookup per alias, not a scan of every delivery.
+    var deliveriesById: [String: [Delivery]] = [:]
     /// openids named by contract messages and deliveries, per subscription stream.
     var openIdsByStream: [String: Set<String>] = [:]
 
@@ -140,7 +174,8 @@ struct WeChatInputs {
             if r.mchOrderId != nil || r.wxOrderId != nil { refunds.append((e, r)) }
         case .goodsDelivery(let d):
             if let order = d.outTradeNo {
-                deliveries.append(Delivery(event: e, message: d, ids: [order, d.mchOrderNo, d.transactionId].compactMap { $0 }))
+                let delivery = Delivery(event: e, message: d, ids: [order, d.mchOrderNo, d.transactionId].compactMap { $0 })
+                for id in Set(delivery.ids) { deliveriesById[id, default: []].append(delivery) }
             }
             if let o = d.openId { openIdsByStream[d.subscription?.originalTransactionId ?? stream, default: []].insert(o) }
         case .signingResult(let s):
@@ -175,7 +210,7 @@ struct WeChatInputs {
         let refunds = rawRefunds.sorted { $0.0.position < $1.0.position }
         var aliases: Set<String> = [key]
         for (_, r) in refunds { aliases.formUnion([r.mchOrderId, r.wxOrderId].compactMap { $0 }) }
-        let delivery = deliveries.filter { !aliases.isDisjoint(with: $0.ids) }.min { $0.event.position < $1.event.position }
+        let delivery = aliases.flatMap { deliveriesById[$0] ?? [] }.min { $0.event.position < $1.event.position }
 
         // Answers and the askings they replied to.
         var triggered: [Int64: Int64] = [:]   // inquiry position → answer position
