@@ -284,16 +284,7 @@ public final class Connection: @unchecked Sendable {
         do { try produce(writer) } catch { producerError = error }
         let endStatus = PQputCopyEnd(handle, producerError == nil ? nil : "aborted by the client")
         if endStatus != 1 { throw failure(statement: label) }
-        var rows = 0
-        var serverError: PostgresError?
-        while let result = PQgetResult(handle) {
-            if PQresultStatus(result) == PGRES_COMMAND_OK {
-                rows = Int(String(cString: PQcmdTuples(result))) ?? 0
-            } else if serverError == nil {
-                serverError = Connection.error(from: result, connection: handle, statement: label)
-            }
-            PQclear(result)
-        }
+        let (rows, serverError) = copyResults(statement: label)
         if let producerError { throw producerError }
         if let serverError { throw serverError }
         return rows
@@ -330,6 +321,17 @@ public final class Connection: @unchecked Sendable {
                 throw failure(statement: label)
             }
         }
+        let (rows, serverError) = copyResults(statement: label)
+        if let consumerError { throw consumerError }
+        if let serverError { throw serverError }
+        return rows
+    }
+}
+
+extension Connection {
+    /// Drains the results that end a COPY (both directions): the row count of its COMMAND_OK and
+    /// the first error the server reported, so the connection is left idle either way.
+    fileprivate func copyResults(statement label: String) -> (rows: Int, error: PostgresError?) {
         var rows = 0
         var serverError: PostgresError?
         while let result = PQgetResult(handle) {
@@ -340,9 +342,7 @@ public final class Connection: @unchecked Sendable {
             }
             PQclear(result)
         }
-        if let consumerError { throw consumerError }
-        if let serverError { throw serverError }
-        return rows
+        return (rows, serverError)
     }
 }
 
