@@ -2,7 +2,12 @@ import Foundation
 
 /// Which entitlements each product grants, from the configuration file:
 /// `{"products": {"com.example.monthly": {"entitlements": ["premium"]}}}`.
-/// Changing it changes no event: the entitlements projection is simply rebuilt.
+/// Changing it changes no event: the entitlements projection is simply rebuilt (the service
+/// records each catalog it starts with as a `config/catalog` event, so `?recordedAt=` answers
+/// with the catalog of that time).
+///
+/// Without a configured catalog (`ProductCatalog.productIds`), every product grants one
+/// entitlement named after its productId, so a newcomer sees active subscribers entitled at once.
 public struct ProductCatalog: Sendable, Hashable, Codable {
     public struct Product: Sendable, Hashable, Codable {
         public var entitlements: [String]
@@ -10,12 +15,40 @@ public struct ProductCatalog: Sendable, Hashable, Codable {
     }
 
     public var products: [String: Product]
+    /// True for the default catalog: each product grants an entitlement named after its productId.
+    public var grantsProductIds: Bool
 
-    public init(products: [String: Product]) { self.products = products }
+    public init(products: [String: Product]) {
+        self.products = products
+        self.grantsProductIds = false
+    }
+
+    /// The catalog used when none is configured.
+    public static let productIds: ProductCatalog = {
+        var c = ProductCatalog(products: [:])
+        c.grantsProductIds = true
+        return c
+    }()
+
+    enum CodingKeys: String, CodingKey { case products }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        products = try c.decode([String: Product].self, forKey: .products)
+        grantsProductIds = false
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(products, forKey: .products)
+    }
+
+    /// Whether the catalog names the product (the default catalog names every product).
+    public func lists(_ productId: String) -> Bool { grantsProductIds || products[productId] != nil }
 
     /// productId → entitlement names.
     public init(entitlementsByProduct: [String: [String]]) {
-        self.products = entitlementsByProduct.mapValues { Product(entitlements: $0) }
+        self.init(products: entitlementsByProduct.mapValues { Product(entitlements: $0) })
     }
 
     /// Decodes and checks the catalog; every error says where in the JSON the problem is.
@@ -35,8 +68,10 @@ public struct ProductCatalog: Sendable, Hashable, Codable {
         return catalog
     }
 
-    /// Entitlements of a product, sorted and without repeats; empty for a product not listed.
+    /// Entitlements of a product, sorted and without repeats; empty for a product not listed
+    /// (the default catalog grants `[productId]`).
     public func entitlements(for productId: String) -> [String] {
+        if grantsProductIds { return [productId] }
         guard let names = products[productId]?.entitlements else { return [] }
         return Array(Set(names)).sorted()
     }
@@ -62,6 +97,8 @@ public enum ProductCatalogError: Error, Equatable, CustomStringConvertible {
 /// One entitlement a customer holds through one subscription at the evaluation time.
 public struct EntitlementGrant: Sendable, Hashable, Codable {
     public var customerId: String
+    /// `Production` or `Sandbox`: the environment of the subscription that grants it.
+    public var environment: String
     public var entitlement: String
     public var productId: String
     public var originalTransactionId: String
@@ -70,10 +107,11 @@ public struct EntitlementGrant: Sendable, Hashable, Codable {
     public var status: SubscriptionStatus
 
     public init(
-        customerId: String, entitlement: String, productId: String, originalTransactionId: String,
+        customerId: String, environment: String, entitlement: String, productId: String, originalTransactionId: String,
         expiresDate: EpochMillis?, status: SubscriptionStatus
     ) {
         self.customerId = customerId
+        self.environment = environment
         self.entitlement = entitlement
         self.productId = productId
         self.originalTransactionId = originalTransactionId
@@ -87,7 +125,8 @@ public struct EntitlementGrant: Sendable, Hashable, Codable {
         guard state.status.isEntitled, let customer = state.customerId, let product = state.productId else { return [] }
         return catalog.entitlements(for: product).map {
             EntitlementGrant(
-                customerId: customer, entitlement: $0, productId: product,
+                customerId: customer, environment: state.environment ?? SubscriptionKey.production,
+                entitlement: $0, productId: product,
                 originalTransactionId: state.originalTransactionId, expiresDate: state.entitledUntil,
                 status: state.status)
         }
@@ -95,7 +134,7 @@ public struct EntitlementGrant: Sendable, Hashable, Codable {
 
     /// Deterministic order for lists of grants.
     public static func ordered(_ a: EntitlementGrant, _ b: EntitlementGrant) -> Bool {
-        (a.customerId, a.entitlement, a.originalTransactionId, a.productId)
-            < (b.customerId, b.entitlement, b.originalTransactionId, b.productId)
+        (a.customerId, a.environment, a.entitlement, a.originalTransactionId, a.productId)
+            < (b.customerId, b.environment, b.entitlement, b.originalTransactionId, b.productId)
     }
 }

@@ -1,282 +1,419 @@
 import Foundation
 
-/// All facts of one subscription (one originalTransactionId), merged so that the same set of
-/// facts gives the same result in any order, and a fact seen twice changes nothing.
+/// Every fact about one subscription (one `SubscriptionKey`), merged so that the same set of facts
+/// gives the same answer in any order, a fact seen twice changes nothing, and the answer can be
+/// asked for any evaluation time (docs/projections.md states the rules with examples):
 ///
-/// Two merges, per DESIGN.md §Ordering:
-/// - per transaction, the snapshot with the greatest (transaction signedDate, signedDate) wins
-///   (purchase, expiry, revocation and its reversal); `isUpgraded` is sticky once seen;
-/// - per subscription, the fact with the greatest version (transaction expiresDate, signedDate)
-///   decides the subscription-level fields, skipping transactions an upgrade superseded.
-/// Exact ties are broken by content, never by position or arrival.
-/// Status is not stored: it is a function of the merged facts and the evaluation time,
-/// because a subscription expires (or leaves grace) without any event.
+/// - **Transactions.** Per transactionId the snapshot signed last wins (ties: content);
+///   `isUpgraded` is sticky once any snapshot says it.
+/// - **The transaction in effect at T** is the latest-purchased transaction with purchaseDate ≤ T
+///   that no later transaction superseded (an upgrade: Apple marks the replaced one `isUpgraded`).
+///   A renewal signed before its period starts takes effect at its purchaseDate; a resubscription
+///   after a refund is in effect from its purchase, whatever the refunded period's expiry.
+/// - **Revocations.** A transaction is revoked at T iff the latest revocation naming it that is in
+///   effect at T (revocationDate ≤ T) was signed later than the latest reversal signed by T. If the
+///   transaction in effect is revoked, the subscription is `revoked`: an older, unexpired period
+///   does not take over.
+/// - **Renewal info** (auto-renew, pending product, grace, retry, expiration intent, offers) is the
+///   snapshot signed last by T, taken whole from whichever message carried it, so fields can clear.
+///   WeChat's renewal state ranks by (RenewalDate, contract change over delivery, signed time): a
+///   delivery never outranks a signing or unsigning of the same period.
+/// - **WeChat periods.** A delivery is a paid order (transaction) from its PaidTime to its
+///   RenewalDate; a signing whose period no delivery has paid yet counts as a period from its
+///   SignedTime (WeChat opens the benefit on signing). Refunds name orders; they reach the
+///   subscription through the order's ids (OutTradeNo, MchOrderNo, TransactionId, WxOrderId).
+/// - **Customer.** The latest explicit tie (`customer_tie`, by recording time) wins; else the
+///   appAccountToken of the transaction in effect (else of the renewal info, else of any
+///   transaction); else the WeChat openid.
+/// - **One-time purchases** (ONE_TIME_CHARGE): a non-consumable is `active` without expiry until
+///   revoked; a consumable or non-renewing purchase is `purchased` (nothing lasting).
 public struct SubscriptionFold: Sendable {
-    public let originalTransactionId: String
+    public let key: SubscriptionKey
 
     /// Longest billing retry Apple runs; a retry still open after this is treated as expired
     /// even if the EXPIRED/BILLING_RETRY notification never arrives.
     public static let billingRetryLimit: EpochMillis = 60 * 86_400_000
 
-    struct TransactionSlot: Sendable {
-        /// The fact whose transaction snapshot wins the per-transaction merge.
-        var snapshot: SubscriptionFact
-        /// The fact carrying this transaction with the greatest subscription version.
-        var head: SubscriptionFact
+    struct Slot: Sendable {
+        var snapshot: Fact
         var upgraded: Bool
-        var refundSigned: EpochMillis?
-        var reversalSigned: EpochMillis?
-
-        mutating func merge(_ fact: SubscriptionFact, upgraded isUpgraded: Bool, refund: EpochMillis?, reversal: EpochMillis?) {
-            if SubscriptionFold.snapshotPrecedes(snapshot, fact) { snapshot = fact }
-            if SubscriptionFold.versionPrecedes(head, fact) { head = fact }
-            if isUpgraded { upgraded = true }
-            if let refund, refund > (refundSigned ?? .min) { refundSigned = refund }
-            if let reversal, reversal > (reversalSigned ?? .min) { reversalSigned = reversal }
-        }
+        var purchaseDate: EpochMillis { snapshot.effectiveAt }
+        var transaction: TransactionFact { snapshot.transaction! }
     }
 
-    private var slots: [String: TransactionSlot] = [:]
-    /// Facts that carry no transaction (renewal-only sources): the latest-signed one overlays the
-    /// head's renewal fields when it was signed later.
-    private var renewalOnly: SubscriptionFact?
-    /// The purchaseDate of the newest transaction an upgrade introduced: transactions bought
-    /// before it were superseded at that moment, even if no message says `isUpgraded` for them.
-    private var upgradeCutoff: EpochMillis?
-    /// Every upgrade's moment (its new transaction's purchaseDate): the transaction whose period
-    /// spans one of them is the one that was upgraded, whether or not a message says so.
-    private var upgradeTimes: Set<EpochMillis> = []
-    /// WeChat xpay facts have their own merge (a refund names only an order); see WeChatSubscriptionFold.
-    /// Created on the first WeChat fact, so Apple-only folds pay nothing for it.
-    private var wechat: WeChatSubscriptionFold?
+    private var slots: [String: Slot] = [:]
+    private var revocations: [Fact] = []
+    private var reversals: [Fact] = []
+    private var renewals: [Fact] = []
+    private var ties: [Fact] = []
+    /// WeChat order ids known to name one order (undirected).
+    private var aliasEdges: [String: Set<String>] = [:]
+    private var isWeChat = false
+    /// Every customer id any fact of this subscription named (for the customer → subscriptions index).
+    public private(set) var customersNamed: Set<String> = []
 
-    public init(originalTransactionId: String) {
-        self.originalTransactionId = originalTransactionId
+    public init(key: SubscriptionKey) {
+        self.key = key
     }
 
-    public init(originalTransactionId: String, facts: some Sequence<SubscriptionFact>) {
-        self.init(originalTransactionId: originalTransactionId)
+    public init(key: SubscriptionKey, facts: some Sequence<Fact>) {
+        self.init(key: key)
         for fact in facts { apply(fact) }
     }
 
-    /// Folds one fact. Facts of other subscriptions are ignored (callers route by
-    /// `originalTransactionId`; see `SubscriptionProjection`).
-    public mutating func apply(_ fact: SubscriptionFact) {
-        guard fact.originalTransactionId == originalTransactionId else { return }
-        if fact.source.isWeChat {
-            if wechat == nil { wechat = WeChatSubscriptionFold(originalTransactionId: originalTransactionId) }
-            wechat!.apply(fact)
-            // A contract message (no transaction) still overlays the renewal fields of a stream
-            // that also has Apple transactions; WeChat orders never enter the Apple slots.
-            if fact.transaction != nil { return }
-        }
-        guard let tx = fact.transaction else {
-            if let current = renewalOnly {
-                if Self.renewalPrecedes(current, fact) { renewalOnly = fact }
+    /// Folds one fact. The caller routes: facts of this subscription, plus order facts without a
+    /// subscription that name one of its orders (`orderIds`).
+    public mutating func apply(_ fact: Fact) {
+        if let s = fact.subscription, s != key { return }
+        if fact.origin == .wechat { isWeChat = true }
+        if let c = fact.customerId, !c.isEmpty, fact.kind != .customerTie { customersNamed.insert(c) }
+        switch fact.kind {
+        case .transaction:
+            guard let tx = fact.transaction else { return }
+            if let i = slots.index(forKey: tx.transactionId) {
+                if Self.snapshotPrecedes(slots.values[i].snapshot, fact) { slots.values[i].snapshot = fact }
+                if tx.isUpgraded { slots.values[i].upgraded = true }
             } else {
-                renewalOnly = fact
+                slots[tx.transactionId] = Slot(snapshot: fact, upgraded: tx.isUpgraded)
             }
-            return
-        }
-        if fact.isUpgrade, let purchased = tx.purchaseDate {
-            upgradeCutoff = max(upgradeCutoff ?? purchased, purchased)
-            upgradeTimes.insert(purchased)
-        }
-        let refund = fact.isRefund ? fact.signedDate : nil
-        let reversal = fact.isRefundReversal ? fact.signedDate : nil
-        // Mutate in place: copying a slot (two facts) per event would dominate the rebuild.
-        if let index = slots.index(forKey: tx.transactionId) {
-            slots.values[index].merge(fact, upgraded: tx.isUpgraded, refund: refund, reversal: reversal)
-        } else {
-            slots[tx.transactionId] = TransactionSlot(
-                snapshot: fact, head: fact, upgraded: tx.isUpgraded, refundSigned: refund, reversalSigned: reversal)
+        case .revocation:
+            revocations.append(fact)
+            link(fact.transactionId, fact.orderAlias)
+        case .reversal:
+            reversals.append(fact)
+        case .renewal:
+            renewals.append(fact)
+        case .customerTie:
+            ties.append(fact)
+            if let c = fact.customerId { customersNamed.insert(c) }
+        case .orderAlias:
+            link(fact.transactionId, fact.orderAlias)
+        case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable:
+            link(fact.transactionId, fact.orderAlias)
         }
     }
 
-    /// True when no fact with a transaction or renewal info has been folded.
-    public var isEmpty: Bool { slots.isEmpty && renewalOnly == nil && (wechat?.isEmpty ?? true) }
-
-    /// The merged transactions, ordered by purchaseDate then transactionId.
-    public var transactions: [TransactionRecord] {
-        (slots.values.map(record(of:)) + (wechat?.transactions ?? []))
-            .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
+    private mutating func link(_ a: String?, _ b: String?) {
+        guard let a, let b, a != b else { return }
+        aliasEdges[a, default: []].insert(b)
+        aliasEdges[b, default: []].insert(a)
     }
 
-    public func transaction(_ transactionId: String) -> TransactionRecord? {
-        slots[transactionId].map(record(of:)) ?? wechat?.transactions.first { $0.transactionId == transactionId }
+    /// True when nothing that describes the subscription has been folded.
+    public var isEmpty: Bool { slots.isEmpty && renewals.isEmpty }
+
+    /// Every id of the subscription's orders and transactions (with WeChat aliases): the ids that
+    /// facts without a subscription (refunds, inquiries) are matched against.
+    public var orderIds: Set<String> {
+        var ids = Set(slots.keys)
+        var frontier = Array(ids)
+        while let id = frontier.popLast() {
+            for other in aliasEdges[id] ?? [] where ids.insert(other).inserted { frontier.append(other) }
+        }
+        return ids
     }
 
-    /// The subscription as the merged facts describe it, with its status evaluated at `asOf`.
-    /// Nil when no fact has been folded. For the state at a past time use the time-travel
-    /// functions of `SubscriptionProjection`, which also leave out facts not yet signed/recorded.
+    /// The ids one order is known by (itself and its aliases).
+    func ids(of transactionId: String) -> Set<String> {
+        var ids: Set<String> = [transactionId]
+        var frontier = [transactionId]
+        while let id = frontier.popLast() {
+            for other in aliasEdges[id] ?? [] where ids.insert(other).inserted { frontier.append(other) }
+        }
+        return ids
+    }
+
+    // MARK: - State
+
+    /// The subscription at `asOf`: every fact folded so far, each in effect from its own business
+    /// time. Nil when nothing it knows had begun by then.
     public func state(at asOf: EpochMillis) -> SubscriptionState? {
-        let headSlot = currentSlot()
-        if headSlot == nil, let wechat, !wechat.isEmpty { return wechat.state(at: asOf) }
-        if headSlot == nil && renewalOnly == nil { return nil }
-        let head = headSlot?.head
-        let tx = head?.transaction
-        var renewal = head?.renewal
-        if let late = renewalOnly, let lateRenewal = late.renewal,
-           head == nil || late.signedDate > head!.signedDate {
-            renewal = Self.overlay(lateRenewal, on: renewal)
-        }
-        let revokedAt = headSlot.flatMap(Self.revocationInForce)
+        let renewal = renewalInEffect(at: asOf)
+        guard let period = periodInEffect(at: asOf) else { return nil }
+        let tx = period.slot?.transaction
+        let revokedAt = period.slot.flatMap { revocationInForce(of: $0.transaction.transactionId, at: asOf) }
+        let productType = tx?.type
         let status = Self.status(
-            hasTransaction: headSlot != nil, revokedAt: revokedAt,
-            expires: tx?.expiresDate, renewal: renewal, asOf: asOf)
-        let token = tx?.appAccountToken ?? headSlot?.snapshot.transaction?.appAccountToken ?? renewal?.appAccountToken
-        let openId = head?.openId ?? renewalOnly?.openId
+            productType: productType, revokedAt: revokedAt, expires: period.end,
+            gracePeriodExpiresDate: renewal?.renewal?.gracePeriodExpiresDate,
+            isInBillingRetryPeriod: renewal?.renewal?.isInBillingRetryPeriod ?? false, asOf: asOf)
+        let r = renewal?.renewal
+        let token = tx?.appAccountToken ?? r?.appAccountToken
+            ?? slots.values.filter { $0.purchaseDate <= asOf }.sorted { Self.purchasePrecedes($1, $0) }
+                .lazy.compactMap(\.transaction.appAccountToken).first
+        let openId = isWeChat ? (period.slot?.snapshot.customerId ?? period.signing?.customerId ?? renewal?.customerId) : nil
+        let implicit = token ?? openId
+        let tie = tieInEffect(at: asOf)
+        let customer: String?
+        let customerSource: CustomerSource?
+        if let tie, let tied = tie.customerId {
+            customer = tied
+            customerSource = .tie
+        } else if let token {
+            customer = token
+            customerSource = .appAccountToken
+        } else if let openId {
+            customer = openId
+            customerSource = .openId
+        } else {
+            customer = nil
+            customerSource = nil
+        }
         return SubscriptionState(
-            originalTransactionId: originalTransactionId,
+            originalTransactionId: key.originalTransactionId,
             evaluatedAt: asOf,
             status: status,
-            bundleId: tx?.bundleId ?? head?.bundleId ?? renewalOnly?.bundleId,
-            environment: tx?.environment ?? head?.environment ?? renewalOnly?.environment,
-            productId: tx?.productId ?? renewal?.productId,
-            autoRenewProductId: renewal?.autoRenewProductId,
-            expiresDate: tx?.expiresDate,
-            gracePeriodExpiresDate: renewal?.gracePeriodExpiresDate,
-            isInBillingRetryPeriod: renewal?.isInBillingRetryPeriod ?? false,
-            autoRenewStatus: renewal?.autoRenewStatus,
-            expirationIntent: renewal?.expirationIntent,
-            priceIncreaseStatus: renewal?.priceIncreaseStatus,
-            offerType: renewal?.offerType,
-            offerIdentifier: renewal?.offerIdentifier,
+            bundleId: tx?.bundleId,
+            environment: key.environment,
+            productId: tx?.productId ?? period.signing?.renewal?.productId,
+            productType: productType,
+            autoRenewProductId: r?.autoRenewProductId,
+            expiresDate: period.end,
+            gracePeriodExpiresDate: r?.gracePeriodExpiresDate,
+            isInBillingRetryPeriod: r?.isInBillingRetryPeriod ?? false,
+            autoRenewStatus: r?.autoRenewStatus,
+            expirationIntent: r?.expirationIntent,
+            priceIncreaseStatus: r?.priceIncreaseStatus,
+            offerType: r?.offerType,
+            offerIdentifier: r?.offerIdentifier,
             appAccountToken: token,
-            customerId: token ?? openId,
+            customerId: customer,
+            customerSource: customerSource,
+            implicitCustomerId: customerSource == .tie && implicit != customer ? implicit : nil,
             latestTransactionId: tx?.transactionId,
-            recentSubscriptionStartDate: renewal?.recentSubscriptionStartDate,
-            renewalDate: renewal?.renewalDate,
-            versionExpiresDate: tx?.expiresDate,
-            versionSignedDate: head?.signedDate,
-            revocationDate: revokedAt
+            recentSubscriptionStartDate: isWeChat ? weChatRunStart(at: asOf) : r?.recentSubscriptionStartDate,
+            renewalDate: isWeChat ? period.end : r?.renewalDate,
+            revocationDate: revokedAt,
+            validUntil: nextChange(after: asOf)
         )
+    }
+
+    /// The period in effect at T: a transaction, or (WeChat) a signing no delivery has paid yet.
+    struct Period {
+        var slot: Slot?
+        var signing: Fact?
+        var start: EpochMillis
+        var end: EpochMillis?
+    }
+
+    func periodInEffect(at asOf: EpochMillis) -> Period? {
+        var best: Slot?
+        var fallback: Slot?
+        for slot in slots.values where slot.purchaseDate <= asOf {
+            if fallback == nil || Self.purchasePrecedes(fallback!, slot) { fallback = slot }
+            if slot.upgraded { continue }
+            if best == nil || Self.purchasePrecedes(best!, slot) { best = slot }
+        }
+        let current = best ?? fallback
+        var period = current.map { Period(slot: $0, start: $0.purchaseDate, end: $0.transaction.expiresDate) }
+        if isWeChat {
+            let paid = Set(slots.values.compactMap(\.transaction.expiresDate))
+            for f in renewals where f.origin == .wechat && f.message == XPayEventName.signingResult && f.signedAt <= asOf {
+                guard let end = f.renewal?.renewalDate, !paid.contains(end) else { continue }
+                // Later start wins; at the same instant a delivery (a paid order) wins over the signing.
+                if let p = period, p.start > f.signedAt || (p.start == f.signedAt && p.slot != nil) { continue }
+                if let p = period, let s = p.signing, p.start == f.signedAt, !s.contentPrecedes(f) { continue }
+                period = Period(signing: f, start: f.signedAt, end: end)
+            }
+        }
+        return period
+    }
+
+    func renewalInEffect(at asOf: EpochMillis) -> Fact? {
+        var best: Fact?
+        for f in renewals where f.signedAt <= asOf {
+            if best == nil || Self.renewalPrecedes(best!, f) { best = f }
+        }
+        return best
+    }
+
+    func tieInEffect(at asOf: EpochMillis) -> Fact? {
+        var best: Fact?
+        for f in ties where f.recordedAt <= asOf {
+            if best == nil || (best!.recordedAt, best!.position) < (f.recordedAt, f.position) { best = f }
+        }
+        return best
+    }
+
+    /// The revocation date in force on `transactionId` at T (nil: not revoked then).
+    func revocationInForce(of transactionId: String, at asOf: EpochMillis?) -> EpochMillis? {
+        let names = isWeChat ? ids(of: transactionId) : [transactionId]
+        var latest: Fact?
+        for f in revocations where names.contains(f.transactionId ?? "") || names.contains(f.orderAlias ?? "") {
+            if let asOf, f.effectiveAt > asOf { continue }
+            if latest == nil || Self.signedPrecedes(latest!, f) { latest = f }
+        }
+        guard let revocation = latest else { return nil }
+        for f in reversals where names.contains(f.transactionId ?? "") {
+            if let asOf, f.signedAt > asOf { continue }
+            if f.signedAt >= revocation.signedAt { return nil }
+        }
+        return revocation.effectiveAt
+    }
+
+    /// The earliest time after `asOf` at which a known fact takes effect (a renewal signed early,
+    /// a future revocation date, a tie recorded later): until then, re-evaluating a stored state at
+    /// a later time (`SubscriptionState.reevaluated(at:)`) equals folding again.
+    func nextChange(after asOf: EpochMillis) -> EpochMillis? {
+        var next: EpochMillis?
+        func consider(_ t: EpochMillis) { if t > asOf, next.map({ t < $0 }) ?? true { next = t } }
+        for s in slots.values { consider(s.purchaseDate) }
+        for f in revocations { consider(f.effectiveAt) }
+        for f in reversals { consider(f.signedAt) }
+        for f in renewals { consider(f.signedAt) }
+        for f in ties { consider(f.recordedAt) }
+        return next
+    }
+
+    /// Apple's "earliest start of the run of paid periods, ignoring lapses of 60 days or less",
+    /// for WeChat, which does not send it: the start of the last run of periods (signing or
+    /// delivery → RenewalDate) begun by T whose gaps are at most 60 days.
+    func weChatRunStart(at asOf: EpochMillis) -> EpochMillis? {
+        var periods: [(EpochMillis, EpochMillis)] = slots.values.compactMap { s in
+            guard s.purchaseDate <= asOf, let end = s.transaction.expiresDate else { return nil }
+            return (min(s.purchaseDate, end), end)
+        }
+        for f in renewals where f.origin == .wechat && f.message == XPayEventName.signingResult && f.signedAt <= asOf {
+            if let end = f.renewal?.renewalDate { periods.append((min(f.signedAt, end), end)) }
+        }
+        periods.sort { $0 < $1 }
+        guard var runStart = periods.first?.0, var runEnd = periods.first?.1 else { return nil }
+        for (start, end) in periods.dropFirst() {
+            if start > runEnd && start - runEnd > Self.billingRetryLimit { runStart = start }
+            runEnd = max(runEnd, end)
+        }
+        return runStart
+    }
+
+    /// The WeChat renewal state in effect once every fact has taken effect, when the contract is
+    /// this customer's for this product (nil otherwise).
+    func weChatContractHead(openId: String, productId: String) -> Fact? {
+        let mine = renewals.filter { $0.origin == .wechat && $0.customerId == openId && $0.renewal?.productId == productId }
+        guard !mine.isEmpty else { return nil }
+        return renewals.filter { $0.origin == .wechat }.max(by: Self.renewalPrecedes)
+    }
+
+    /// The latest period end any WeChat message states (RenewalDate of signings, deliveries, unsignings).
+    var latestRenewalDate: EpochMillis? {
+        (renewals.compactMap { $0.renewal?.renewalDate } + slots.values.compactMap(\.transaction.expiresDate)).max()
     }
 
     // MARK: - Status
 
-    /// The status rules, in order: a revocation in force wins; before expiry the subscription is
-    /// active whatever auto-renew says; after expiry, a grace period still running keeps access;
-    /// an open billing retry (at most 60 days) does not; otherwise it has expired.
-    static func status(
-        hasTransaction: Bool, revokedAt: EpochMillis?, expires: EpochMillis?, renewal: RenewalFact?, asOf: EpochMillis
+    /// The status rules, in order: a revocation in force wins; a one-time purchase is a lifetime
+    /// entitlement (non-consumable) or nothing lasting (anything else); before expiry the
+    /// subscription is active whatever auto-renew says; after expiry a grace period still running
+    /// keeps access; an open billing retry (at most 60 days) does not; otherwise it has expired.
+    public static func status(
+        productType: String?, revokedAt: EpochMillis?, expires: EpochMillis?, gracePeriodExpiresDate: EpochMillis?,
+        isInBillingRetryPeriod: Bool, asOf: EpochMillis
     ) -> SubscriptionStatus {
-        guard hasTransaction else { return .expired }
         if let revokedAt, revokedAt <= asOf { return .revoked }
+        switch productType {
+        case ProductType.nonConsumable?: return .active
+        case ProductType.consumable?, ProductType.nonRenewing?: return .purchased
+        default: break
+        }
         guard let expires else { return .expired }
         if asOf < expires { return .active }
-        if let grace = renewal?.gracePeriodExpiresDate, grace > expires, asOf < grace { return .gracePeriod }
-        if renewal?.isInBillingRetryPeriod == true,
-           expires > EpochMillis.max - billingRetryLimit || asOf < expires + billingRetryLimit {
+        if let grace = gracePeriodExpiresDate, grace > expires, asOf < grace { return .gracePeriod }
+        if isInBillingRetryPeriod, expires > EpochMillis.max - billingRetryLimit || asOf < expires + billingRetryLimit {
             return .billingRetry
         }
         return .expired
     }
 
-    // MARK: - Merge orders
+    // MARK: - Orders
 
-    /// The transaction in effect: the greatest-version head among transactions no upgrade
-    /// superseded (falling back to all transactions if, against the rules, every one was).
-    private func currentSlot() -> TransactionSlot? {
-        var best: TransactionSlot?
-        var fallback: TransactionSlot?
-        for slot in slots.values {
-            if fallback == nil || Self.versionPrecedes(fallback!.head, slot.head) { fallback = slot }
-            if isSuperseded(slot) { continue }
-            if best == nil || Self.versionPrecedes(best!.head, slot.head) { best = slot }
+    /// Transaction in effect: latest purchaseDate, then transactionId.
+    static func purchasePrecedes(_ a: Slot, _ b: Slot) -> Bool {
+        if a.purchaseDate != b.purchaseDate { return a.purchaseDate < b.purchaseDate }
+        return a.transaction.transactionId < b.transaction.transactionId
+    }
+
+    /// Per-transaction merge: signed later wins, then content.
+    static func snapshotPrecedes(_ a: Fact, _ b: Fact) -> Bool { signedPrecedes(a, b) }
+
+    static func signedPrecedes(_ a: Fact, _ b: Fact) -> Bool {
+        if a.signedAt != b.signedAt { return a.signedAt < b.signedAt }
+        return a.contentPrecedes(b)
+    }
+
+    /// Renewal state: Apple by signedDate; WeChat by (RenewalDate, contract change over delivery,
+    /// signed time) so that a delivery (re-)pushed after an unsigning of its period cannot turn
+    /// auto-renew back on, while a renewal paid for a later period does say the contract runs.
+    static func renewalPrecedes(_ a: Fact, _ b: Fact) -> Bool {
+        if a.origin == .wechat && b.origin == .wechat {
+            let ra = a.renewal?.renewalDate ?? .min, rb = b.renewal?.renewalDate ?? .min
+            if ra != rb { return ra < rb }
+            let ca = a.message != XPayEventName.goodsDeliver, cb = b.message != XPayEventName.goodsDeliver
+            if ca != cb { return cb }
         }
-        return best ?? fallback
+        return signedPrecedes(a, b)
     }
 
-    private func isSuperseded(_ slot: TransactionSlot) -> Bool {
-        if slot.upgraded { return true }
-        guard let cutoff = upgradeCutoff else { return false }
-        let purchased = slot.snapshot.transaction?.purchaseDate ?? slot.head.transaction?.purchaseDate ?? .min
-        return purchased < cutoff
+    // MARK: - Transactions
+
+    /// The merged transactions (every fact known, whatever the time), ordered by purchaseDate then
+    /// transactionId. A transaction's revocation is the one in force once every known fact has
+    /// taken effect.
+    public var transactions: [TransactionRecord] {
+        slots.values.map(record(of:))
+            .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
     }
 
-    /// Subscription version: (transaction expiresDate, signedDate), then content.
-    static func versionPrecedes(_ a: SubscriptionFact, _ b: SubscriptionFact) -> Bool {
-        let ea = a.transaction?.expiresDate ?? .min
-        let eb = b.transaction?.expiresDate ?? .min
-        if ea != eb { return ea < eb }
-        if a.signedDate != b.signedDate { return a.signedDate < b.signedDate }
-        return a.contentPrecedes(b)
+    public func transaction(_ transactionId: String) -> TransactionRecord? {
+        slots[transactionId].map(record(of:))
     }
 
-    /// Per-transaction merge: (transaction signedDate, notification signedDate), then content.
-    static func snapshotPrecedes(_ a: SubscriptionFact, _ b: SubscriptionFact) -> Bool {
-        let sa = a.transaction?.signedDate ?? a.signedDate
-        let sb = b.transaction?.signedDate ?? b.signedDate
-        if sa != sb { return sa < sb }
-        if a.signedDate != b.signedDate { return a.signedDate < b.signedDate }
-        return a.contentPrecedes(b)
-    }
-
-    static func renewalPrecedes(_ a: SubscriptionFact, _ b: SubscriptionFact) -> Bool {
-        if a.signedDate != b.signedDate { return a.signedDate < b.signedDate }
-        return a.contentPrecedes(b)
-    }
-
-    private static func overlay(_ top: RenewalFact, on base: RenewalFact?) -> RenewalFact {
-        guard var merged = base else { return top }
-        if let v = top.productId { merged.productId = v }
-        if let v = top.autoRenewProductId { merged.autoRenewProductId = v }
-        if let v = top.autoRenewStatus { merged.autoRenewStatus = v }
-        if let v = top.expirationIntent { merged.expirationIntent = v }
-        if let v = top.isInBillingRetryPeriod { merged.isInBillingRetryPeriod = v }
-        if let v = top.gracePeriodExpiresDate { merged.gracePeriodExpiresDate = v }
-        if let v = top.priceIncreaseStatus { merged.priceIncreaseStatus = v }
-        if let v = top.offerType { merged.offerType = v }
-        if let v = top.offerIdentifier { merged.offerIdentifier = v }
-        if let v = top.recentSubscriptionStartDate { merged.recentSubscriptionStartDate = v }
-        if let v = top.renewalDate { merged.renewalDate = v }
-        if let v = top.appAccountToken { merged.appAccountToken = v }
-        if let v = top.signedDate { merged.signedDate = v }
-        return merged
-    }
-
-    /// The revocation date of the transaction's winning snapshot, unless that snapshot is a
-    /// reversal: a reversal reinstates the transaction even if it still lists the revocation.
-    static func revocationInForce(_ slot: TransactionSlot) -> EpochMillis? {
-        slot.snapshot.isRefundReversal ? nil : slot.snapshot.transaction?.revocationDate
-    }
-
-    private func wasUpgraded(_ slot: TransactionSlot) -> Bool {
-        if slot.upgraded { return true }
-        guard !upgradeTimes.isEmpty, let tx = slot.snapshot.transaction,
-              let purchased = tx.purchaseDate, let expires = tx.expiresDate else { return false }
-        return upgradeTimes.contains { purchased < $0 && $0 < expires }
-    }
-
-    private func record(of slot: TransactionSlot) -> TransactionRecord {
-        let fact = slot.snapshot
-        let tx = fact.transaction!
-        let revoked = Self.revocationInForce(slot) != nil
+    private func record(of slot: Slot) -> TransactionRecord {
+        let tx = slot.transaction
+        let id = tx.transactionId
+        let revokedAt = revocationInForce(of: id, at: nil)
+        let names = isWeChat ? ids(of: id) : [id]
+        let mine = revocations.filter { names.contains($0.transactionId ?? "") || names.contains($0.orderAlias ?? "") }
+        let winning = revokedAt == nil ? nil : mine.max(by: Self.signedPrecedes)?.transaction
         return TransactionRecord(
-            transactionId: tx.transactionId,
-            originalTransactionId: tx.originalTransactionId ?? originalTransactionId,
+            transactionId: id,
+            originalTransactionId: tx.originalTransactionId ?? key.originalTransactionId,
             webOrderLineItemId: tx.webOrderLineItemId,
-            bundleId: tx.bundleId ?? fact.bundleId,
+            bundleId: tx.bundleId,
             productId: tx.productId,
-            purchaseDate: tx.purchaseDate,
+            purchaseDate: tx.purchaseDate ?? slot.purchaseDate,
             expiresDate: tx.expiresDate,
-            revocationDate: revoked ? tx.revocationDate : nil,
-            revocationReason: revoked ? tx.revocationReason : nil,
-            revocationType: revoked ? tx.revocationType : nil,
-            revocationPercentage: revoked ? tx.revocationPercentage : nil,
-            refundSignedDate: slot.refundSigned,
-            refundReversedSignedDate: slot.reversalSigned,
-            isUpgraded: wasUpgraded(slot),
+            revocationDate: revokedAt,
+            revocationReason: winning?.revocationReason,
+            revocationType: winning?.revocationType,
+            revocationPercentage: winning?.revocationPercentage,
+            refundSignedDate: mine.map(\.signedAt).max(),
+            refundReversedSignedDate: reversals.filter { names.contains($0.transactionId ?? "") }.map(\.signedAt).max(),
+            isUpgraded: slot.upgraded,
             price: tx.price,
             currency: tx.currency,
             offerType: tx.offerType,
             offerIdentifier: tx.offerIdentifier,
             appAccountToken: tx.appAccountToken,
-            environment: tx.environment ?? fact.environment,
+            environment: key.environment,
             type: tx.type,
             inAppOwnershipType: tx.inAppOwnershipType,
-            signedDate: tx.signedDate ?? fact.signedDate
+            signedDate: slot.snapshot.signedAt
         )
     }
+}
+
+/// Apple's product types (`JWSTransaction.type`).
+public enum ProductType {
+    public static let autoRenewable = "Auto-Renewable Subscription"
+    public static let nonConsumable = "Non-Consumable"
+    public static let consumable = "Consumable"
+    public static let nonRenewing = "Non-Renewing Subscription"
+}
+
+/// Where a subscription's customer id came from.
+public enum CustomerSource: String, Sendable, Hashable, Codable {
+    /// `POST /v1/customers/{id}/subscriptions`: an explicit tie, which wins over a token.
+    case tie
+    case appAccountToken
+    /// The WeChat user (OpenId) of a WeChat purchase.
+    case openId = "openid"
 }

@@ -2,74 +2,112 @@ import Foundation
 
 /// Every subscription's folded facts: the input of the subscriptions, transactions and
 /// entitlements projections, and of time travel. Pure and order-independent like `SubscriptionFold`.
+///
+/// Facts without a subscription (a WeChat refund or inquiry that names only an order) join the
+/// subscription whose orders they name — through the ids of its deliveries and every alias any fact
+/// states — whichever arrived first; until then they belong to nobody.
 public struct SubscriptionProjection: Sendable {
-    public private(set) var subscriptions: [String: SubscriptionFold] = [:]
+    private var folds: [SubscriptionKey: SubscriptionFold] = [:]
+    private var unattached: [Fact] = []
 
     public init() {}
 
-    public init(facts: some Sequence<SubscriptionFact>) {
+    public init(facts: some Sequence<Fact>) {
         for fact in facts { apply(fact) }
     }
 
-    public mutating func apply(_ fact: SubscriptionFact) {
-        let id = fact.originalTransactionId
-        if let index = subscriptions.index(forKey: id) {
-            subscriptions.values[index].apply(fact)
+    public mutating func apply(_ fact: Fact) {
+        guard let key = fact.subscription else {
+            if fact.transactionId != nil { unattached.append(fact) }
+            return
+        }
+        if let index = folds.index(forKey: key) {
+            folds.values[index].apply(fact)
         } else {
-            var fold = SubscriptionFold(originalTransactionId: id)
+            var fold = SubscriptionFold(key: key)
             fold.apply(fact)
-            subscriptions[id] = fold
+            folds[key] = fold
         }
     }
 
-    /// The projections as they stand for facts folded so far, status evaluated at `now`.
-    public func view(at now: EpochMillis) -> ProjectionView {
-        ProjectionView(projection: self, evaluatedAt: now)
+    /// Each subscription with the facts that joined it through its orders.
+    public var subscriptions: [SubscriptionKey: SubscriptionFold] {
+        if unattached.isEmpty { return folds }
+        var out = folds
+        for (key, fold) in folds {
+            out[key] = Self.attach(unattached, to: fold)
+        }
+        return out
     }
 
-    /// "As of business time T": only facts the source signed at or before T, evaluated at T.
-    public static func asOfBusinessTime(
-        _ time: EpochMillis, facts: some Sequence<SubscriptionFact>
-    ) -> ProjectionView {
-        SubscriptionProjection(facts: facts.lazy.filter { $0.signedDate <= time }).view(at: time)
+    /// Folds into `fold` every fact of `candidates` that names one of its orders, repeating while
+    /// a joined fact brings in another id (a refund naming OutTradeNo and WxOrderId lets an inquiry
+    /// naming WxOrderId join).
+    public static func attach(_ candidates: [Fact], to fold: SubscriptionFold) -> SubscriptionFold {
+        var fold = fold
+        var pending = candidates
+        while true {
+            let ids = fold.orderIds
+            if ids.isEmpty { return fold }
+            var joined = false
+            pending.removeAll { fact in
+                guard ids.contains(fact.transactionId ?? "") || ids.contains(fact.orderAlias ?? "") else { return false }
+                var routed = fact
+                routed.subscription = fold.key
+                fold.apply(routed)
+                joined = true
+                return true
+            }
+            if !joined { return fold }
+        }
     }
 
-    /// "As the ledger knew it at recorded time R": only facts recorded at or before R, evaluated at R.
-    public static func asKnownAt(
-        recordedTime time: EpochMillis, facts: some Sequence<SubscriptionFact>
+    /// The projections at `time` (business time: every fact known, each in effect from its own time).
+    public func view(at time: EpochMillis) -> ProjectionView {
+        ProjectionView(subscriptions: subscriptions, evaluatedAt: time)
+    }
+
+    /// "What was true at T as the ledger knew it at R": only facts recorded at or before R,
+    /// evaluated at T (R alone: T = R).
+    public static func view(
+        at time: EpochMillis, recordedBy recorded: EpochMillis? = nil, facts: some Sequence<Fact>
     ) -> ProjectionView {
-        SubscriptionProjection(facts: facts.lazy.filter { $0.recordedAt <= time }).view(at: time)
+        if let recorded {
+            return SubscriptionProjection(facts: facts.lazy.filter { $0.recordedAt <= recorded }).view(at: time)
+        }
+        return SubscriptionProjection(facts: facts).view(at: time)
     }
 }
 
 /// The three projections read at one evaluation time. Every list is in a deterministic order.
 public struct ProjectionView: Sendable {
-    public let projection: SubscriptionProjection
+    public let subscriptions: [SubscriptionKey: SubscriptionFold]
     public let evaluatedAt: EpochMillis
 
-    public init(projection: SubscriptionProjection, evaluatedAt: EpochMillis) {
-        self.projection = projection
+    public init(subscriptions: [SubscriptionKey: SubscriptionFold], evaluatedAt: EpochMillis) {
+        self.subscriptions = subscriptions
         self.evaluatedAt = evaluatedAt
     }
 
-    public func subscription(_ originalTransactionId: String) -> SubscriptionState? {
-        projection.subscriptions[originalTransactionId]?.state(at: evaluatedAt)
+    public func subscription(_ key: SubscriptionKey) -> SubscriptionState? {
+        subscriptions[key]?.state(at: evaluatedAt)
     }
 
-    /// Subscription states ordered by originalTransactionId.
-    public var subscriptions: [SubscriptionState] {
-        projection.subscriptions.keys.sorted().compactMap { projection.subscriptions[$0]!.state(at: evaluatedAt) }
+    /// Subscription states ordered by key.
+    public var states: [SubscriptionState] {
+        subscriptions.keys.sorted().compactMap { subscriptions[$0]!.state(at: evaluatedAt) }
     }
 
-    /// Transactions ordered by originalTransactionId, then purchaseDate, then transactionId.
+    /// Transactions ordered by subscription key, then purchaseDate, then transactionId.
     public var transactions: [TransactionRecord] {
-        projection.subscriptions.keys.sorted().flatMap { projection.subscriptions[$0]!.transactions }
+        subscriptions.keys.sorted().flatMap { subscriptions[$0]!.transactions }
     }
 
-    /// Entitlements in force at the evaluation time, for one customer or for everyone.
-    public func entitlements(catalog: ProductCatalog, customerId: String? = nil) -> [EntitlementGrant] {
+    /// Entitlements in force at the evaluation time, for one customer (and environment) or for everyone.
+    public func entitlements(catalog: ProductCatalog, customerId: String? = nil, environment: String? = nil) -> [EntitlementGrant] {
         var grants: [EntitlementGrant] = []
-        for fold in projection.subscriptions.values {
+        for (key, fold) in subscriptions {
+            if let environment, key.environment != environment { continue }
             guard let state = fold.state(at: evaluatedAt) else { continue }
             if let customerId, state.customerId != customerId { continue }
             grants += EntitlementGrant.grants(of: state, catalog: catalog)

@@ -10,6 +10,8 @@ public enum SubscriptionStatus: String, Sendable, Hashable, Codable, CaseIterabl
     case expired
     /// The transaction in effect was refunded or revoked.
     case revoked
+    /// A consumable or non-renewing one-time purchase: recorded, grants nothing lasting.
+    case purchased
 
     /// Grace counts as entitled; billing retry without grace does not.
     public var isEntitled: Bool { self == .active || self == .gracePeriod }
@@ -23,6 +25,8 @@ public enum SubscriptionStatus: String, Sendable, Hashable, Codable, CaseIterabl
         case .billingRetry: 3
         case .gracePeriod: 4
         case .revoked: 5
+        // Apple has no status for one-time purchases; the ledger reports them as not active.
+        case .purchased: 2
         }
     }
 }
@@ -36,6 +40,9 @@ public struct SubscriptionState: Sendable, Hashable {
     public var environment: String?
     /// The product in effect now.
     public var productId: String?
+    /// Apple's product type of the transaction in effect (`ProductType`); nil for a WeChat
+    /// contract no delivery has paid yet.
+    public var productType: String?
     /// The product the next renewal switches to (a pending downgrade or crossgrade shows here only).
     public var autoRenewProductId: String?
     public var expiresDate: EpochMillis?
@@ -48,30 +55,35 @@ public struct SubscriptionState: Sendable, Hashable {
     public var offerType: Int?
     public var offerIdentifier: String?
     public var appAccountToken: String?
-    /// Who the entitlements belong to: appAccountToken, or the WeChat openid.
+    /// Who the entitlements belong to: an explicit tie, else the appAccountToken, else the WeChat openid.
     public var customerId: String?
+    public var customerSource: CustomerSource?
+    /// When an explicit tie names someone else than the appAccountToken (or openid) does: that
+    /// other customer, so the answer can say the tie overrode it.
+    public var implicitCustomerId: String?
     /// The transaction in effect (the one the state's version came from).
     public var latestTransactionId: String?
     public var recentSubscriptionStartDate: EpochMillis?
     public var renewalDate: EpochMillis?
-    /// The version the state came from: (transaction expiresDate, signedDate).
-    public var versionExpiresDate: EpochMillis?
-    public var versionSignedDate: EpochMillis?
     /// The revocation in force on the transaction in effect (nil when none, or reversed): with
     /// the expiry, grace and retry fields it lets `reevaluated(at:)` recompute the status.
     public var revocationDate: EpochMillis?
+    /// The earliest later time at which a known fact takes effect (an early-signed renewal's
+    /// purchaseDate, a future revocation date): a stored state is only re-evaluated, not refolded,
+    /// before it. Nil: nothing known changes it but time.
+    public var validUntil: EpochMillis?
 
     public init(
         originalTransactionId: String, evaluatedAt: EpochMillis, status: SubscriptionStatus,
         bundleId: String? = nil, environment: String? = nil, productId: String? = nil,
-        autoRenewProductId: String? = nil, expiresDate: EpochMillis? = nil,
+        productType: String? = nil, autoRenewProductId: String? = nil, expiresDate: EpochMillis? = nil,
         gracePeriodExpiresDate: EpochMillis? = nil, isInBillingRetryPeriod: Bool = false,
         autoRenewStatus: Int? = nil, expirationIntent: Int? = nil, priceIncreaseStatus: Int? = nil,
         offerType: Int? = nil, offerIdentifier: String? = nil, appAccountToken: String? = nil,
-        customerId: String? = nil, latestTransactionId: String? = nil,
+        customerId: String? = nil, customerSource: CustomerSource? = nil, implicitCustomerId: String? = nil,
+        latestTransactionId: String? = nil,
         recentSubscriptionStartDate: EpochMillis? = nil, renewalDate: EpochMillis? = nil,
-        versionExpiresDate: EpochMillis? = nil, versionSignedDate: EpochMillis? = nil,
-        revocationDate: EpochMillis? = nil
+        revocationDate: EpochMillis? = nil, validUntil: EpochMillis? = nil
     ) {
         self.originalTransactionId = originalTransactionId
         self.evaluatedAt = evaluatedAt
@@ -79,6 +91,7 @@ public struct SubscriptionState: Sendable, Hashable {
         self.bundleId = bundleId
         self.environment = environment
         self.productId = productId
+        self.productType = productType
         self.autoRenewProductId = autoRenewProductId
         self.expiresDate = expiresDate
         self.gracePeriodExpiresDate = gracePeriodExpiresDate
@@ -90,12 +103,13 @@ public struct SubscriptionState: Sendable, Hashable {
         self.offerIdentifier = offerIdentifier
         self.appAccountToken = appAccountToken
         self.customerId = customerId
+        self.customerSource = customerSource
+        self.implicitCustomerId = implicitCustomerId
         self.latestTransactionId = latestTransactionId
         self.recentSubscriptionStartDate = recentSubscriptionStartDate
         self.renewalDate = renewalDate
-        self.versionExpiresDate = versionExpiresDate
-        self.versionSignedDate = versionSignedDate
         self.revocationDate = revocationDate
+        self.validUntil = validUntil
     }
 
     /// Until when access lasts if nothing else happens: the grace end in grace, else expiresDate.

@@ -54,35 +54,26 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
         case appleSubscriptionInfo = "apple_subscription_info"
     }
 
-    /// The contract of `openId` for `productId` among `facts` (the facts of every stream that
+    /// The contract of `openId` for `productId` among `facts` (the facts of every subscription that
     /// openid appears in; facts of other customers or products are ignored, as are Apple facts).
-    /// Refund outcomes count for the stream they belong to. Order-independent.
-    public static func of(openId: String, productId: String, facts: some Sequence<SubscriptionFact>) -> WeChatContractState {
-        var folds: [String: WeChatSubscriptionFold] = [:]
-        var matching: Set<String> = []
-        for fact in facts where fact.source.isWeChat {
-            let id = fact.originalTransactionId
-            folds[id, default: WeChatSubscriptionFold(originalTransactionId: id)].apply(fact)
-            if fact.source != .wechatRefundOutcome, fact.openId == openId,
-               (fact.renewal?.productId ?? fact.transaction?.productId) == productId {
-                matching.insert(id)
-            }
-        }
-        var best: (fold: WeChatSubscriptionFold, head: SubscriptionFact)?
-        for id in matching {
-            guard let fold = folds[id], let head = fold.head else { continue }
-            if let current = best, !WeChatSubscriptionFold.versionPrecedes(current.head, head) { continue }
+    /// Order-independent.
+    public static func of(openId: String, productId: String, facts: some Sequence<Fact>) -> WeChatContractState {
+        var best: (fold: SubscriptionFold, head: Fact)?
+        for fold in SubscriptionProjection(facts: facts).subscriptions.values.sorted(by: { $0.key < $1.key }) {
+            // The fold's latest WeChat renewal state naming this customer and product.
+            guard let head = fold.weChatContractHead(openId: openId, productId: productId) else { continue }
+            if let current = best, !SubscriptionFold.renewalPrecedes(current.head, head) { continue }
             best = (fold, head)
         }
         guard let (fold, head) = best else { return WeChatContractState(authorizationState: .unbindUser) }
         let autoRenew = head.renewal?.autoRenewStatus
-        let terminated = autoRenew == 0 || (autoRenew == nil && head.source == .wechatContractTerminated)
+        let terminated = autoRenew == 0
         return WeChatContractState(
             authorizationState: terminated ? .terminated : .signed,
             appleSubscriptionInfo: AppleSubscriptionInfo(
-                originalTransactionId: fold.originalTransactionId,
-                autoRenewStatus: autoRenew ?? (terminated ? 0 : nil),
-                recentSubscriptionStartDate: fold.recentSubscriptionStartDate,
+                originalTransactionId: fold.key.originalTransactionId,
+                autoRenewStatus: autoRenew,
+                recentSubscriptionStartDate: fold.weChatRunStart(at: .max),
                 renewalDate: fold.latestRenewalDate))
     }
 

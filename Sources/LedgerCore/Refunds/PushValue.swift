@@ -50,6 +50,11 @@ public indirect enum PushValue: Sendable, Equatable, Codable {
         return nil
     }
 
+    public var arrayValue: [PushValue]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+
     /// Text of a string or integer value; nil for objects, arrays, null and empty strings.
     public var text: String? {
         switch self {

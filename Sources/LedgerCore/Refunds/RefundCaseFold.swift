@@ -295,7 +295,7 @@ struct WeChatInputs {
     }
 
     static func money(_ fen: Int64) -> RefundCase.Money? {
-        let (v, overflow) = fen.multipliedReportingOverflow(by: SubscriptionFact.milliPerFen)
+        let (v, overflow) = fen.multipliedReportingOverflow(by: WeChatFacts.milliPerFen)
         return overflow ? nil : RefundCase.Money(milliunits: v, currency: "CNY")
     }
 

@@ -75,15 +75,9 @@ public struct SimulatedNotification: Sendable, Equatable {
         return n
     }
 
-    /// The fact the ledger folds for this notification, without a JSON round trip.
-    public func fact(position: Int64, recordedAt: EpochMillis) -> SubscriptionFact {
-        // Generated transactions always carry an id and originalTransactionId.
-        SubscriptionFact(
-            position: position, recordedAt: recordedAt, source: .appleNotification,
-            originalTransactionId: transaction.originalTransactionId!, notificationType: notificationType,
-            subtype: subtype, signedDate: signedDate, status: status, bundleId: bundleId,
-            environment: environment, transaction: TransactionFact(transaction),
-            renewal: RenewalFact(renewal))
+    /// The facts the ledger derives from this notification (through `FactDecoder`, the one decoder).
+    public func facts(position: Int64, recordedAt: EpochMillis) throws -> [Fact] {
+        FactDecoder.facts(of: try recordedEvent(position: position, recordedAt: recordedAt))
     }
 
     /// The event as the store would hold it (payload JSON; `raw` is the payload too, unsigned).

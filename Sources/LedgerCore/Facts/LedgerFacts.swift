@@ -1,0 +1,72 @@
+import Foundation
+
+/// The ledger's own event types (source `ledger`). Their payloads are written by the ledger
+/// (`LedgerEvents` builds them), so each has exactly one shape.
+public enum LedgerEventType {
+    /// `{"customerId", "environment", "originalTransactionId", "requestedBy"}`: the app says who
+    /// the subscription belongs to.
+    public static let customerTied = "customer/tied"
+    /// `{"environment", "originalTransactionId", "requestedBy"}`: the app withdraws its tie.
+    public static let customerUntied = "customer/untied"
+    /// `{"digest", "catalog", "instance"}`: a service started with this product catalog.
+    public static let catalog = "config/catalog"
+}
+
+/// Streams of the ledger's own records that belong to no subscription.
+extension StreamNames {
+    /// Configuration the ledger ran with (catalog digests), so `?recordedAt=` can use the catalog of the time.
+    public static let ledgerConfig = "ledger:config"
+}
+
+/// Facts of the ledger's own events.
+///
+/// | type | fact | time |
+/// |---|---|---|
+/// | `customer/tied`, `customer/untied` | `customer_tie` of the named subscription (`customerId` nil for untie) | recording time (folds order ties by recordedAt, then position) |
+/// | `config/catalog` | `catalog` (`detail.digest`, `detail.catalog`) | recording time |
+/// | `ledger_wechat_refund_inquiry_answer` | `refund_answer` of `pay_order_id` (`detail`: the decision) | the event's signed_at |
+/// | `ledger_wechat_order_linked` | `order_alias`: the order belongs to the linked subscription | the event's signed_at |
+/// | anything else (admin actions) | none | |
+enum LedgerFacts {
+    static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
+        let value: PushValue
+        do { value = try JSONDecoder().decode(PushValue.self, from: event.payload) } catch {
+            throw FactDecodingError("the payload is not JSON: \(error)")
+        }
+        let signed = event.signedAt ?? 0
+        switch event.type {
+        case LedgerEventType.customerTied, LedgerEventType.customerUntied:
+            guard let env = SubscriptionKey.environment(value.text("environment")),
+                  let otid = value.text("originalTransactionId") else {
+                throw FactDecodingError("a customer tie names no environment and originalTransactionId")
+            }
+            var customer: String?
+            if event.type == LedgerEventType.customerTied {
+                guard let c = value.text("customerId") else { throw FactDecodingError("a customer tie names no customerId") }
+                customer = CustomerId.normalised(c)
+            }
+            return [Fact(subscription: SubscriptionKey(environment: env, originalTransactionId: otid), kind: .customerTie,
+                         origin: .ledger, message: event.type, signedAt: signed, customerId: customer)]
+        case LedgerEventType.catalog:
+            guard let digest = value.text("digest") else { throw FactDecodingError("a catalog record has no digest") }
+            let catalog = value["catalog"].map { String(decoding: $0.canonicalJSON(), as: UTF8.self) }
+            return [Fact(subscription: nil, kind: .catalog, origin: .ledger, message: event.type, signedAt: signed,
+                         detail: Detail.json(["digest": .string(digest), "catalog": Detail.text(catalog)]))]
+        case XPayEventName.refundInquiryAnswer:
+            guard let order = value.text("pay_order_id") else { throw FactDecodingError("a refund answer names no pay_order_id") }
+            var detail = value.objectValue ?? [:]
+            detail["pay_order_id"] = nil
+            return [Fact(subscription: nil, kind: .refundAnswer, origin: .ledger, message: event.type, signedAt: signed,
+                         transactionId: order,
+                         detail: String(decoding: PushValue.object(detail).canonicalJSON(), as: UTF8.self))]
+        case XPayEventName.orderLinked:
+            guard let order = value.text("order_id"), let stream = value.text("subscription_stream") else {
+                throw FactDecodingError("an order link names no order_id or subscription_stream")
+            }
+            return [Fact(subscription: SubscriptionKey(environment: SubscriptionKey.production, originalTransactionId: stream),
+                         kind: .orderAlias, origin: .ledger, message: event.type, signedAt: signed, transactionId: order)]
+        default:
+            return []
+        }
+    }
+}
