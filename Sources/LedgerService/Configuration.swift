@@ -2,6 +2,7 @@
 /// routes that turn verified notifications into events and projections into answers.
 import Crypto
 import Foundation
+import LedgerCore
 
 /// A secret value (token, key, shared secret). It never prints itself, so it cannot leak into a
 /// log line or an error message by accident.
@@ -92,7 +93,15 @@ public struct LedgerConfiguration: Sendable {
     public var http = HTTP()
     public var tokens: [TokenHash] = []
     /// `{"products": {…}}` as given; the projections read it as a product → entitlement catalog.
-    public var productsJSON: Data = Data(#"{"products":{}}"#.utf8)
+    /// Nil when the file has no `products`: every product then grants an entitlement named after
+    /// its productId (`ProductCatalog.productIds`).
+    public var productsJSON: Data?
+
+    /// The catalog the projections use.
+    public func catalog() throws(ProductCatalogError) -> ProductCatalog {
+        guard let productsJSON else { return .productIds }
+        return try ProductCatalog.decode(json: productsJSON)
+    }
 
     public init() {}
 
@@ -178,7 +187,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let products = object["products"] {
             guard let p = products as? [String: Any] else { throw .invalidJSON(path: path, reason: "products must be an object keyed by productId") }
-            productsJSON = (try? JSONSerialization.data(withJSONObject: ["products": p], options: [.sortedKeys])) ?? productsJSON
+            productsJSON = try? JSONSerialization.data(withJSONObject: ["products": p], options: [.sortedKeys])
         }
     }
 

@@ -32,14 +32,14 @@ public final class LedgerApp: Sendable {
         self.migrationsDirectory = migrationsDirectory
         let metrics = Metrics()
         self.metrics = metrics
-        do { self.catalog = try ProductCatalog.decode(json: configuration.productsJSON) } catch {
+        do { self.catalog = try configuration.catalog() } catch {
             throw .configuration("products: \(error)")
         }
         self.projector = Projector(catalog: catalog)
         self.pool = ConnectionPool(
             conninfo: configuration.databaseURL, maxConnections: configuration.databasePoolSize,
             acquireTimeout: .seconds(5))
-        self.queries = ProjectionQueries(pool: pool)
+        self.queries = ProjectionQueries(pool: pool, catalog: catalog)
         self.worker = ProjectionWorker(pool: pool, projector: projector)
         self.store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)], onHookFailure: { failure in
             metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])

@@ -6,7 +6,7 @@ import LedgerStore
 
 /// The query API for app backends and auditors. Answers come from the projection tables (one
 /// indexed read, status re-evaluated at the time asked); `?at=` and `?recordedAt=` fold the
-/// stream's events instead — time travel without history tables.
+/// subscription's stored facts instead — time travel without history tables.
 extension LedgerApp {
     func addQueryRoutes(to router: inout Router) {
         router.add("GET", "/v1/subscriptions/{originalTransactionId}") { [self] request in
@@ -34,11 +34,14 @@ extension LedgerApp {
         }
     }
 
-    /// When the question is asked about: now, a business time (`at`), or a recording time (`recordedAt`).
-    enum Moment {
-        case now(EpochMillis)
-        case businessTime(EpochMillis)
-        case recordedTime(EpochMillis)
+    /// When the question is asked about. Bitemporal: `at` is the business time the answer is
+    /// about (every known fact, each in effect from its own time), `recordedAt` what the ledger
+    /// knew (only events recorded by then). Neither: now, as known now. `recordedAt` alone: the
+    /// state at that moment as known then.
+    struct Moment {
+        var at: EpochMillis
+        var recordedBy: EpochMillis?
+        var isNow: Bool
     }
 
     func moment(_ request: HTTPRequest) -> Result<Moment, Refusal> {
@@ -54,83 +57,125 @@ extension LedgerApp {
         switch millis("at") { case .success(let v): at = v; case .failure(let r): return .failure(r) }
         switch millis("recordedAt") { case .success(let v): recorded = v; case .failure(let r): return .failure(r) }
         switch (at, recorded) {
-        case (nil, nil): return .success(.now(Self.nowMillis()))
-        case (let t?, nil): return .success(.businessTime(t))
-        case (nil, let r?): return .success(.recordedTime(r))
-        default:
-            return .failure(Refusal(.error(status: 400, code: "invalid_parameter",
-                                   message: "give either at (business time) or recordedAt (what the ledger knew then), not both")))
+        case (nil, nil): return .success(Moment(at: Self.nowMillis(), recordedBy: nil, isNow: true))
+        case (let t?, nil): return .success(Moment(at: t, recordedBy: nil, isNow: false))
+        case (nil, let r?): return .success(Moment(at: r, recordedBy: r, isNow: false))
+        case (let t?, let r?): return .success(Moment(at: t, recordedBy: r, isNow: false))
         }
+    }
+
+    /// `?environment=` (Production by default).
+    func environment(_ request: HTTPRequest) -> Result<String, Refusal> {
+        guard let raw = request.query["environment"] else { return .success(SubscriptionKey.production) }
+        guard let env = SubscriptionKey.environment(raw), raw != "PROD" else {
+            return .failure(Refusal(.error(status: 400, code: "invalid_parameter",
+                                           message: "environment must be Production or Sandbox (Apple's spelling); it defaults to Production")))
+        }
+        return .success(env)
+    }
+
+    /// The path's originalTransactionId: Apple's ids are 1–20 decimal digits.
+    func originalTransactionId(_ request: HTTPRequest) -> Result<String, Refusal> {
+        let id = request.pathParameters["originalTransactionId"] ?? ""
+        guard OriginalTransactionId.isValid(id) else {
+            return .failure(Refusal(.error(status: 400, code: "invalid_parameter",
+                                           message: "originalTransactionId must be 1–20 decimal digits, as Apple issues them")))
+        }
+        return .success(id)
     }
 
     static func nowMillis() -> EpochMillis { EpochMillis((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
 
-    func view(facts: [SubscriptionFact], at moment: Moment) -> ProjectionView {
-        switch moment {
-        case .now(let t): return SubscriptionProjection(facts: facts).view(at: t)
-        case .businessTime(let t): return SubscriptionProjection.asOfBusinessTime(t, facts: facts)
-        case .recordedTime(let r): return SubscriptionProjection.asKnownAt(recordedTime: r, facts: facts)
-        }
-    }
-
     func subscription(_ request: HTTPRequest) async -> HTTPResponse {
-        let id = request.pathParameters["originalTransactionId"] ?? ""
-        let when: Moment
+        let id: String, env: String, when: Moment
+        switch originalTransactionId(request) { case .success(let v): id = v; case .failure(let r): return r.response }
+        switch environment(request) { case .success(let v): env = v; case .failure(let r): return r.response }
         switch moment(request) { case .success(let m): when = m; case .failure(let r): return r.response }
+        let key = SubscriptionKey(environment: env, originalTransactionId: id)
         do {
             let state: SubscriptionState?
-            if case .now(let now) = when {
-                state = try await queries.subscription(id, now: now)
+            if when.isNow {
+                state = try await queries.subscription(key, now: when.at)
             } else {
-                state = view(facts: try await queries.facts(id), at: when).subscription(id)
+                let facts = try await queries.facts(of: [key])
+                state = SubscriptionProjection.view(at: when.at, recordedBy: when.recordedBy, facts: facts).subscription(key)
             }
             guard let state else {
                 return .error(status: 404, code: "not_found",
-                              message: "no subscription with originalTransactionId \(id) is known\(when.isNow ? "" : " at that time")")
+                              message: "no \(env) subscription with originalTransactionId \(id) is known\(when.isNow ? "" : " at that time")"
+                                + (env == SubscriptionKey.production ? " (Sandbox purchases: add ?environment=Sandbox)" : ""))
             }
-            return JSONBody.response(200, Representation.subscription(state, source: nil))
+            return JSONBody.response(200, Representation.subscription(state))
         } catch {
             return projectionFailure(error)
         }
     }
 
+    /// Every event of the subscription's stream (both environments share Apple's id; each event
+    /// names its environment), with the facts the ledger derived from it.
     func subscriptionEvents(_ request: HTTPRequest) async -> HTTPResponse {
-        let id = request.pathParameters["originalTransactionId"] ?? ""
+        let id: String, env: String
+        switch originalTransactionId(request) { case .success(let v): id = v; case .failure(let r): return r.response }
+        switch environment(request) { case .success(let v): env = v; case .failure(let r): return r.response }
         do {
             let events = try await store.read(stream: id)
-            guard !events.isEmpty else {
-                return .error(status: 404, code: "not_found", message: "no events are stored for \(id)")
+            let facts = try await queries.facts(positions: events.map(\.position))
+            let byPosition = Dictionary(grouping: facts, by: \.position)
+            let key = SubscriptionKey(environment: env, originalTransactionId: id)
+            // An event belongs to the asked environment when one of its facts does, or (no facts)
+            // when its own environment column says so.
+            let mine = events.filter { e in
+                if let fs = byPosition[e.position], fs.contains(where: { $0.subscription != nil }) {
+                    return fs.contains { $0.subscription == key }
+                }
+                return (SubscriptionKey.environment(e.event.environment) ?? env) == env
             }
-            return JSONBody.response(200, ["originalTransactionId": id, "events": events.map(Representation.event)])
-        } catch {
+            guard !mine.isEmpty else {
+                return .error(status: 404, code: "not_found", message: "no events are stored for the \(env) subscription \(id)")
+            }
+            return JSONBody.response(200, [
+                "originalTransactionId": id, "environment": env,
+                "events": mine.map { Representation.event($0, facts: byPosition[$0.position] ?? []) },
+            ])
+        } catch let error as StoreError {
             return storeFailure(error, source: "query")
+        } catch let error as ProjectionError {
+            return projectionFailure(error)
+        } catch {
+            return .error(status: 500, code: "internal", message: "\(error)")
         }
     }
 
     func entitlements(_ request: HTTPRequest) async -> HTTPResponse {
-        let customer = request.pathParameters["customerId"] ?? ""
-        let when: Moment
+        let customer = CustomerId.normalised(request.pathParameters["customerId"] ?? "")
+        let env: String, when: Moment
+        switch environment(request) { case .success(let v): env = v; case .failure(let r): return r.response }
         switch moment(request) { case .success(let m): when = m; case .failure(let r): return r.response }
         do {
             let grants: [EntitlementGrant]
-            let asOf: EpochMillis
-            switch when {
-            case .now(let now):
-                grants = try await queries.entitlements(customerId: customer, now: now)
-                asOf = now
-            case .businessTime(let t), .recordedTime(let t):
-                var facts: [SubscriptionFact] = []
-                for stream in try await queries.streams(customerId: customer) {
-                    facts += try await queries.facts(stream)
-                }
-                grants = view(facts: facts, at: when).entitlements(catalog: catalog, customerId: customer)
-                    .filter { $0.status.isEntitled }
-                asOf = t
+            if when.isNow {
+                grants = try await queries.entitlements(customerId: customer, environment: env, now: when.at)
+            } else {
+                let keys = try await queries.subscriptions(customerId: customer).filter { $0.environment == env }
+                let facts = try await queries.facts(of: keys)
+                let catalog = try await catalog(recordedBy: when.recordedBy)
+                grants = SubscriptionProjection.view(at: when.at, recordedBy: when.recordedBy, facts: facts)
+                    .entitlements(catalog: catalog, customerId: customer, environment: env)
             }
-            return JSONBody.response(200, ["customerId": customer, "asOf": asOf, "entitlements": grants.map(Representation.entitlement)])
+            return JSONBody.response(200, ["customerId": customer, "environment": env, "asOf": when.at,
+                                           "entitlements": grants.map(Representation.entitlement)])
         } catch {
             return projectionFailure(error)
         }
+    }
+
+    /// The catalog in force when the ledger knew only what was recorded by `recorded`: the last
+    /// one a service recorded by then (the current one when none was, or for "now").
+    func catalog(recordedBy recorded: EpochMillis?) async throws(ProjectionError) -> ProductCatalog {
+        guard let recorded else { return catalog }
+        let recordedCatalogs = try await queries.recordedCatalogs().filter { $0.recordedAt <= recorded }
+        guard let last = recordedCatalogs.last else { return catalog }
+        return CatalogRecord.catalog(of: last) ?? catalog
     }
 
     func projectionFailure(_ error: ProjectionError) -> HTTPResponse {
@@ -151,8 +196,4 @@ extension LedgerApp {
 struct Refusal: Error {
     let response: HTTPResponse
     init(_ response: HTTPResponse) { self.response = response }
-}
-
-extension LedgerApp.Moment {
-    var isNow: Bool { if case .now = self { return true } else { return false } }
 }

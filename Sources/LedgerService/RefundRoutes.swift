@@ -65,7 +65,7 @@ extension LedgerApp {
                 return .error(status: 404, code: "not_found", message: "no refund case \(id); list them with GET /v1/refunds")
             }
             var object = try JSONSerialization.jsonObject(with: JSONEncoder.sorted.encode(found)) as? [String: Any] ?? [:]
-            object["events"] = found.links.compactMap { all.events[$0] }.map(Representation.event)
+            object["events"] = found.links.compactMap { all.events[$0] }.map { Representation.event($0) }
             return JSONBody.response(200, object)
         } catch let error as StoreError {
             return storeFailure(error, source: "query")

@@ -6,15 +6,15 @@ import LedgerCore
 enum Representation {
     static func value(_ v: Any?) -> Any { v ?? NSNull() }
 
-    static func subscription(_ s: SubscriptionState, source: String?) -> [String: Any] {
+    static func subscription(_ s: SubscriptionState) -> [String: Any] {
         [
             "originalTransactionId": s.originalTransactionId,
-            "source": value(source),
             "status": s.status.rawValue,
             "asOf": s.evaluatedAt,
             "bundleId": value(s.bundleId),
             "environment": value(s.environment),
             "productId": value(s.productId),
+            "productType": value(s.productType),
             "autoRenewProductId": value(s.autoRenewProductId),
             "expiresDate": value(s.expiresDate),
             "gracePeriodExpiresDate": value(s.gracePeriodExpiresDate),
@@ -25,14 +25,29 @@ enum Representation {
             "offerType": value(s.offerType),
             "offerIdentifier": value(s.offerIdentifier),
             "appAccountToken": value(s.appAccountToken),
+            "customer": customer(s),
             "latestTransactionId": value(s.latestTransactionId),
             "recentSubscriptionStartDate": value(s.recentSubscriptionStartDate),
             "renewalDate": value(s.renewalDate),
         ]
     }
 
+    /// Who the subscription belongs to and why: `source` is `tie` (an explicit
+    /// `POST /v1/customers/{id}/subscriptions`), `appAccountToken` or `openid`; `overrides` names
+    /// the customer the token (or openid) would have given when a tie says otherwise.
+    static func customer(_ s: SubscriptionState) -> Any {
+        guard let id = s.customerId else { return NSNull() }
+        var o: [String: Any] = ["id": id, "source": value(s.customerSource?.rawValue)]
+        if let other = s.implicitCustomerId {
+            o["overrides"] = other
+            o["note"] = "tied explicitly to \(id); the subscription's \(s.appAccountToken != nil ? "appAccountToken" : "openid") names \(other)"
+        }
+        return o
+    }
+
     static func entitlement(_ g: EntitlementGrant) -> [String: Any] {
         [
+            "environment": g.environment,
             "entitlement": g.entitlement,
             "productId": g.productId,
             "originalTransactionId": g.originalTransactionId,
@@ -43,7 +58,7 @@ enum Representation {
 
     /// One stored event with its evidence. `raw` is the exact bytes: as text when they are UTF-8
     /// (every Apple and WeChat body is), else base64 — `rawEncoding` says which.
-    static func event(_ e: RecordedEvent) -> [String: Any] {
+    static func event(_ e: RecordedEvent, facts: [Fact]? = nil) -> [String: Any] {
         let payload = (try? JSONSerialization.jsonObject(with: e.event.payload, options: [.fragmentsAllowed])) ?? NSNull()
         var raw: String
         var encoding = "utf8"
@@ -53,7 +68,7 @@ enum Representation {
             raw = e.event.raw.base64EncodedString()
             encoding = "base64"
         }
-        return [
+        var out: [String: Any] = [
             "position": e.position,
             "recordedAt": e.recordedAt,
             "source": e.event.source.rawValue,
@@ -66,5 +81,33 @@ enum Representation {
             "raw": raw,
             "rawEncoding": encoding,
         ]
+        if let facts { out["facts"] = facts.map(fact) }
+        return out
+    }
+
+    /// One derived fact, as the timeline shows what an event contributed.
+    static func fact(_ f: Fact) -> [String: Any] {
+        var o: [String: Any] = [
+            "kind": f.kind.rawValue, "origin": f.origin.rawValue, "subscription": value(f.subscription?.text),
+            "signedAt": f.signedAt, "effectiveAt": f.effectiveAt, "transactionId": value(f.transactionId),
+            "orderAlias": value(f.orderAlias), "customerId": value(f.customerId),
+        ]
+        if let t = f.transaction {
+            o["transaction"] = [
+                "transactionId": t.transactionId, "productId": value(t.productId), "type": value(t.type),
+                "purchaseDate": value(t.purchaseDate), "expiresDate": value(t.expiresDate),
+                "revocationDate": value(t.revocationDate), "isUpgraded": t.isUpgraded, "price": value(t.price),
+                "currency": value(t.currency),
+            ] as [String: Any]
+        }
+        if let r = f.renewal {
+            o["renewal"] = [
+                "autoRenewProductId": value(r.autoRenewProductId), "autoRenewStatus": value(r.autoRenewStatus),
+                "expirationIntent": value(r.expirationIntent), "isInBillingRetryPeriod": value(r.isInBillingRetryPeriod),
+                "gracePeriodExpiresDate": value(r.gracePeriodExpiresDate), "renewalDate": value(r.renewalDate),
+            ] as [String: Any]
+        }
+        if let d = f.detail, let parsed = try? JSONSerialization.jsonObject(with: Data(d.utf8)) { o["detail"] = parsed }
+        return o
     }
 }

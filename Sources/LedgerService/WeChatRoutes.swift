@@ -147,7 +147,7 @@ extension LedgerApp {
         let streamEvents = try await store.read(streams: streams)
         var facts = try RefundEvidence.facts(for: inquiry, streamEvents: streamEvents, customerRefundCases: [])
         if let customer = facts.customer {
-            let customerStreams = try await queries.streams(customerId: customer)
+            let customerStreams = try await queries.subscriptions(customerId: customer).map(\.originalTransactionId)
             let events = try await store.read(streams: customerStreams)
             let cases = RefundCaseFold.cases(from: events).filter { $0.openId == customer }
             facts = try RefundEvidence.facts(for: inquiry, streamEvents: streamEvents, customerRefundCases: cases)
@@ -162,8 +162,7 @@ extension LedgerApp {
             return .error(status: 400, code: "invalid_parameter", message: "give both openid and product_id, e.g. ?openid=o…&product_id=com.example.monthly")
         }
         do {
-            var facts: [SubscriptionFact] = []
-            for stream in try await queries.streams(customerId: openId) { facts += try await queries.facts(stream) }
+            let facts = try await queries.facts(of: try await queries.subscriptions(customerId: openId))
             let state = WeChatContractState.of(openId: openId, productId: productId, facts: facts)
             return .json(200, state.responseJSON())
         } catch {

@@ -6,15 +6,16 @@ import LedgerCore
 import Postgres
 import Synchronization
 
-/// Runs inside the append transaction, after the batch's new (non-duplicate) events are inserted,
-/// with those events in position order. Live projections use it so a 200 means their effect is
-/// durable. Each hook runs in its own SAVEPOINT: if it throws, its writes are rolled back, the
-/// events still commit (they are verified evidence and must not be lost), and the failure is
-/// reported through `EventStore`'s `onHookFailure` and metrics so the projection can be stopped
-/// and caught up later from its checkpoint.
+/// Runs inside the append transaction, after the batch's new (non-duplicate) events and their
+/// facts are inserted, with those events in position order and their facts. Live projections use
+/// it so a 200 means their effect is durable. Each hook runs in its own SAVEPOINT: if it throws,
+/// its writes are rolled back, the events still commit (they are verified evidence and must not
+/// be lost), and the failure is reported through `EventStore`'s `onHookFailure` and metrics so the
+/// projection can be stopped and caught up later from its checkpoint. Hooks do not run for a batch
+/// whose facts the catch-up derives instead (the facts checkpoint was behind).
 public protocol AppendHook: Sendable {
     var name: String { get }
-    func didAppend(_ events: [RecordedEvent], in connection: Connection) throws
+    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws
 }
 
 /// A hook that threw: its effects for these events were rolled back; the events were committed.
@@ -82,6 +83,8 @@ public final class EventStore: Sendable {
 
     private struct Request: Sendable {
         let events: [NewEvent]
+        /// Each event's facts (`FactDecoder`), derived on the caller's thread before it queues.
+        let facts: [[Fact]]
         let complete: @Sendable (Result<[AppendOutcome], StoreError>) -> Void
     }
 
@@ -126,8 +129,9 @@ public final class EventStore: Sendable {
     public func append(_ events: [NewEvent]) async throws(StoreError) -> [AppendOutcome] {
         if events.isEmpty { return [] }
         for event in events { try Self.validate(event) }
+        let facts = events.map(FactDecoder.facts(of:))
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<[AppendOutcome], StoreError>, Never>) in
-            enqueue(Request(events: events, complete: { continuation.resume(returning: $0) }))
+            enqueue(Request(events: events, facts: facts, complete: { continuation.resume(returning: $0) }))
         }
         return try result.get()
     }
@@ -139,7 +143,7 @@ public final class EventStore: Sendable {
         for event in events { try Self.validate(event) }
         let box = ResultBox()
         let done = DispatchSemaphore(value: 0)
-        enqueue(Request(events: events, complete: { result in
+        enqueue(Request(events: events, facts: events.map(FactDecoder.facts(of:)), complete: { result in
             box.set(result)
             done.signal()
         }))
@@ -199,9 +203,7 @@ public final class EventStore: Sendable {
     private func write(_ batch: [Request]) {
         do {
             let (outcomes, reported) = try pool.withConnectionBlocking { connection in
-                // Without hooks the function call is the whole transaction: one round trip.
-                if self.hooks.isEmpty { return try self.insert(batch, on: connection) }
-                return try connection.transaction { connection in try self.insert(batch, on: connection) }
+                try connection.transaction { connection in try self.insert(batch, on: connection) }
             }
             record(batch: batch, outcomes: outcomes, hookFailures: reported)
             for failure in reported { onHookFailure?(failure) }
@@ -256,14 +258,33 @@ public final class EventStore: Sendable {
         }
 
         var hookFailures: [HookFailure] = []
-        if !hooks.isEmpty {
-            let fresh = zip(events, flat).filter { !$0.1.duplicate }
-                .map { RecordedEvent(position: $0.1.position, recordedAt: $0.1.recordedAt, event: $0.0) }
-                .sorted { $0.position < $1.position }
-            if let first = fresh.first, let last = fresh.last {
+        let eventFacts = batch.flatMap(\.facts)
+        var fresh: [(RecordedEvent, [Fact])] = []
+        for ((event, facts), outcome) in zip(zip(events, eventFacts), flat) where !outcome.duplicate {
+            let recorded = RecordedEvent(position: outcome.position, recordedAt: outcome.recordedAt, event: event)
+            fresh.append((recorded, facts.enumerated().map { i, f in
+                f.placed(position: outcome.position, ordinal: i, recordedAt: outcome.recordedAt, streamId: event.streamId)
+            }))
+        }
+        fresh.sort { $0.0.position < $1.0.position }
+        if let first = fresh.first?.0, let last = fresh.last?.0 {
+            let facts = fresh.flatMap(\.1)
+            var recorded = false
+            do {
+                // In a savepoint: facts that cannot be stored must not cost the events (verified
+                // evidence); the catch-up then stops on them with the error recorded.
+                recorded = try connection.savepoint { connection in
+                    try FactStore.recordAppended(facts, first: first.position, last: last.position, on: connection)
+                }
+            } catch {
+                if connection.isBroken { throw error }
+                hookFailures.append(HookFailure(hook: "facts", positions: first.position...last.position, message: String(describing: error)))
+            }
+            if recorded {
+                let freshEvents = fresh.map(\.0)
                 for hook in hooks {
                     do {
-                        try connection.savepoint { connection in try hook.didAppend(fresh, in: connection) }
+                        try connection.savepoint { connection in try hook.didAppend(freshEvents, facts: facts, in: connection) }
                     } catch {
                         // A broken connection cannot commit the events either; let the batch fail.
                         if connection.isBroken { throw error }

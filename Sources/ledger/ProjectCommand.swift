@@ -26,7 +26,7 @@ enum ProjectCommand {
         let args = try parse(raw, command: "project", boolean: ["once"], help: help)
         let configuration = try loadConfiguration()
         let catalog: ProductCatalog
-        do { catalog = try ProductCatalog.decode(json: configuration.productsJSON) } catch {
+        do { catalog = try configuration.catalog() } catch {
             throw CommandFailure(message: "configuration products: \(error)", exitCode: 2)
         }
         let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: 2)

@@ -24,7 +24,7 @@ enum RebuildCommand {
         let args = try parse(raw, command: "rebuild", valued: ["projection"], boolean: ["dry-run"], help: help)
         let configuration = try loadConfiguration()
         let catalog: ProductCatalog
-        do { catalog = try ProductCatalog.decode(json: configuration.productsJSON) } catch {
+        do { catalog = try configuration.catalog() } catch {
             throw CommandFailure(message: "configuration products: \(error)", exitCode: 2)
         }
         var projections = Set(ProjectionName.allCases)

@@ -134,18 +134,21 @@ enum WX {
         event(payload, position: position, stream: stream, recorded: recorded, source: .ledger, type: type)
     }
 
-    static func facts(_ events: [RecordedEvent], file: StaticString = #filePath, line: UInt = #line) -> [SubscriptionFact] {
-        events.compactMap { e in
-            do {
-                return try SubscriptionFact.decode(e)
-            } catch {
-                XCTFail("event \(e.position) did not decode: \(error)", file: file, line: line)
-                return nil
+    static let key = SubscriptionKey(environment: "Production", originalTransactionId: otid)
+
+    /// The facts of stored events, through the one decoder; an unreadable event fails the test.
+    static func facts(_ events: [RecordedEvent], file: StaticString = #filePath, line: UInt = #line) -> [Fact] {
+        events.flatMap { e in
+            let facts = FactDecoder.facts(of: e)
+            for f in facts where f.kind == .unreadable {
+                XCTFail("event \(e.position) did not decode: \(f.detail ?? "")", file: file, line: line)
             }
+            return facts
         }
     }
 
-    static func state(_ facts: [SubscriptionFact], at day: Double, otid: String = otid) -> SubscriptionState? {
-        SubscriptionProjection(facts: facts).view(at: d(day)).subscription(otid)
+    static func state(_ facts: [Fact], at day: Double, otid: String = otid) -> SubscriptionState? {
+        SubscriptionProjection(facts: facts).view(at: d(day))
+            .subscription(SubscriptionKey(environment: "Production", originalTransactionId: otid))
     }
 }

@@ -45,7 +45,7 @@ final class ConfigurationTests: XCTestCase {
         try Data(#"{"tokens":[{"role":"admin","sha256":"\#(hash)"}],"products":{"p1":{"entitlements":["premium"]}}}"#.utf8).write(to: file)
         let c = try LedgerConfiguration.load(environment: ["LEDGER_CONFIG": file.path])
         XCTAssertEqual(TokenAuthority(tokens: c.tokens).role(forAuthorizationHeader: "Bearer adm"), .admin)
-        XCTAssertTrue(String(decoding: c.productsJSON, as: UTF8.self).contains("premium"))
+        XCTAssertTrue(String(decoding: c.productsJSON ?? Data(), as: UTF8.self).contains("premium"))
     }
 }
 

@@ -223,7 +223,7 @@ final class EventStoreTests: StoreTestCase {
         struct Recording: AppendHook {
             let name: String
             let fail: Bool
-            func didAppend(_ events: [RecordedEvent], in connection: Connection) throws {
+            func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws {
                 for event in events {
                     try connection.query("INSERT INTO hook_log VALUES ($1, $2)", [.int64(event.position), .text(name)])
                 }

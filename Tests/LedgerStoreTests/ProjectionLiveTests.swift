@@ -36,7 +36,7 @@ final class ProjectionLiveTests: XCTestCase {
 
         let head = try await store.headPosition()
         let statuses = try await ProjectionStatusReader.statuses(pool)
-        XCTAssertEqual(statuses.map(\.name), ["entitlements", "subscriptions", "transactions"])
+        XCTAssertEqual(statuses.map(\.name), ["entitlements", "facts.v\(FactDecoder.schemaVersion)", "subscriptions", "transactions"])
         for status in statuses {
             XCTAssertEqual(status.position, head, "\(status.name) must be advanced in the append transaction")
             XCTAssertEqual(status.lag, 0)
@@ -45,52 +45,60 @@ final class ProjectionLiveTests: XCTestCase {
 
         let oracle = try await ProjectionFixture.oracle(store)
         XCTAssertEqual(oracle.subscriptions.count, 31)
-        let queries = ProjectionQueries(pool: pool)
-        let times = [ProjectionFixture.start + 10 * ProjectionFixture.day, clock, clock + 45 * ProjectionFixture.day,
-                     ProjectionFixture.start + 800 * ProjectionFixture.day]
+        let queries = ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog)
+        // Readers ask at their "now", never before the fold that wrote the row (the projector's clock).
+        let times = [clock, clock + 45 * ProjectionFixture.day, ProjectionFixture.start + 800 * ProjectionFixture.day]
         var statusesSeen = Set<SubscriptionStatus>()
         for time in times {
             let view = oracle.view(at: time)
-            for stream in oracle.subscriptions.keys {
-                let stored = try await queries.subscription(stream, now: time)
-                XCTAssertEqual(stored, view.subscription(stream), "subscription \(stream) at \(time)")
+            for key in oracle.subscriptions.keys {
+                let stored = try await queries.subscription(key, now: time)
+                XCTAssertEqual(stored, view.subscription(key), "subscription \(key) at \(time)")
                 if let status = stored?.status { statusesSeen.insert(status) }
             }
-            let customers = Set(oracle.subscriptions.values.compactMap { $0.state(at: clock)?.customerId })
-            for customer in customers {
-                let stored = try await queries.entitlements(customerId: customer, now: time)
-                XCTAssertEqual(stored, view.entitlements(catalog: ProjectionFixture.catalog, customerId: customer), "entitlements of \(customer) at \(time)")
+            let customers = Set(oracle.subscriptions.values.compactMap { $0.state(at: clock).map { ($0.customerId, $0.environment) } }
+                .compactMap { c, e in c.map { "\($0)|\(e ?? "")" } })
+            for entry in customers {
+                let parts = entry.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
+                let stored = try await queries.entitlements(customerId: parts[0], environment: parts[1], now: time)
+                XCTAssertEqual(stored, view.entitlements(catalog: ProjectionFixture.catalog, customerId: parts[0], environment: parts[1]),
+                               "entitlements of \(entry) at \(time)")
             }
         }
         XCTAssertTrue(statusesSeen.isSuperset(of: [.active, .expired]), "re-evaluation must move statuses with time: saw \(statusesSeen)")
 
-        for (stream, fold) in oracle.subscriptions {
-            let stored = try await queries.transactions(stream)
-            XCTAssertEqual(stored, fold.transactions, "transactions of \(stream)")
-            let facts = try await queries.facts(stream)
-            let decoded = try await store.read(stream: stream).compactMap { try SubscriptionFact.decode($0) }
-            XCTAssertEqual(facts, decoded, "facts extracted by SQL must equal the JSON-decoded facts for \(stream)")
+        let decodedFacts = try await ProjectionFixture.decodedFacts(store)
+        let decodedByKey = Dictionary(grouping: decodedFacts.filter { $0.subscription != nil }, by: { $0.subscription! })
+        for (key, fold) in oracle.subscriptions {
+            let stored = try await queries.transactions(key)
+            XCTAssertEqual(stored, fold.transactions, "transactions of \(key)")
+            let facts = try await queries.facts(of: [key])
+            XCTAssertEqual(facts, decodedByKey[key], "stored facts must equal the facts decoded again from the events for \(key)")
         }
-        // The rebuild's COPY path reads the same facts as the query path and the JSON decoder.
-        var copied: [String: [SubscriptionFact]] = [:]
-        let (snapshot, rows, streams) = try Rebuilder(conninfo: database.service, projector: projector)
-            .streamFacts(progress: { _, _ in }) { stream, facts in copied[stream] = facts }
+        // The rebuild's COPY path reads the same facts as the query path and the decoder.
+        var copied: [SubscriptionKey: [Fact]] = [:]
+        let (snapshot, rows, subscriptions) = try Rebuilder(conninfo: database.service, projector: projector)
+            .streamFacts(progress: { _, _ in }) { key, facts, _ in copied[key] = facts }
         XCTAssertEqual(snapshot, head)
-        XCTAssertEqual(rows, Int(head))
-        XCTAssertEqual(streams, oracle.subscriptions.count)
-        for stream in oracle.subscriptions.keys {
-            let decoded = try await store.read(stream: stream).compactMap { try SubscriptionFact.decode($0) }
-            XCTAssertEqual(copied[stream], decoded, "COPY-extracted facts of \(stream)")
+        XCTAssertEqual(rows, decodedFacts.filter { $0.subscription != nil }.count)
+        XCTAssertEqual(subscriptions, oracle.subscriptions.count)
+        for key in oracle.subscriptions.keys {
+            XCTAssertEqual(copied[key], decodedByKey[key], "COPY-read facts of \(key)")
         }
 
-        let hostile = try await queries.subscription("9000000000001", now: clock)
+        let hostileKey = ProjectionFixture.key("9000000000001", "Sandbox")
+        let hostile = try await queries.subscription(hostileKey, now: clock)
         XCTAssertEqual(hostile?.offerIdentifier, "tab\there")
-        XCTAssertEqual(hostile?.versionSignedDate, 1_735_689_600_001, "fractional milliseconds round like AppleTime")
-        let hostileStreams = try await queries.streams(customerId: "cust\twith\\odd\nchars")
-        XCTAssertEqual(hostileStreams, ["9000000000001"])
-        let testStream = try await queries.subscription(StreamNames.appleTest, now: clock)
-        XCTAssertNil(testStream, "a TEST notification is about no subscription")
-        let unknown = try await queries.subscription("no-such-subscription", now: clock)
+        XCTAssertEqual(hostile?.expiresDate, 1_893_456_000_000)
+        let hostileFacts = try await queries.facts(of: [hostileKey])
+        XCTAssertEqual(hostileFacts.first { $0.kind == .transaction }?.effectiveAt, 1_735_689_600_000,
+                       "fractional milliseconds round like AppleTime (purchaseDate …000.4)")
+        XCTAssertEqual(hostileFacts.first { $0.kind == .renewal }?.signedAt, 1_735_689_600_001, "…000.6 rounds up")
+        let hostileCustomers = try await queries.subscriptions(customerId: "cust\twith\\odd\nchars")
+        XCTAssertEqual(hostileCustomers, [hostileKey])
+        let production = try await queries.subscription(ProjectionFixture.key("9000000000001"), now: clock)
+        XCTAssertNil(production, "a Sandbox purchase is not a Production subscription")
+        let unknown = try await queries.subscription(ProjectionFixture.key("12345"), now: clock)
         XCTAssertNil(unknown)
     }
 
@@ -102,7 +110,8 @@ final class ProjectionLiveTests: XCTestCase {
         try await ProjectionFixture.append(Array(events.prefix(20)), to: plain)
         let live = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
         try await ProjectionFixture.append(Array(events.dropFirst(20)), to: live)
-        XCTAssertEqual(try database.checkpoints(), ["subscriptions": 0, "transactions": 0, "entitlements": 0],
+        XCTAssertEqual(try database.checkpoints().filter { !$0.key.hasPrefix("facts") },
+                       ["subscriptions": 0, "transactions": 0, "entitlements": 0],
                        "the hook must not jump a checkpoint over events it did not apply")
         let rows = try database.dumpTables()
         XCTAssertEqual(rows["subscriptions"], [], "a projection that is behind is not written by the hook")
@@ -110,12 +119,13 @@ final class ProjectionLiveTests: XCTestCase {
         let worker = ProjectionWorker(pool: pool, projector: projector, batchSize: 16)
         _ = try await worker.catchUp()
         let head = try await live.headPosition()
-        XCTAssertEqual(try database.checkpoints(), ["subscriptions": head, "transactions": head, "entitlements": head])
+        XCTAssertEqual(try database.checkpoints(),
+                       ["subscriptions": head, "transactions": head, "entitlements": head, "facts.v\(FactDecoder.schemaVersion)": head])
         let oracle = try await ProjectionFixture.oracle(live)
-        let queries = ProjectionQueries(pool: pool)
-        for (stream, _) in oracle.subscriptions {
-            let stored = try await queries.subscription(stream, now: ProjectionFixture.start)
-            XCTAssertEqual(stored, oracle.view(at: ProjectionFixture.start).subscription(stream))
+        let queries = ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog)
+        for (key, _) in oracle.subscriptions {
+            let stored = try await queries.subscription(key, now: ProjectionFixture.start)
+            XCTAssertEqual(stored, oracle.view(at: ProjectionFixture.start).subscription(key))
         }
 
         // A stopped projection is not advanced by the hook even when its position matches.
@@ -124,9 +134,9 @@ final class ProjectionLiveTests: XCTestCase {
         let after = try database.checkpoints()
         XCTAssertEqual(after["transactions"], head)
         XCTAssertEqual(after["subscriptions"], head + 1)
-        let transactions = try await queries.transactions("9000000000002")
+        let transactions = try await queries.transactions(ProjectionFixture.key("9000000000002", "Sandbox"))
         XCTAssertEqual(transactions, [])
-        let state = try await queries.subscription("9000000000002", now: ProjectionFixture.start)
+        let state = try await queries.subscription(ProjectionFixture.key("9000000000002", "Sandbox"), now: ProjectionFixture.start)
         XCTAssertNotNil(state)
     }
 }

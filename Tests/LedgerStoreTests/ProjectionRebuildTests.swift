@@ -40,7 +40,7 @@ final class ProjectionRebuildTests: XCTestCase {
         let split = events.count / 3
         try await ProjectionFixture.append(Array(events[..<split]), to: store)
         // Wreck the live tables so that only a real rebuild can make them right again.
-        _ = try database.adminQuery("DELETE FROM projections.transactions WHERE stream_id IN (SELECT stream_id FROM projections.transactions LIMIT 3)")
+        _ = try database.adminQuery("DELETE FROM projections.transactions WHERE subscription IN (SELECT subscription FROM projections.transactions LIMIT 3)")
         _ = try database.adminQuery("UPDATE projections.subscriptions SET product_id = 'bogus'")
 
         // Appenders run through the whole rebuild; the last third arrives between the bulk pass
@@ -67,24 +67,26 @@ final class ProjectionRebuildTests: XCTestCase {
         XCTAssertLessThan(report.snapshotHead, report.swapHead, "the late third was appended between the bulk pass and the swap")
         XCTAssertGreaterThan(report.caughtUpStreams, 0, "events after the snapshot must be folded at the swap")
         XCTAssertEqual(report.events, Int(report.snapshotHead))
-        XCTAssertEqual(progress.withLock { $0.last }, report.events)
-        XCTAssertEqual(try database.checkpoints(), ["subscriptions": head, "transactions": head, "entitlements": head])
+        XCTAssertEqual(progress.withLock { $0.last }, report.facts)
+        XCTAssertEqual(try database.checkpoints(),
+                       ["subscriptions": head, "transactions": head, "entitlements": head, "facts.v\(FactDecoder.schemaVersion)": head])
 
         // Live after the swap = rebuilt; and both = the fold of every event.
         let rebuilt = try database.dumpTables()
         let oracle = try await ProjectionFixture.oracle(store)
         XCTAssertEqual(rebuilt["subscriptions"]?.count, oracle.subscriptions.count)
-        let queries = ProjectionQueries(pool: pool)
+        let queries = ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog)
         let view = oracle.view(at: Self.now)
-        for (stream, fold) in oracle.subscriptions {
-            let state = try await queries.subscription(stream, now: Self.now)
-            XCTAssertEqual(state, view.subscription(stream), stream)
-            let transactions = try await queries.transactions(stream)
-            XCTAssertEqual(transactions, fold.transactions, stream)
+        for (key, fold) in oracle.subscriptions {
+            let state = try await queries.subscription(key, now: Self.now)
+            XCTAssertEqual(state, view.subscription(key), key.text)
+            let transactions = try await queries.transactions(key)
+            XCTAssertEqual(transactions, fold.transactions, key.text)
         }
-        for customer in Set(view.subscriptions.compactMap(\.customerId)) {
-            let grants = try await queries.entitlements(customerId: customer, now: Self.now)
-            XCTAssertEqual(grants, view.entitlements(catalog: ProjectionFixture.catalog, customerId: customer))
+        for state in view.states {
+            guard let customer = state.customerId, let environment = state.environment else { continue }
+            let grants = try await queries.entitlements(customerId: customer, environment: environment, now: Self.now)
+            XCTAssertEqual(grants, view.entitlements(catalog: ProjectionFixture.catalog, customerId: customer, environment: environment))
         }
 
         XCTAssertEqual(try indexShapes(), migrationIndexes, "a rebuilt table must have the migration's keys and indexes")
@@ -95,7 +97,7 @@ final class ProjectionRebuildTests: XCTestCase {
         XCTAssertEqual(again.caughtUpStreams, 0)
         XCTAssertEqual(try database.dumpTables(), rebuilt)
         try await ProjectionFixture.append([ProjectionFixture.hostileEvent(stream: "9000000000004", customer: "late")], to: store)
-        let lateState = try await queries.subscription("9000000000004", now: Self.now)
+        let lateState = try await queries.subscription(ProjectionFixture.key("9000000000004", "Sandbox"), now: Self.now)
         XCTAssertEqual(lateState?.productId, "com.example.premium.monthly")
         XCTAssertEqual(try database.checkpoints()["subscriptions"], head + 1)
         let leftovers = try database.adminQuery("SELECT count(*)::bigint AS n FROM pg_tables WHERE schemaname = 'projections' AND (tablename LIKE '%\\_next' OR tablename LIKE '%\\_retired')")
@@ -197,8 +199,8 @@ final class ProjectionRebuildTests: XCTestCase {
             XCTAssertEqual(report.events, Int(head))
             XCTAssertEqual(try database.dumpTables(), live, "partitions \(partitions)")
         }
-        let state = try await ProjectionQueries(pool: pool).subscription("'); DROP TABLE events; --", now: Self.now)
-        XCTAssertEqual(state?.customerId, "c-'); DROP TABLE events; --")
+        let state = try await ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog).subscription(ProjectionFixture.key("'); DROP TABLE events; --", "Sandbox"), now: Self.now)
+        XCTAssertEqual(state?.customerId, "c-'); drop table events; --", "appAccountToken is compared lowercased")
     }
 
     func testConcurrentRebuildsAreRefused() async throws {

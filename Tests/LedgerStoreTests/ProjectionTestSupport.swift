@@ -32,7 +32,7 @@ final class ProjectionScratchDatabase {
     func dumpTables() throws -> [String: [String]] {
         let connection = try Connection(conninfo: admin)
         var out: [String: [String]] = [:]
-        for table in ["subscriptions", "transactions", "entitlements", "customer_streams"] {
+        for table in ["subscriptions", "transactions", "entitlements", "customer_subscriptions"] {
             let result = try connection.query("SELECT t::text AS row FROM projections.\(table) t ORDER BY t::text COLLATE \"C\"")
             out[table] = try result.rows.map { try $0.decode(String.self, "row") }
         }
@@ -87,17 +87,26 @@ enum ProjectionFixture {
             payload: Data(payload.utf8), raw: Data("raw evidence".utf8))
     }
 
-    /// The oracle: the pure fold of every stored event, decoded with JSONDecoder.
+    /// The pure fold of every stored event, decoded again by `FactDecoder` (what the store's fact
+    /// path must agree with; the differential tests hold the independent oracle).
     static func oracle(_ store: EventStore) async throws -> SubscriptionProjection {
-        var facts: [SubscriptionFact] = []
+        SubscriptionProjection(facts: try await decodedFacts(store))
+    }
+
+    static func decodedFacts(_ store: EventStore) async throws -> [Fact] {
+        var facts: [Fact] = []
         var after: Int64 = 0
         while true {
             let page = try await store.readAll(after: after, limit: 1000)
             guard let last = page.last else { break }
-            facts += try page.compactMap { try SubscriptionFact.decode($0) }
+            facts += page.flatMap(FactDecoder.facts(of:))
             after = last.position
         }
-        return SubscriptionProjection(facts: facts)
+        return facts
+    }
+
+    static func key(_ otid: String, _ environment: String = "Production") -> SubscriptionKey {
+        SubscriptionKey(environment: environment, originalTransactionId: otid)
     }
 
     static func append(_ events: [NewEvent], to store: EventStore, chunk: Int = 25) async throws {

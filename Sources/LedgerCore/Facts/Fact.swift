@@ -221,3 +221,12 @@ public enum CustomerId {
         UUID(uuidString: id) != nil ? id.lowercased() : id
     }
 }
+
+/// Apple's originalTransactionId as the ledger accepts it: 1–20 ASCII digits (Apple issues
+/// decimal ids; anything else could file an event under a ledger stream such as `ledger:admin`).
+public enum OriginalTransactionId {
+    public static func isValid(_ id: String) -> Bool {
+        let bytes = id.utf8
+        return (1...20).contains(bytes.count) && bytes.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    }
+}

@@ -5,7 +5,7 @@ import Postgres
 /// fold of a subscription's facts; they are separate so that one can be rebuilt alone (after a
 /// catalog change only `entitlements` needs it) and so that one failing stops only itself.
 public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, Comparable {
-    /// The renewal view (one row per subscription) and the customer → streams index.
+    /// The renewal view (one row per subscription) and the customer → subscriptions index.
     case subscriptions
     /// One row per transaction.
     case transactions
@@ -22,7 +22,7 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
 
     var tables: [ProjectionTable] {
         switch self {
-        case .subscriptions: [.subscriptions, .customerStreams]
+        case .subscriptions: [.subscriptions, .customerSubscriptions]
         case .transactions: [.transactions]
         case .entitlements: [.entitlements]
         }
@@ -33,7 +33,7 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
 /// `<name>_next` and renames it into place.
 enum ProjectionTable: String, Sendable, CaseIterable {
     case subscriptions
-    case customerStreams = "customer_streams"
+    case customerSubscriptions = "customer_subscriptions"
     case transactions
     case entitlements
 
@@ -43,7 +43,7 @@ enum ProjectionTable: String, Sendable, CaseIterable {
         "projections." + rawValue + (next ? Self.nextSuffix : "")
     }
 
-    /// The keys and indexes of Migrations/0002_projections.sql, added to a rebuilt table after
+    /// The keys and indexes of Migrations/0004_facts.sql, added to a rebuilt table after
     /// its rows are loaded (one sort per index instead of a B-tree insert per row). Unnamed, so
     /// PostgreSQL picks names that never clash with the live table's. A test checks they match
     /// the migration's.
@@ -51,15 +51,15 @@ enum ProjectionTable: String, Sendable, CaseIterable {
         let table = qualified(next: next)
         switch self {
         case .subscriptions:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (stream_id)"]
+            return ["ALTER TABLE \(table) ADD PRIMARY KEY (subscription)"]
         case .transactions:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (stream_id, transaction_id)"]
+            return ["ALTER TABLE \(table) ADD PRIMARY KEY (subscription, transaction_id)"]
         case .entitlements:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (customer_id, entitlement, stream_id)",
-                    "CREATE INDEX ON \(table) (stream_id)"]
-        case .customerStreams:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (customer_id, stream_id)",
-                    "CREATE INDEX ON \(table) (stream_id)"]
+            return ["ALTER TABLE \(table) ADD PRIMARY KEY (customer_id, environment, entitlement, subscription)",
+                    "CREATE INDEX ON \(table) (subscription)"]
+        case .customerSubscriptions:
+            return ["ALTER TABLE \(table) ADD PRIMARY KEY (customer_id, subscription)",
+                    "CREATE INDEX ON \(table) (subscription)"]
         }
     }
 }

@@ -3,69 +3,135 @@ import LedgerCore
 import Postgres
 
 /// Reads for the service: each answer is one indexed query; statuses are re-evaluated at the
-/// caller's `now` (`SubscriptionState.reevaluated(at:)`), because they change with time alone.
+/// caller's `now` (`SubscriptionState.reevaluated(at:)`), because they change with time alone. A
+/// stored state whose `validUntil` has passed (a fact already known takes effect after the fold,
+/// e.g. a renewal signed before its period) is folded again from its facts instead, so the table
+/// never answers differently from the fold.
 public struct ProjectionQueries: Sendable {
     public let pool: ConnectionPool
+    public let catalog: ProductCatalog
 
-    public init(pool: ConnectionPool) { self.pool = pool }
+    public init(pool: ConnectionPool, catalog: ProductCatalog = .productIds) {
+        self.pool = pool
+        self.catalog = catalog
+    }
 
-    /// The subscription's state evaluated at `now`, or nil for an unknown originalTransactionId.
-    public func subscription(_ originalTransactionId: String, now: EpochMillis) async throws(ProjectionError) -> SubscriptionState? {
+    /// The subscription's state evaluated at `now`, or nil for an unknown subscription.
+    public func subscription(_ key: SubscriptionKey, now: EpochMillis) async throws(ProjectionError) -> SubscriptionState? {
         try await read { connection in
-            try connection.query(
-                "SELECT \(SubscriptionRow.columns) FROM projections.subscriptions s WHERE s.stream_id = $1",
-                [.text(originalTransactionId)], name: "subscription")
-                .first.map { try SubscriptionRow.decode($0).reevaluated(at: now) }
+            guard let row = try connection.query(
+                "SELECT \(SubscriptionRow.columns) FROM projections.subscriptions s WHERE s.subscription = $1",
+                [.text(key.text)], name: "subscription").first else { return nil }
+            let stored = try SubscriptionRow.decode(row)
+            if stored.needsRefold(at: now) {
+                return try Projector.folds(of: [key], on: connection).first?.state(at: now)
+            }
+            return stored.reevaluated(at: now)
         }
     }
 
-    /// The customer's entitlements in force at `now`, in `EntitlementGrant.ordered` order.
-    public func entitlements(customerId: String, now: EpochMillis) async throws(ProjectionError) -> [EntitlementGrant] {
+    /// The customer's entitlements in force at `now` (one environment), in `EntitlementGrant.ordered` order.
+    public func entitlements(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [EntitlementGrant] {
         try await read { connection in
             let rows = try connection.query(
                 """
                 SELECT e.entitlement, e.product_id AS grant_product_id, \(SubscriptionRow.columns)
-                FROM projections.entitlements e JOIN projections.subscriptions s ON s.stream_id = e.stream_id
-                WHERE e.customer_id = $1
-                """, [.text(customerId)], name: "entitlements of customer")
+                FROM projections.entitlements e JOIN projections.subscriptions s ON s.subscription = e.subscription
+                WHERE e.customer_id = $1 AND e.environment = $2
+                """, [.text(customerId), .text(environment)], name: "entitlements of customer")
             var grants: [EntitlementGrant] = []
+            var stale = Set<SubscriptionKey>()
             for row in rows.rows {
-                let state = try SubscriptionRow.decode(row).reevaluated(at: now)
+                let stored = try SubscriptionRow.decode(row)
+                if stored.needsRefold(at: now) {
+                    stale.insert(SubscriptionKey(environment: environment, originalTransactionId: stored.originalTransactionId))
+                    continue
+                }
+                let state = stored.reevaluated(at: now)
                 guard state.status.isEntitled else { continue }
                 grants.append(EntitlementGrant(
-                    customerId: customerId, entitlement: try row.decode(String.self, "entitlement"),
+                    customerId: customerId, environment: environment, entitlement: try row.decode(String.self, "entitlement"),
                     productId: try row.decode(String.self, "grant_product_id"),
                     originalTransactionId: state.originalTransactionId, expiresDate: state.entitledUntil, status: state.status))
+            }
+            if !stale.isEmpty {
+                for fold in try Projector.folds(of: stale, on: connection) {
+                    guard let state = fold.state(at: now), state.customerId == customerId else { continue }
+                    grants += EntitlementGrant.grants(of: state, catalog: catalog)
+                }
             }
             return grants.sorted(by: EntitlementGrant.ordered)
         }
     }
 
     /// The subscription's transactions ordered by purchaseDate, then transactionId (as `SubscriptionFold.transactions`).
-    public func transactions(_ originalTransactionId: String) async throws(ProjectionError) -> [TransactionRecord] {
+    public func transactions(_ key: SubscriptionKey) async throws(ProjectionError) -> [TransactionRecord] {
         try await read { connection in
             try connection.query(
-                """
-                SELECT \(TransactionRow.columns) FROM projections.transactions t WHERE t.stream_id = $1
-                """, [.text(originalTransactionId)], name: "transactions of subscription")
+                "SELECT \(TransactionRow.columns) FROM projections.transactions t WHERE t.subscription = $1",
+                [.text(key.text)], name: "transactions of subscription")
                 .rows.map(TransactionRow.decode)
                 // Sorted here, not by ORDER BY: the database collation need not order ids as Swift does.
                 .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
         }
     }
 
-    /// Every fact of a stream, for time travel (`SubscriptionProjection.asOfBusinessTime` /
-    /// `asKnownAt`): folding them is the answer, there is no history table.
-    public func facts(_ streamId: String) async throws(ProjectionError) -> [SubscriptionFact] {
-        try await read { connection in try FactReader.facts(streams: [streamId], on: connection)[streamId] ?? [] }
+    /// Every fact of the subscriptions, with the order facts that may join them, for time travel
+    /// (`SubscriptionProjection.view(at:recordedBy:facts:)`): folding them is the answer, there is
+    /// no history table.
+    public func facts(of keys: [SubscriptionKey]) async throws(ProjectionError) -> [Fact] {
+        try await read { connection in
+            let (attached, candidates) = try FactStore.facts(of: keys, on: connection)
+            return keys.flatMap { attached[$0] ?? [] } + candidates
+        }
     }
 
-    /// Every stream whose facts ever named the customer (for time travel over a customer).
-    public func streams(customerId: String) async throws(ProjectionError) -> [String] {
+    /// The facts of the events at `positions` (timelines, evidence), in position and ordinal order.
+    public func facts(positions: [Int64]) async throws(ProjectionError) -> [Fact] {
+        try await read { connection in try FactStore.facts(positions: positions, on: connection) }
+    }
+
+    /// Every subscription whose facts ever named the customer (for time travel over a customer).
+    public func subscriptions(customerId: String) async throws(ProjectionError) -> [SubscriptionKey] {
         try await read { connection in
             try connection.query(
-                "SELECT stream_id FROM projections.customer_streams WHERE customer_id = $1 ORDER BY stream_id",
-                [.text(customerId)], name: "streams of customer").rows.map { try $0.decode(String.self, "stream_id") }
+                "SELECT subscription FROM projections.customer_subscriptions WHERE customer_id = $1 ORDER BY subscription",
+                [.text(customerId)], name: "subscriptions of customer").rows.compactMap {
+                    SubscriptionKey(text: try $0.decode(String.self, "subscription"))
+                }
+        }
+    }
+
+    /// The catalogs services recorded (`config/catalog` facts), oldest first.
+    public func recordedCatalogs() async throws(ProjectionError) -> [Fact] {
+        try await read { connection in
+            try connection.query(
+                "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'catalog' ORDER BY position",
+                [.int64(Int64(FactStore.version))], name: "recorded catalogs").rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+        }
+    }
+
+    /// Every subscription in the projection (for audits comparing live tables with a rebuild).
+    public func subscriptionKeys() async throws(ProjectionError) -> [SubscriptionKey] {
+        try await read { connection in
+            try connection.query("SELECT subscription FROM projections.subscriptions ORDER BY subscription", name: "subscription keys")
+                .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
+        }
+    }
+
+    /// Products of entitled subscriptions that `catalog` does not list (`ledger_unmapped_products`).
+    public func unmappedProducts(now: EpochMillis) async throws(ProjectionError) -> [String] {
+        if catalog.grantsProductIds { return [] }
+        let listed = Array(catalog.products.keys)
+        return try await read { connection in
+            try connection.query(
+                """
+                SELECT DISTINCT product_id FROM projections.subscriptions
+                WHERE product_id IS NOT NULL AND NOT (product_id = ANY($1))
+                  AND status IN ('active', 'grace_period') AND (expires_date IS NULL OR expires_date > $2 OR grace_period_expires_date > $2)
+                ORDER BY product_id
+                """, [.array(listed.map { .text($0) }, of: .text), .int64(now)], name: "unmapped products")
+                .rows.map { try $0.decode(String.self, "product_id") }
         }
     }
 
@@ -77,11 +143,12 @@ public struct ProjectionQueries: Sendable {
 /// `projections.subscriptions` ⇄ `SubscriptionState`.
 enum SubscriptionRow {
     static let columns = """
-        s.stream_id, s.customer_id, s.status, s.evaluated_at, s.bundle_id, s.environment, s.product_id, \
+        s.subscription, s.environment, s.original_transaction_id, s.customer_id, s.customer_source, \
+        s.implicit_customer_id, s.status, s.evaluated_at, s.bundle_id, s.product_id, s.product_type, \
         s.auto_renew_product_id, s.expires_date, s.grace_period_expires_date, s.is_in_billing_retry_period, \
         s.auto_renew_status, s.expiration_intent, s.price_increase_status, s.offer_type, s.offer_identifier, \
         s.app_account_token, s.latest_transaction_id, s.recent_subscription_start_date, s.renewal_date, \
-        s.version_expires_date, s.version_signed_date, s.revocation_date
+        s.revocation_date, s.valid_until
         """
 
     static func decode(_ row: Row) throws -> SubscriptionState {
@@ -90,10 +157,10 @@ enum SubscriptionRow {
             throw ProjectionError.corrupt("subscriptions.status is '\(statusText)'")
         }
         return SubscriptionState(
-            originalTransactionId: try row.decode(String.self, "stream_id"),
+            originalTransactionId: try row.decode(String.self, "original_transaction_id"),
             evaluatedAt: try row.decode(Int64.self, "evaluated_at"), status: status,
-            bundleId: try row.decode(String?.self, "bundle_id"), environment: try row.decode(String?.self, "environment"),
-            productId: try row.decode(String?.self, "product_id"),
+            bundleId: try row.decode(String?.self, "bundle_id"), environment: try row.decode(String.self, "environment"),
+            productId: try row.decode(String?.self, "product_id"), productType: try row.decode(String?.self, "product_type"),
             autoRenewProductId: try row.decode(String?.self, "auto_renew_product_id"),
             expiresDate: try row.decode(Int64?.self, "expires_date"),
             gracePeriodExpiresDate: try row.decode(Int64?.self, "grace_period_expires_date"),
@@ -104,20 +171,21 @@ enum SubscriptionRow {
             offerType: try row.decode(Int?.self, "offer_type"), offerIdentifier: try row.decode(String?.self, "offer_identifier"),
             appAccountToken: try row.decode(String?.self, "app_account_token"),
             customerId: try row.decode(String?.self, "customer_id"),
+            customerSource: try row.decode(String?.self, "customer_source").flatMap(CustomerSource.init(rawValue:)),
+            implicitCustomerId: try row.decode(String?.self, "implicit_customer_id"),
             latestTransactionId: try row.decode(String?.self, "latest_transaction_id"),
             recentSubscriptionStartDate: try row.decode(Int64?.self, "recent_subscription_start_date"),
             renewalDate: try row.decode(Int64?.self, "renewal_date"),
-            versionExpiresDate: try row.decode(Int64?.self, "version_expires_date"),
-            versionSignedDate: try row.decode(Int64?.self, "version_signed_date"),
-            revocationDate: try row.decode(Int64?.self, "revocation_date"))
+            revocationDate: try row.decode(Int64?.self, "revocation_date"),
+            validUntil: try row.decode(Int64?.self, "valid_until"))
     }
 }
 
 /// `projections.transactions` ⇄ `TransactionRecord`.
 enum TransactionRow {
     static let columns = """
-        t.stream_id, t.transaction_id, t.web_order_line_item_id, t.bundle_id, t.product_id, t.purchase_date, \
-        t.expires_date, t.revocation_date, t.revocation_reason, t.revocation_type, t.revocation_percentage, \
+        t.subscription, t.transaction_id, t.original_transaction_id, t.web_order_line_item_id, t.bundle_id, t.product_id, \
+        t.purchase_date, t.expires_date, t.revocation_date, t.revocation_reason, t.revocation_type, t.revocation_percentage, \
         t.refund_signed_date, t.refund_reversed_signed_date, t.is_upgraded, t.price, t.currency, t.offer_type, \
         t.offer_identifier, t.app_account_token, t.environment, t.type, t.in_app_ownership_type, t.signed_date
         """
@@ -125,7 +193,7 @@ enum TransactionRow {
     static func decode(_ row: Row) throws -> TransactionRecord {
         TransactionRecord(
             transactionId: try row.decode(String.self, "transaction_id"),
-            originalTransactionId: try row.decode(String.self, "stream_id"),
+            originalTransactionId: try row.decode(String.self, "original_transaction_id"),
             webOrderLineItemId: try row.decode(String?.self, "web_order_line_item_id"),
             bundleId: try row.decode(String?.self, "bundle_id"), productId: try row.decode(String?.self, "product_id"),
             purchaseDate: try row.decode(Int64?.self, "purchase_date"), expiresDate: try row.decode(Int64?.self, "expires_date"),
@@ -142,19 +210,5 @@ enum TransactionRow {
             environment: try row.decode(String?.self, "environment"), type: try row.decode(String?.self, "type"),
             inAppOwnershipType: try row.decode(String?.self, "in_app_ownership_type"),
             signedDate: try row.decode(Int64.self, "signed_date"))
-    }
-}
-
-extension ProjectionQueries {
-    /// Every subscription in the projection (for audits comparing live tables with a rebuild).
-    public func subscriptionIds() async throws(ProjectionError) -> [String] {
-        do {
-            return try await pool.withConnection { connection in
-                try connection.query("SELECT stream_id FROM projections.subscriptions ORDER BY stream_id", name: "subscription ids")
-                    .rows.map { try $0.decode(String.self, "stream_id") }
-            }
-        } catch {
-            throw ProjectionError(error)
-        }
     }
 }

@@ -2,9 +2,9 @@ import Foundation
 import LedgerCore
 import Postgres
 
-/// Refolds subscription streams and replaces their rows in the projection tables. The one place
-/// that writes projection rows for the live hook, the catch-up worker and a rebuild's catch-up,
-/// so all three write exactly what a rebuild writes.
+/// Refolds subscriptions from their facts and replaces their rows in the projection tables. The
+/// one place that writes projection rows for the live hook, the catch-up worker and a rebuild's
+/// catch-up, so all three write exactly what a rebuild writes.
 public struct Projector: Sendable {
     public let catalog: ProductCatalog
     /// The evaluation time of the fold-time status (tests fix it; the service uses the clock).
@@ -19,46 +19,51 @@ public struct Projector: Sendable {
         EpochMillis((Date().timeIntervalSince1970 * 1000).rounded(.down))
     }
 
-    /// Streams the ledger keeps for events that concern no subscription (`StreamNames`); their
-    /// events yield no facts, so there is nothing to refold.
-    static func isSubscriptionStream(_ stream: String) -> Bool {
-        !(stream.hasPrefix("apple:") || stream.hasPrefix("ledger:"))
+    /// The folds of `keys` from their stored facts (up to `upTo`), with the order facts that join them.
+    static func folds(of keys: Set<SubscriptionKey>, upTo: Int64? = nil, on connection: Connection) throws -> [SubscriptionFold] {
+        let sorted = keys.sorted()
+        let (attached, candidates) = try FactStore.facts(of: sorted, upTo: upTo, on: connection)
+        return sorted.compactMap { key in
+            guard let facts = attached[key] else { return nil }
+            let fold = SubscriptionFold(key: key, facts: facts)
+            return candidates.isEmpty ? fold : SubscriptionProjection.attach(candidates, to: fold)
+        }
     }
 
-    /// Replaces the rows of `streams` in the tables of `projections` with a fold of their events
-    /// (only events at or before `upTo`, when given). Streams without facts end up with no rows.
+    /// Replaces the rows of `keys` in the tables of `projections` with a fold of their facts
+    /// (only facts at or before `upTo`, when given). Subscriptions without facts end with no rows.
     func refold(
-        streams: [String], projections: Set<ProjectionName>, upTo: Int64? = nil, next: Bool = false,
+        subscriptions keys: Set<SubscriptionKey>, projections: Set<ProjectionName>, upTo: Int64? = nil, next: Bool = false,
         on connection: Connection
     ) throws {
-        let streams = Array(Set(streams.filter(Self.isSubscriptionStream))).sorted()
-        if streams.isEmpty || projections.isEmpty { return }
-        let facts = try FactReader.facts(streams: streams, on: connection, upTo: upTo)
-        let ids = PostgresValue.array(streams.map { .text($0) }, of: .text)
+        if keys.isEmpty || projections.isEmpty { return }
+        let folds = try Self.folds(of: keys, upTo: upTo, on: connection)
+        let ids = PostgresValue.array(keys.sorted().map { .text($0.text) }, of: .text)
         for table in projections.flatMap(\.tables) {
-            try connection.query("DELETE FROM \(table.qualified(next: next)) WHERE stream_id = ANY($1)", [ids], name: "clear \(table.rawValue) rows")
+            try connection.query("DELETE FROM \(table.qualified(next: next)) WHERE subscription = ANY($1)", [ids],
+                                 name: "clear \(table.rawValue) rows")
         }
         let now = clock()
         var buffers = CopyBuffers()
-        for stream in streams {
-            guard let streamFacts = facts[stream] else { continue }
-            buffers.add(StreamRows(streamId: stream, facts: streamFacts, catalog: catalog, now: now), for: projections)
+        for fold in folds where !fold.isEmpty {
+            buffers.add(SubscriptionRows(fold: fold, catalog: catalog, now: now), for: projections)
         }
         try buffers.flush(on: connection, next: next)
     }
 }
 
 /// The live projections: joins the append transaction (DESIGN §Projections), so a 200 means the
-/// event's effect on the tables is committed with it. It advances a projection only when that
-/// projection's checkpoint is exactly at the batch's first position − 1 and it is running;
-/// otherwise the catch-up worker owns the gap and will apply these events in order.
+/// event's effect on the tables is committed with it. It runs only when the batch's facts were
+/// recorded in the same transaction, and advances a projection only when that projection's
+/// checkpoint is exactly at the batch's first position − 1 and it is running; otherwise the
+/// catch-up worker owns the gap and will apply these events in order.
 public struct LiveProjectionHook: AppendHook {
     public let name = "projections"
     public let projector: Projector
 
     public init(projector: Projector) { self.projector = projector }
 
-    public func didAppend(_ events: [RecordedEvent], in connection: Connection) throws {
+    public func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws {
         guard let first = events.first?.position, let last = events.last?.position else { return }
         // Locks the checkpoint rows: a worker holding one makes this wait for its commit, and
         // then the WHERE is evaluated again on the row it committed.
@@ -74,6 +79,8 @@ public struct LiveProjectionHook: AppendHook {
         for row in advanced.rows {
             if let name = ProjectionName(rawValue: try row.decode(String.self, "projection")) { projections.insert(name) }
         }
-        try projector.refold(streams: events.map(\.event.streamId), projections: projections, on: connection)
+        if projections.isEmpty { return }
+        let keys = try FactStore.subscriptions(touchedBy: facts, on: connection)
+        try projector.refold(subscriptions: keys, projections: projections, on: connection)
     }
 }

@@ -10,21 +10,25 @@ public struct EntitlementChange: Sendable, Hashable, Codable, Comparable {
     public var entitlement: String
     public var productId: String
     public var originalTransactionId: String
+    public var environment: String
 
-    public init(customerId: String, entitlement: String, productId: String, originalTransactionId: String) {
+    public init(customerId: String, entitlement: String, productId: String, originalTransactionId: String,
+                environment: String = SubscriptionKey.production) {
         self.customerId = customerId
         self.entitlement = entitlement
         self.productId = productId
         self.originalTransactionId = originalTransactionId
+        self.environment = environment
     }
 
     init(_ grant: EntitlementGrant) {
         self.init(customerId: grant.customerId, entitlement: grant.entitlement, productId: grant.productId,
-                  originalTransactionId: grant.originalTransactionId)
+                  originalTransactionId: grant.originalTransactionId, environment: grant.environment)
     }
 
     public static func < (a: EntitlementChange, b: EntitlementChange) -> Bool {
-        (a.customerId, a.entitlement, a.originalTransactionId, a.productId) < (b.customerId, b.entitlement, b.originalTransactionId, b.productId)
+        (a.customerId, a.environment, a.entitlement, a.originalTransactionId, a.productId)
+            < (b.customerId, b.environment, b.entitlement, b.originalTransactionId, b.productId)
     }
 }
 
@@ -37,8 +41,10 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
     public var snapshotHead: Int64
     /// The head at the swap (appends are blocked from here to the commit).
     public var swapHead: Int64
-    /// Event rows read by the bulk pass.
+    /// Events the bulk pass covered (the snapshot's head: every event up to it was folded).
     public var events: Int
+    /// Fact rows the bulk pass read (an event has zero or more facts).
+    public var facts: Int = 0
     /// Subscription streams folded by the bulk pass.
     public var streams: Int
     /// Streams refolded under the swap's lock because events reached them after the last
@@ -75,14 +81,16 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
 /// Rebuilds projections from position 0 while ingestion continues (DESIGN §Projections,
 /// reference/eventstores.md §9.6):
 ///
-/// 1. In a REPEATABLE READ snapshot, note the head H and stream the extracted fact columns of every
-///    event up to H, ordered by stream, with `COPY (SELECT …) TO STDOUT` (never `raw`). Fold one
-///    stream at a time (memory stays bounded by the largest stream) and COPY the rows into fresh
-///    `projections.<table>_next` tables.
+/// 0. Derive any facts still missing (`FactStore.derive`), so the facts reach the head.
+/// 1. In a REPEATABLE READ snapshot, note H = the facts checkpoint and stream every stored fact up
+///    to H, ordered by subscription, with `COPY (SELECT …) TO STDOUT` (never an event's payload or
+///    `raw`). Fold one subscription at a time (memory stays bounded by the largest subscription,
+///    plus the few WeChat order facts that have no subscription yet, held to join theirs) and COPY
+///    the rows into fresh `projections.<table>_next` tables.
 /// 2. In ONE transaction: take the event-head lock (appends wait from here to the commit), refold
-///    the streams that events after H touched, drop the live tables and rename the fresh ones into
-///    place, set the checkpoints to the head, commit. Readers see the old tables or the new ones,
-///    never a mix, and nothing appended is missed: positions are gapless and commit-ordered.
+///    the subscriptions that facts after H touched, drop the live tables and rename the fresh ones
+///    into place, set the checkpoints, commit. Readers see the old tables or the new ones, never a
+///    mix, and nothing appended is missed: positions are gapless and commit-ordered.
 ///
 /// Works as the service role: the tables belong to `ledger_projector`, of which it is a member
 /// (Migrations/0002_projections.sql).
@@ -105,9 +113,15 @@ public struct Rebuilder: Sendable {
 
     static let oldSuffix = "_retired"
 
-    static func streams(after position: Int64, on connection: Connection) throws -> [String] {
-        try connection.query("SELECT DISTINCT stream_id FROM events WHERE position > $1", [.int64(position)], name: "streams after")
-            .rows.map { try $0.decode(String.self, "stream_id") }
+    /// The subscriptions whose facts in `(after, upTo]` changed them.
+    static func subscriptions(after position: Int64, upTo: Int64, on connection: Connection) throws -> Set<SubscriptionKey> {
+        guard upTo > position else { return [] }
+        return try FactStore.subscriptions(touchedByPositions: (position + 1)...upTo, on: connection)
+    }
+
+    /// Derives every missing fact first: projections are folded from facts only.
+    static func deriveMissingFacts(on connection: Connection) throws {
+        while try FactStore.derive(limit: 5_000, on: connection) != nil {}
     }
 
     /// Drops the tables a swap retired (also those a crash left between swap and drop).
@@ -122,7 +136,7 @@ public struct Rebuilder: Sendable {
 
     static let advisoryLockKey: Int64 = 0x6C65_6467_7262_6C64  // "ledgrbld"
 
-    /// Rebuilds `projections` (all by default). `progress(done, total)` counts event rows.
+    /// Rebuilds `projections` (all by default). `progress(done, total)` counts fact rows.
     public func run(
         projections: Set<ProjectionName> = Set(ProjectionName.allCases),
         progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
@@ -159,6 +173,7 @@ public struct Rebuilder: Sendable {
         // Closing the connection releases the session lock even when unlocking fails.
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
 
+        try Self.deriveMissingFacts(on: writer)
         // Fresh tables, committed so that every partition's writer can fill them.
         try Self.dropRetired(tables, on: writer)
         try writer.transaction { writer in
@@ -173,12 +188,13 @@ public struct Rebuilder: Sendable {
 
         // One snapshot shared by every partition: exported here, imported by each reader.
         let exporter = try Connection(conninfo: conninfo)
-        let (head, snapshot, bounds) = try Self.openSnapshot(on: exporter, partitions: partitions)
+        let (head, snapshot, bounds, totalFacts) = try Self.openSnapshot(on: exporter, partitions: partitions)
+        let orderFacts = try Self.orderFacts(upTo: head, on: exporter)
         let now = projector.clock()
         let done = Mutex(0)
         let reportRows: @Sendable (Int) -> Void = { rows in
             let total = done.withLock { $0 += rows; return $0 }
-            progress(total, Int(head))
+            progress(total, totalFacts)
         }
         let results = Self.inParallel(bounds.count) { index -> Result<(Int, Int), any Error> in
             Result {
@@ -186,8 +202,9 @@ public struct Rebuilder: Sendable {
                 return try writer.transaction { writer -> (Int, Int) in
                     try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
                     var buffers = CopyBuffers()
-                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: reportRows) { stream, facts in
-                        buffers.add(StreamRows(streamId: stream, facts: facts, catalog: projector.catalog, now: now), for: projections)
+                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: reportRows) { key, facts in
+                        let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
+                        buffers.add(SubscriptionRows(fold: fold, catalog: projector.catalog, now: now), for: projections)
                         if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
                     }
                     try buffers.flush(on: writer, next: true)
@@ -202,7 +219,7 @@ public struct Rebuilder: Sendable {
             events += rows
             streams += folded
         }
-        progress(events, Int(head))
+        progress(events, totalFacts)
         let bulkDone = ContinuousClock.now
         try writer.transaction { writer in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
@@ -216,8 +233,9 @@ public struct Rebuilder: Sendable {
         // arrived during this pass: after a long rebuild under heavy ingestion that can be a lot.
         let nearHead = try writer.transaction { writer -> Int64 in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            let nearHead = try writer.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? head
-            try projector.refold(streams: try Self.streams(after: head, on: writer), projections: projections, next: true, on: writer)
+            let nearHead = try FactStore.derivedUpTo(on: writer)
+            try projector.refold(subscriptions: try Self.subscriptions(after: head, upTo: nearHead, on: writer),
+                                 projections: projections, next: true, on: writer)
             return nearHead
         }
 
@@ -226,10 +244,13 @@ public struct Rebuilder: Sendable {
         let swapStart = ContinuousClock.now
         let (swapHead, caughtUp) = try writer.transaction { writer -> (Int64, Int) in
             try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            let swapHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
+            let eventHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
                 .first?.decode(Int64.self, "head") ?? 0
-            let late = try Self.streams(after: nearHead, on: writer)
-            try projector.refold(streams: late, projections: projections, next: true, on: writer)
+            // Appends record their facts in their own transaction, so under the head lock the facts
+            // are at the head unless the catch-up is behind: then the worker carries on from there.
+            let swapHead = min(eventHead, try FactStore.derivedUpTo(on: writer))
+            let late = try Self.subscriptions(after: nearHead, upTo: swapHead, on: writer)
+            try projector.refold(subscriptions: late, projections: projections, next: true, on: writer)
             try writer.query(
                 """
                 UPDATE projection_checkpoints
@@ -242,15 +263,16 @@ public struct Rebuilder: Sendable {
                 try writer.query("ALTER TABLE \(table.qualified()) RENAME TO \(table.rawValue)\(Self.oldSuffix)", name: "retire live table")
                 try writer.query("ALTER TABLE \(table.qualified(next: true)) RENAME TO \(table.rawValue)", name: "swap table")
             }
-            return (swapHead, late.filter(Projector.isSubscriptionStream).count)
+            return (swapHead, late.count)
         }
         try Self.dropRetired(tables, on: writer)
 
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
         var report = RebuildReport(
-            projections: names, dryRun: false, snapshotHead: head, swapHead: swapHead, events: events, streams: streams,
-            caughtUpStreams: caughtUp, seconds: seconds, eventsPerSecond: Double(events) / seconds,
+            projections: names, dryRun: false, snapshotHead: head, swapHead: swapHead, events: Int(head), streams: streams,
+            caughtUpStreams: caughtUp, seconds: seconds, eventsPerSecond: Double(head) / seconds,
             peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
+        report.facts = events
         report.bulkSeconds = started.duration(to: bulkDone).seconds
         report.indexSeconds = bulkDone.duration(to: indexDone).seconds
         report.swapSeconds = swapStart.duration(to: .now).seconds
@@ -263,54 +285,64 @@ public struct Rebuilder: Sendable {
         let started = ContinuousClock.now
         let now = projector.clock()
         let connection = try Connection(conninfo: conninfo)
+        try Self.deriveMissingFacts(on: connection)
         var stored: [String: Set<EntitlementChange>] = [:]
         let rows = try connection.query(
             """
             SELECT e.customer_id AS grant_customer_id, e.entitlement, e.product_id AS grant_product_id, \(SubscriptionRow.columns)
-            FROM projections.entitlements e JOIN projections.subscriptions s ON s.stream_id = e.stream_id
+            FROM projections.entitlements e JOIN projections.subscriptions s ON s.subscription = e.subscription
             """, name: "stored entitlements")
         for row in rows.rows {
             let state = try SubscriptionRow.decode(row).reevaluated(at: now)
             guard state.status.isEntitled else { continue }
-            stored[state.originalTransactionId, default: []].insert(EntitlementChange(
+            let key = try row.decode(String.self, "subscription")
+            stored[key, default: []].insert(EntitlementChange(
                 customerId: try row.decode(String.self, "grant_customer_id"), entitlement: try row.decode(String.self, "entitlement"),
-                productId: try row.decode(String.self, "grant_product_id"), originalTransactionId: state.originalTransactionId))
+                productId: try row.decode(String.self, "grant_product_id"), originalTransactionId: state.originalTransactionId,
+                environment: state.environment ?? SubscriptionKey.production))
         }
         var gains: [EntitlementChange] = []
         var losses: [EntitlementChange] = []
-        let (head, events, streams) = try streamFacts(progress: progress) { stream, facts in
-            let fold = SubscriptionFold(originalTransactionId: stream, facts: facts)
+        let (head, events, streams) = try streamFacts(progress: progress) { key, facts, orderFacts in
+            let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
             let grants = Set((fold.state(at: now).map { EntitlementGrant.grants(of: $0, catalog: projector.catalog) } ?? []).map(EntitlementChange.init))
-            let before = stored.removeValue(forKey: stream) ?? []
+            let before = stored.removeValue(forKey: key.text) ?? []
             gains += grants.subtracting(before)
             losses += before.subtracting(grants)
         }
         for rest in stored.values { losses += rest }
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
         return RebuildReport(
-            projections: [.entitlements], dryRun: true, snapshotHead: head, swapHead: head, events: events, streams: streams,
-            caughtUpStreams: 0, seconds: seconds, eventsPerSecond: Double(events) / seconds, peakRSSBytes: Self.peakRSS(),
+            projections: [.entitlements], dryRun: true, snapshotHead: head, swapHead: head, events: Int(head), streams: streams,
+            caughtUpStreams: 0, seconds: seconds, eventsPerSecond: Double(head) / seconds, peakRSSBytes: Self.peakRSS(),
             gains: gains.sorted(), losses: losses.sorted(), evaluatedAt: now)
     }
 
     // MARK: the bulk read
 
-    /// A half-open range of stream ids (nil: unbounded) that one partition reads.
+    /// A half-open range of subscription keys (nil: unbounded) that one partition reads.
     typealias StreamRange = (from: String?, to: String?)
 
     /// Begins a REPEATABLE READ snapshot on `connection` (left open: the partitions import it),
-    /// and splits the streams into `partitions` ranges of about equal event counts.
-    static func openSnapshot(on connection: Connection, partitions: Int) throws -> (Int64, String, [StreamRange]) {
+    /// and splits the subscriptions into `partitions` ranges of about equal fact counts. The head
+    /// is the facts checkpoint in that snapshot: what is folded is exactly what is derived.
+    static func openSnapshot(on connection: Connection, partitions: Int) throws -> (Int64, String, [StreamRange], Int) {
         try connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", name: "snapshot")
-        let head = try connection.query("SELECT position FROM event_head", name: "snapshot head").first?.decode(Int64.self, "position") ?? 0
+        let head = try FactStore.derivedUpTo(on: connection)
         let snapshot = try connection.query("SELECT pg_export_snapshot() AS id", name: "export snapshot").first?.decode(String.self, "id") ?? ""
         var cuts: [String] = []
+        let total = try connection.query(
+            "SELECT count(*) AS n FROM public.facts WHERE schema_version = $1 AND subscription IS NOT NULL AND position <= $2",
+            [.int64(Int64(FactStore.version)), .int64(head)], name: "facts count").first?.decode(Int64.self, "n") ?? 0
         if partitions > 1 && head > 0 {
-            for k in 1..<partitions {
+            for k in 1..<partitions where total > 0 {
                 let row = try connection.query(
-                    "SELECT stream_id FROM events ORDER BY stream_id OFFSET $1 LIMIT 1",
-                    [.int64(head * Int64(k) / Int64(partitions))], name: "partition bound").first
-                if let cut = try row?.decode(String.self, "stream_id"), cut != cuts.last { cuts.append(cut) }
+                    """
+                    SELECT subscription FROM public.facts WHERE schema_version = $1 AND subscription IS NOT NULL
+                    ORDER BY subscription OFFSET $2 LIMIT 1
+                    """,
+                    [.int64(Int64(FactStore.version)), .int64(total * Int64(k) / Int64(partitions))], name: "partition bound").first
+                if let cut = try row?.decode(String.self, "subscription"), cut != cuts.last { cuts.append(cut) }
             }
         }
         var ranges: [StreamRange] = []
@@ -320,7 +352,7 @@ public struct Rebuilder: Sendable {
             from = cut
         }
         ranges.append((from, nil))
-        return (head, snapshot, ranges)
+        return (head, snapshot, ranges, Int(total))
     }
 
     /// Runs `body(0..<count)` on threads of their own and returns the results in order.
@@ -340,12 +372,12 @@ public struct Rebuilder: Sendable {
         return results.withLock { all in (0..<count).map { all[$0]! } }
     }
 
-    /// Streams every event of `range` up to `head` in the exported snapshot (or, without one, in
-    /// a snapshot of its own), grouped by stream, calling `stream` once per subscription stream
-    /// with its facts. Returns (event rows read, streams with facts).
+    /// Streams every fact with a subscription in `range` up to `head` in the exported snapshot (or,
+    /// without one, in a snapshot of its own), grouped by subscription, calling `subscription` once
+    /// per subscription with its facts. Returns (fact rows read, subscriptions).
     func streamFacts(
         snapshot: String?, range: StreamRange, head: Int64, progress: (Int) -> Void,
-        _ stream: (String, [SubscriptionFact]) throws -> Void
+        _ subscription: (SubscriptionKey, [Fact]) throws -> Void
     ) throws -> (Int, Int) {
         let reader = try Connection(conninfo: conninfo)
         return try reader.transaction { reader -> (Int, Int) in
@@ -357,36 +389,33 @@ public struct Rebuilder: Sendable {
                 }
                 try reader.query("SET TRANSACTION SNAPSHOT '\(snapshot)'", name: "import snapshot")
             }
-            // CopyRowFields reads timestamps in this one format.
-            try reader.query("SET LOCAL TimeZone = 'UTC'", name: "UTC timestamps")
-            try reader.query("SET LOCAL DateStyle = 'ISO, YMD'", name: "ISO timestamps")
             var current: String?
-            var facts: [SubscriptionFact] = []
+            var facts: [Fact] = []
             var rows = 0
             var reported = 0
-            var streams = 0
+            var subscriptions = 0
             var bounds: [(Int, Int)] = []
-            bounds.reserveCapacity(FactReader.C.allCases.count)
+            bounds.reserveCapacity(FactColumn.allCases.count)
             func emit() throws {
-                if let current, !facts.isEmpty {
-                    streams += 1
-                    try stream(current, facts)
+                if let current, !facts.isEmpty, let key = SubscriptionKey(text: current) {
+                    subscriptions += 1
+                    try subscription(key, facts)
                 }
                 facts.removeAll(keepingCapacity: true)
             }
             try reader.copyOut(Self.bulkQuery(head: head, range: range)) { data in
                 try data.withUnsafeBytes { bytes in
-                    let fields = CopyRowFields(bytes: bytes, reuse: bounds)
-                    defer { bounds = fields.bounds }
-                    guard fields.isComplete else {
-                        throw ProjectionError.corrupt("a COPY row has \(fields.bounds.count) fields, expected \(FactReader.C.allCases.count)")
+                    let text = CopyText(bytes: bytes, reuse: bounds)
+                    defer { bounds = text.bounds }
+                    guard text.count == FactColumn.allCases.count else {
+                        throw ProjectionError.corrupt("a COPY row has \(text.count) fields, expected \(FactColumn.allCases.count)")
                     }
-                    let streamId = fields.string(.streamId) ?? ""
-                    if streamId != current {
+                    let key = text.string(FactColumn.subscription.rawValue) ?? ""
+                    if key != current {
                         try emit()
-                        current = streamId
+                        current = key
                     }
-                    if let fact = try FactReader.fact(fields) { facts.append(fact) }
+                    facts.append(try FactRows.fact(FactCopyRow(text: text)))
                 }
                 rows += 1
                 if rows & 0x3FFF == 0 {
@@ -396,29 +425,45 @@ public struct Rebuilder: Sendable {
             }
             try emit()
             progress(rows - reported)
-            return (rows, streams)
+            return (rows, subscriptions)
         }
     }
 
-    /// The whole log in one snapshot of its own: (head, event rows, streams with facts).
-    func streamFacts(progress: @escaping (Int, Int) -> Void, _ stream: (String, [SubscriptionFact]) throws -> Void) throws -> (Int64, Int, Int) {
+    /// The whole log in one snapshot of its own: (head, fact rows, subscriptions).
+    func streamFacts(
+        progress: @escaping (Int, Int) -> Void, _ subscription: (SubscriptionKey, [Fact], OrderFacts) throws -> Void
+    ) throws -> (Int64, Int, Int) {
         let exporter = try Connection(conninfo: conninfo)
-        let (head, snapshot, _) = try Self.openSnapshot(on: exporter, partitions: 1)
+        let (head, snapshot, _, totalFacts) = try Self.openSnapshot(on: exporter, partitions: 1)
         defer { _ = try? exporter.query("COMMIT", name: "end snapshot") }
+        let orderFacts = try Self.orderFacts(upTo: head, on: exporter)
         var done = 0
-        let (rows, streams) = try streamFacts(snapshot: snapshot, range: (nil, nil), head: head, progress: { rows in
+        let (rows, subscriptions) = try streamFacts(snapshot: snapshot, range: (nil, nil), head: head, progress: { rows in
             done += rows
-            progress(done, Int(head))
-        }, stream)
-        return (head, rows, streams)
+            progress(done, totalFacts)
+        }) { key, facts in try subscription(key, facts, orderFacts) }
+        return (head, rows, subscriptions)
+    }
+
+    /// The facts without a subscription (WeChat refunds and inquiries naming orders) up to `head`,
+    /// read once in the rebuild's snapshot and joined to each subscription as it is folded.
+    static func orderFacts(upTo head: Int64, on connection: Connection) throws -> OrderFacts {
+        let rows = try connection.query(
+            """
+            SELECT \(FactRows.columns) FROM public.facts
+            WHERE schema_version = $1 AND subscription IS NULL AND origin IN ('wechat', 'ledger') AND position <= $2
+              AND transaction_id IS NOT NULL
+            ORDER BY position, ordinal
+            """, [.int64(Int64(FactStore.version)), .int64(head)], name: "order facts")
+        return OrderFacts(try rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) })
     }
 
     /// The rebuild's read of one partition.
     static func bulkQuery(head: Int64, range: StreamRange) -> String {
-        var conditions = ["e.position <= \(head)"]
-        if let from = range.from { conditions.append("e.stream_id >= \(literal(from))") }
-        if let to = range.to { conditions.append("e.stream_id < \(literal(to))") }
-        return "COPY (SELECT \(FactReader.columns)\n\(FactReader.from)\nWHERE \(conditions.joined(separator: " AND ")) ORDER BY e.stream_id, e.position) TO STDOUT"
+        var conditions = ["schema_version = \(FactStore.version)", "subscription IS NOT NULL", "position <= \(head)"]
+        if let from = range.from { conditions.append("subscription >= \(literal(from))") }
+        if let to = range.to { conditions.append("subscription < \(literal(to))") }
+        return "COPY (SELECT \(FactRows.columns) FROM public.facts WHERE \(conditions.joined(separator: " AND ")) ORDER BY subscription, position, ordinal) TO STDOUT"
     }
 
     /// The rebuild's read, whole (the benchmark copies it out without folding to compare).
@@ -449,5 +494,36 @@ extension Duration {
     var seconds: Double {
         let (s, atto) = components
         return Double(s) + Double(atto) / 1e18
+    }
+}
+
+/// Facts without a subscription, indexed by the order ids they name, joined to a subscription's
+/// fold through its orders (`SubscriptionProjection.attach`).
+struct OrderFacts: Sendable {
+    let byId: [String: [Fact]]
+
+    init(_ facts: [Fact]) {
+        var index: [String: [Fact]] = [:]
+        for f in facts {
+            for id in Set([f.transactionId, f.orderAlias].compactMap({ $0 })) { index[id, default: []].append(f) }
+        }
+        byId = index
+    }
+
+    func attach(to fold: SubscriptionFold) -> SubscriptionFold {
+        if byId.isEmpty { return fold }
+        var seen = Set<String>()
+        var frontier = Array(fold.orderIds)
+        var found: [Int64: [Int: Fact]] = [:]
+        while let id = frontier.popLast() {
+            guard seen.insert(id).inserted else { continue }
+            for f in byId[id] ?? [] {
+                found[f.position, default: [:]][f.ordinal] = f
+                for other in [f.transactionId, f.orderAlias].compactMap({ $0 }) where !seen.contains(other) { frontier.append(other) }
+            }
+        }
+        if found.isEmpty { return fold }
+        let candidates = found.keys.sorted().flatMap { p in found[p]!.keys.sorted().map { found[p]![$0]! } }
+        return SubscriptionProjection.attach(candidates, to: fold)
     }
 }

@@ -8,7 +8,7 @@ import Postgres
 /// restart); then every subscription's state (re-evaluated at one fixed instant) and transactions
 /// are read, the projections are rebuilt from position 0, and read again.
 public enum ProjectionConsistency {
-    public static func compareWithRebuild(conninfo: String, catalog: ProductCatalog = ProductCatalog(products: [:])) async throws -> String? {
+    public static func compareWithRebuild(conninfo: String, catalog: ProductCatalog = .productIds) async throws -> String? {
         let pool = ConnectionPool(conninfo: conninfo, maxConnections: 2)
         defer { pool.close() }
         let projector = Projector(catalog: catalog)
@@ -18,10 +18,10 @@ public enum ProjectionConsistency {
 
         func snapshot() async throws -> [String: String] {
             var out: [String: String] = [:]
-            for id in try await queries.subscriptionIds() {
-                let state = try await queries.subscription(id, now: now)
-                let transactions = try await queries.transactions(id)
-                out[id] = "\(String(describing: state))|\(transactions)"
+            for key in try await queries.subscriptionKeys() {
+                let state = try await queries.subscription(key, now: now)
+                let transactions = try await queries.transactions(key)
+                out[key.text] = "\(String(describing: state))|\(transactions)"
             }
             return out
         }

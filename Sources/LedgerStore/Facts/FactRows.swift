@@ -1,0 +1,180 @@
+import Foundation
+import LedgerCore
+import Postgres
+
+/// `public.facts` ⇄ `Fact`: the column order (Migrations/0004_facts.sql), the COPY lines the
+/// writers send, and the one row reader every projection uses (binary query rows and COPY text
+/// rows alike, through `FactFields`). A test checks the column list against the migration.
+enum FactColumn: Int, CaseIterable {
+    case schemaVersion, position, ordinal, recordedAt, streamId, subscription, kind, origin, message, signedAt, effectiveAt
+    case transactionId, orderAlias, customerId
+    case hasTransaction, txOriginal, webOrderLineItemId, bundleId, productId, productType, purchaseDate, expiresDate,
+         txSignedDate, revocationDate, revocationReason, revocationType, revocationPercentage, isUpgraded, price,
+         currency, offerType, offerIdentifier, appAccountToken, environment, inAppOwnershipType
+    case hasRenewal, rProductId, autoRenewProductId, autoRenewStatus, expirationIntent, isInBillingRetryPeriod,
+         gracePeriodExpiresDate, priceIncreaseStatus, rOfferType, rOfferIdentifier, recentSubscriptionStartDate,
+         renewalDate, rAppAccountToken, rSignedDate
+    case detail
+
+    var name: String {
+        switch self {
+        case .schemaVersion: "schema_version"
+        case .position: "position"
+        case .ordinal: "ordinal"
+        case .recordedAt: "recorded_at"
+        case .streamId: "stream_id"
+        case .subscription: "subscription"
+        case .kind: "kind"
+        case .origin: "origin"
+        case .message: "message"
+        case .signedAt: "signed_at"
+        case .effectiveAt: "effective_at"
+        case .transactionId: "transaction_id"
+        case .orderAlias: "order_alias"
+        case .customerId: "customer_id"
+        case .hasTransaction: "has_transaction"
+        case .txOriginal: "tx_original_transaction_id"
+        case .webOrderLineItemId: "web_order_line_item_id"
+        case .bundleId: "bundle_id"
+        case .productId: "product_id"
+        case .productType: "product_type"
+        case .purchaseDate: "purchase_date"
+        case .expiresDate: "expires_date"
+        case .txSignedDate: "tx_signed_date"
+        case .revocationDate: "revocation_date"
+        case .revocationReason: "revocation_reason"
+        case .revocationType: "revocation_type"
+        case .revocationPercentage: "revocation_percentage"
+        case .isUpgraded: "is_upgraded"
+        case .price: "price"
+        case .currency: "currency"
+        case .offerType: "offer_type"
+        case .offerIdentifier: "offer_identifier"
+        case .appAccountToken: "app_account_token"
+        case .environment: "environment"
+        case .inAppOwnershipType: "in_app_ownership_type"
+        case .hasRenewal: "has_renewal"
+        case .rProductId: "r_product_id"
+        case .autoRenewProductId: "auto_renew_product_id"
+        case .autoRenewStatus: "auto_renew_status"
+        case .expirationIntent: "expiration_intent"
+        case .isInBillingRetryPeriod: "is_in_billing_retry_period"
+        case .gracePeriodExpiresDate: "grace_period_expires_date"
+        case .priceIncreaseStatus: "price_increase_status"
+        case .rOfferType: "r_offer_type"
+        case .rOfferIdentifier: "r_offer_identifier"
+        case .recentSubscriptionStartDate: "recent_subscription_start_date"
+        case .renewalDate: "renewal_date"
+        case .rAppAccountToken: "r_app_account_token"
+        case .rSignedDate: "r_signed_date"
+        case .detail: "detail"
+        }
+    }
+}
+
+enum FactRows {
+    /// Every column, in table order (for COPY and SELECT).
+    static let columns = FactColumn.allCases.map(\.name).joined(separator: ", ")
+    static let qualifiedColumns = FactColumn.allCases.map { "f." + $0.name }.joined(separator: ", ")
+
+    /// One fact as a line of `COPY facts (columns) FROM STDIN` (text format).
+    static func append(_ f: Fact, version: Int, to out: inout [UInt8]) {
+        out.field(Int64(version)); out.field(f.position); out.field(Int64(f.ordinal)); out.field(f.recordedAt)
+        out.field(f.streamId); out.field(f.subscription?.text); out.field(f.kind.rawValue); out.field(f.origin.rawValue)
+        out.field(f.message); out.field(f.signedAt); out.field(f.effectiveAt)
+        out.field(f.transactionId); out.field(f.orderAlias); out.field(f.customerId)
+        let t = f.transaction
+        out.field(t != nil)
+        out.field(t?.originalTransactionId); out.field(t?.webOrderLineItemId); out.field(t?.bundleId); out.field(t?.productId)
+        out.field(t?.type); out.field(t?.purchaseDate); out.field(t?.expiresDate); out.field(t?.signedDate)
+        out.field(t?.revocationDate); out.field(t?.revocationReason); out.field(t?.revocationType)
+        out.field(t?.revocationPercentage); out.field(t?.isUpgraded); out.field(t?.price); out.field(t?.currency)
+        out.field(t?.offerType); out.field(t?.offerIdentifier); out.field(t?.appAccountToken); out.field(t?.environment)
+        out.field(t?.inAppOwnershipType)
+        let r = f.renewal
+        out.field(r != nil)
+        out.field(r?.productId); out.field(r?.autoRenewProductId); out.field(r?.autoRenewStatus); out.field(r?.expirationIntent)
+        out.field(r?.isInBillingRetryPeriod); out.field(r?.gracePeriodExpiresDate); out.field(r?.priceIncreaseStatus)
+        out.field(r?.offerType); out.field(r?.offerIdentifier); out.field(r?.recentSubscriptionStartDate)
+        out.field(r?.renewalDate); out.field(r?.appAccountToken); out.field(r?.signedDate)
+        out.field(f.detail, last: true)
+    }
+
+    /// One stored fact. Throws `ProjectionError.corrupt` for a row this build cannot read.
+    static func fact(_ r: some FactFields) throws -> Fact {
+        guard let position = r.integer(.position), let recordedAt = r.integer(.recordedAt),
+              let streamId = r.string(.streamId), let kindText = r.string(.kind), let originText = r.string(.origin),
+              let signedAt = r.integer(.signedAt), let effectiveAt = r.integer(.effectiveAt) else {
+            throw ProjectionError.corrupt("a facts row lacks one of position, recorded_at, stream_id, kind, origin, signed_at, effective_at")
+        }
+        guard let kind = FactKind(rawValue: kindText), let origin = FactOrigin(rawValue: originText) else {
+            throw ProjectionError.corrupt("the fact at position \(position) has kind \(kindText) / origin \(originText), unknown to this build; derive facts for this build's schema version with `ledger rederive`")
+        }
+        var subscription: SubscriptionKey?
+        if let s = r.string(.subscription) {
+            guard let key = SubscriptionKey(text: s) else { throw ProjectionError.corrupt("fact subscription '\(s)' is not <environment>:<id>") }
+            subscription = key
+        }
+        var transaction: TransactionFact?
+        if r.bool(.hasTransaction) == true {
+            transaction = TransactionFact(
+                transactionId: r.string(.transactionId) ?? "", originalTransactionId: r.string(.txOriginal),
+                webOrderLineItemId: r.string(.webOrderLineItemId), bundleId: r.string(.bundleId),
+                productId: r.string(.productId), purchaseDate: r.integer(.purchaseDate), expiresDate: r.integer(.expiresDate),
+                signedDate: r.integer(.txSignedDate), revocationDate: r.integer(.revocationDate),
+                revocationReason: r.int(.revocationReason), revocationType: r.string(.revocationType),
+                revocationPercentage: r.int(.revocationPercentage), isUpgraded: r.bool(.isUpgraded) ?? false,
+                price: r.integer(.price), currency: r.string(.currency), offerType: r.int(.offerType),
+                offerIdentifier: r.string(.offerIdentifier), appAccountToken: r.string(.appAccountToken),
+                environment: r.string(.environment), type: r.string(.productType),
+                inAppOwnershipType: r.string(.inAppOwnershipType))
+        }
+        var renewal: RenewalFact?
+        if r.bool(.hasRenewal) == true {
+            renewal = RenewalFact(
+                productId: r.string(.rProductId), autoRenewProductId: r.string(.autoRenewProductId),
+                autoRenewStatus: r.int(.autoRenewStatus), expirationIntent: r.int(.expirationIntent),
+                isInBillingRetryPeriod: r.bool(.isInBillingRetryPeriod),
+                gracePeriodExpiresDate: r.integer(.gracePeriodExpiresDate),
+                priceIncreaseStatus: r.int(.priceIncreaseStatus), offerType: r.int(.rOfferType),
+                offerIdentifier: r.string(.rOfferIdentifier),
+                recentSubscriptionStartDate: r.integer(.recentSubscriptionStartDate),
+                renewalDate: r.integer(.renewalDate), appAccountToken: r.string(.rAppAccountToken),
+                signedDate: r.integer(.rSignedDate))
+        }
+        return Fact(
+            position: position, ordinal: r.int(.ordinal) ?? 0, recordedAt: recordedAt, streamId: streamId,
+            subscription: subscription, kind: kind, origin: origin, message: r.string(.message), signedAt: signedAt,
+            effectiveAt: effectiveAt, transactionId: r.string(.transactionId), orderAlias: r.string(.orderAlias),
+            customerId: r.string(.customerId), transaction: transaction, renewal: renewal, detail: r.string(.detail))
+    }
+}
+
+/// Field access shared by the two row formats (binary results of `query`, text rows of
+/// `COPY … TO STDOUT`).
+protocol FactFields {
+    func string(_ c: FactColumn) -> String?
+    /// A bigint/smallint column.
+    func integer(_ c: FactColumn) -> Int64?
+    func bool(_ c: FactColumn) -> Bool?
+}
+
+extension FactFields {
+    func int(_ c: FactColumn) -> Int? { integer(c).map { Int(truncatingIfNeeded: $0) } }
+}
+
+/// A row of a binary query result whose columns are `FactRows.columns` in order.
+struct FactQueryRow: FactFields {
+    let row: Row
+    func string(_ c: FactColumn) -> String? { try? row.decode(String?.self, at: c.rawValue) }
+    func integer(_ c: FactColumn) -> Int64? { try? row.decode(Int64?.self, at: c.rawValue) }
+    func bool(_ c: FactColumn) -> Bool? { try? row.decode(Bool?.self, at: c.rawValue) }
+}
+
+/// A row of `COPY (SELECT <FactRows.columns> …) TO STDOUT` in text format, read in place.
+struct FactCopyRow: FactFields {
+    let text: CopyText
+    func string(_ c: FactColumn) -> String? { text.string(c.rawValue) }
+    func integer(_ c: FactColumn) -> Int64? { text.integer(c.rawValue) }
+    func bool(_ c: FactColumn) -> Bool? { text.bool(c.rawValue) }
+}

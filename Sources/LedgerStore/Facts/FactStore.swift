@@ -1,0 +1,212 @@
+import Foundation
+import LedgerCore
+import Postgres
+
+/// The SQL of `public.facts`: recording the facts `FactDecoder` derived, deriving what is
+/// missing, and reading a subscription's facts (with the order facts that join it).
+///
+/// The facts of schema version v advance like a projection with checkpoint `facts.v<v>`: the
+/// append transaction records a batch's facts when the checkpoint is right before the batch (the
+/// usual case), else the catch-up (`derive`) derives them from the stored events in position
+/// order. Every projection reads facts only up to that checkpoint, so no reader ever folds an
+/// event whose facts are missing.
+enum FactStore {
+    static var version: Int { FactDecoder.schemaVersion }
+    static var checkpoint: String { "facts.v\(version)" }
+
+    /// Creates the checkpoint row of this build's version (at 0) if it does not exist.
+    static func ensureCheckpoint(on connection: Connection) throws {
+        try connection.query(
+            "INSERT INTO projection_checkpoints (projection, position, status) VALUES ($1, 0, 'running') ON CONFLICT (projection) DO NOTHING",
+            [.text(checkpoint)], name: "facts checkpoint")
+    }
+
+    /// The position up to which this build's facts are complete (0 when none).
+    static func derivedUpTo(on connection: Connection) throws -> Int64 {
+        try connection.query("SELECT position FROM projection_checkpoints WHERE projection = $1", [.text(checkpoint)],
+                             name: "facts position").first?.decode(Int64.self, "position") ?? 0
+    }
+
+    /// In the append transaction: records the facts of the new events `first…last` when the facts
+    /// checkpoint is right before them; returns false (recording nothing) otherwise — the catch-up
+    /// derives them later from the same events with the same decoder.
+    static func recordAppended(_ facts: [Fact], first: Int64, last: Int64, on connection: Connection) throws -> Bool {
+        let advanced = try connection.query(
+            """
+            UPDATE projection_checkpoints SET position = $3, updated_at = now()
+            WHERE projection = $1 AND position = $2 AND status = 'running' RETURNING projection
+            """, [.text(checkpoint), .int64(first - 1), .int64(last)], name: "advance facts checkpoint")
+        guard advanced.count == 1 else { return false }
+        try copy(facts, on: connection)
+        return true
+    }
+
+    static func copy(_ facts: [Fact], on connection: Connection) throws {
+        guard !facts.isEmpty else { return }
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(facts.count * 256)
+        for f in facts { FactRows.append(f, version: version, to: &buffer) }
+        try connection.copyIn("COPY public.facts (\(FactRows.columns)) FROM STDIN") { writer in try writer.write(buffer) }
+    }
+
+    /// Derives the facts of up to `limit` events after the checkpoint, in one transaction holding
+    /// the checkpoint row (SKIP LOCKED: another process deriving is left alone). Returns the
+    /// positions derived, nil when nothing was to do or the row was busy.
+    static func derive(limit: Int, on connection: Connection) throws -> ClosedRange<Int64>? {
+        try ensureCheckpoint(on: connection)
+        let peek = try connection.query(
+            "SELECT c.position, h.position AS head FROM projection_checkpoints c CROSS JOIN event_head h WHERE c.projection = $1",
+            [.text(checkpoint)], name: "facts behind head?")
+        if let row = peek.first, try row.decode(Int64.self, "position") >= row.decode(Int64.self, "head") { return nil }
+        do {
+            let derived = try deriveBatch(limit: limit, on: connection)
+            if derived != nil {
+                try connection.query(
+                    "UPDATE projection_checkpoints SET status = 'running', last_error = NULL, failed_position = NULL WHERE projection = $1 AND status <> 'running'",
+                    [.text(checkpoint)], name: "facts running")
+            }
+            return derived
+        } catch {
+            if connection.isBroken { throw error }
+            // Recorded where /readyz and /metrics look; every later pass retries (never skips).
+            _ = try? connection.query(
+                """
+                UPDATE projection_checkpoints SET status = 'failed', last_error = $2, failed_position = position + 1, updated_at = now()
+                WHERE projection = $1
+                """, [.text(checkpoint), .text(String(describing: error))], name: "facts failed")
+            throw error
+        }
+    }
+
+    private static func deriveBatch(limit: Int, on connection: Connection) throws -> ClosedRange<Int64>? {
+        try connection.transaction { connection -> ClosedRange<Int64>? in
+            guard let row = try connection.query(
+                "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
+                [.text(checkpoint)], name: "lock facts checkpoint").first else { return nil }
+            let from = try row.decode(Int64.self, "position")
+            let events = try connection.query(
+                """
+                SELECT position, stream_id, dedupe_key, source, type, environment, signed_at, expires_at, payload,
+                       ''::bytea AS raw, recorded_at
+                FROM events WHERE position > $1 ORDER BY position LIMIT $2
+                """, [.int64(from), .int64(Int64(limit))], name: "events to derive").rows.map(EventStore.decode)
+            guard let last = events.last?.position else { return nil }
+            for (offset, event) in events.enumerated() where event.position != from + 1 + Int64(offset) {
+                throw ProjectionError.gap(projection: .subscriptions, checkpoint: from + Int64(offset), found: event.position)
+            }
+            try copy(events.flatMap(FactDecoder.facts(of:)), on: connection)
+            try connection.query(
+                "UPDATE projection_checkpoints SET position = $2, updated_at = now() WHERE projection = $1",
+                [.text(checkpoint), .int64(last)], name: "facts checkpoint forward")
+            return (from + 1)...last
+        }
+    }
+
+    /// Every fact of an event (timeline and evidence views), in ordinal order.
+    static func facts(positions: [Int64], on connection: Connection) throws -> [Fact] {
+        guard !positions.isEmpty else { return [] }
+        return try connection.query(
+            "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND position = ANY($2) ORDER BY position, ordinal",
+            [.int64(Int64(version)), .array(positions.map { .int64($0) }, of: .int8)], name: "facts of events")
+            .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+    }
+
+    /// The facts of `keys` (up to `upTo`), and the order facts without a subscription that may
+    /// join them (refunds and inquiries naming one of their WeChat orders); fold both with
+    /// `SubscriptionProjection.attach`.
+    static func facts(
+        of keys: [SubscriptionKey], upTo: Int64? = nil, on connection: Connection
+    ) throws -> (attached: [SubscriptionKey: [Fact]], candidates: [Fact]) {
+        if keys.isEmpty { return ([:], []) }
+        let limit = upTo ?? .max
+        let rows = try connection.query(
+            """
+            SELECT \(FactRows.columns) FROM public.facts
+            WHERE schema_version = $1 AND subscription = ANY($2) AND position <= $3
+            ORDER BY subscription, position, ordinal
+            """, [.int64(Int64(version)), .array(keys.map { .text($0.text) }, of: .text), .int64(limit)],
+            name: "facts of subscriptions")
+        var attached: [SubscriptionKey: [Fact]] = [:]
+        var ids = Set<String>()
+        for row in rows.rows {
+            let fact = try FactRows.fact(FactQueryRow(row: row))
+            guard let key = fact.subscription else { continue }
+            attached[key, default: []].append(fact)
+            if fact.origin == .wechat || fact.kind == .orderAlias {
+                if let id = fact.transactionId { ids.insert(id) }
+                if let id = fact.orderAlias { ids.insert(id) }
+            }
+        }
+        let candidates = try unattached(naming: ids, upTo: limit, on: connection)
+        return (attached, candidates)
+    }
+
+    /// Facts without a subscription naming any of `ids`, following the ids they bring in.
+    static func unattached(naming start: Set<String>, upTo: Int64, on connection: Connection) throws -> [Fact] {
+        var ids = start
+        var frontier = Array(start)
+        var found: [Int64: [Int: Fact]] = [:]
+        var rounds = 0
+        while !frontier.isEmpty && rounds < 8 {
+            rounds += 1
+            let rows = try connection.query(
+                """
+                SELECT \(FactRows.columns) FROM public.facts
+                WHERE schema_version = $1 AND subscription IS NULL AND origin IN ('wechat', 'ledger') AND position <= $3
+                  AND (transaction_id = ANY($2) OR order_alias = ANY($2))
+                """, [.int64(Int64(version)), .array(frontier.map { .text($0) }, of: .text), .int64(upTo)],
+                name: "order facts without subscription")
+            frontier = []
+            for row in rows.rows {
+                let fact = try FactRows.fact(FactQueryRow(row: row))
+                found[fact.position, default: [:]][fact.ordinal] = fact
+                for id in [fact.transactionId, fact.orderAlias].compactMap({ $0 }) where ids.insert(id).inserted {
+                    frontier.append(id)
+                }
+            }
+        }
+        return found.keys.sorted().flatMap { p in found[p]!.keys.sorted().map { found[p]![$0]! } }
+    }
+
+    /// The subscriptions `facts` concern: their own, and for facts without one, those whose
+    /// orders they name (through aliases stated anywhere).
+    static func subscriptions(touchedBy facts: [Fact], on connection: Connection) throws -> Set<SubscriptionKey> {
+        var keys = Set(facts.compactMap(\.subscription))
+        var ids = Set<String>()
+        for f in facts where f.subscription == nil {
+            if let id = f.transactionId { ids.insert(id) }
+            if let id = f.orderAlias { ids.insert(id) }
+        }
+        var frontier = Array(ids)
+        var rounds = 0
+        while !frontier.isEmpty && rounds < 8 {
+            rounds += 1
+            let rows = try connection.query(
+                """
+                SELECT subscription, transaction_id, order_alias FROM public.facts
+                WHERE schema_version = $1 AND origin IN ('wechat', 'ledger') AND (transaction_id = ANY($2) OR order_alias = ANY($2))
+                UNION
+                SELECT subscription, transaction_id, order_alias FROM public.facts
+                WHERE schema_version = $1 AND order_alias = ANY($2)
+                """, [.int64(Int64(version)), .array(frontier.map { .text($0) }, of: .text)], name: "subscriptions of orders")
+            frontier = []
+            for row in rows.rows {
+                if let s = try row.decode(String?.self, "subscription"), let key = SubscriptionKey(text: s) { keys.insert(key) }
+                for column in ["transaction_id", "order_alias"] {
+                    if let id = try row.decode(String?.self, column), ids.insert(id).inserted { frontier.append(id) }
+                }
+            }
+        }
+        return keys
+    }
+
+    /// The subscriptions touched by the events `from…to` (worker batches).
+    static func subscriptions(touchedByPositions range: ClosedRange<Int64>, on connection: Connection) throws -> Set<SubscriptionKey> {
+        let rows = try connection.query(
+            """
+            SELECT \(FactRows.columns) FROM public.facts
+            WHERE schema_version = $1 AND position BETWEEN $2 AND $3 AND (subscription IS NOT NULL OR transaction_id IS NOT NULL)
+            """, [.int64(Int64(version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "facts of positions")
+        return try subscriptions(touchedBy: rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) }, on: connection)
+    }
+}
