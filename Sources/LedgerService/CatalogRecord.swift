@@ -46,3 +46,53 @@ enum CatalogRecord {
 
     static func digest(of fact: Fact) -> String? { fact.details["digest"]?.text }
 }
+
+extension LedgerApp {
+    /// Records this instance's catalog as a `config/catalog` event when its digest differs from the
+    /// last one recorded (`serve` calls it at start; every instance may, the dedupe key makes two
+    /// instances starting together record one transition). Returns whether it recorded one.
+    @discardableResult
+    public func recordCatalogIfChanged() async throws -> Bool {
+        let recorded: [Fact]
+        do { recorded = try await queries.recordedCatalogs() } catch { throw StoreError.unavailable("\(error)") }
+        let digest = CatalogRecord.digest(catalog)
+        if let last = recorded.last, CatalogRecord.digest(of: last) == digest { return false }
+        let event = CatalogRecord.event(catalog, afterPosition: recorded.last?.position ?? 0,
+                                        instance: ProcessInfo.processInfo.hostName + ":" + String(getpid()), at: Self.nowMillis())
+        let outcome = try await store.append(event)
+        if !outcome.duplicate {
+            log.info("recorded the product catalog", ["digest": String(digest.prefix(16)), "default": catalog.grantsProductIds])
+        }
+        return !outcome.duplicate
+    }
+
+    /// `/readyz` detail: which catalog this instance runs, and whether it is the last one recorded
+    /// (instances started with different catalogs answer entitlements differently).
+    func catalogHealth() async -> [String: Any] {
+        let digest = CatalogRecord.digest(catalog)
+        var out: [String: Any] = ["digest": digest, "products": catalog.products.count]
+        if catalog.grantsProductIds {
+            out["default"] = true
+            out["note"] = "no product catalog is configured: each product grants an entitlement named after its productId"
+        }
+        if let last = try? await queries.recordedCatalogs().last, let recorded = CatalogRecord.digest(of: last) {
+            out["lastRecordedDigest"] = recorded
+            if recorded != digest {
+                out["mismatch"] = "this instance's catalog differs from the last one recorded (position \(last.position)); instances running different catalogs grant different entitlements"
+            }
+        }
+        return out
+    }
+
+    /// Products of entitled subscriptions the configured catalog does not list: counted in
+    /// `/metrics` (`ledger_unmapped_products`) and logged once per product.
+    func unmappedProductsMetric() async -> String {
+        guard !catalog.grantsProductIds, let products = try? await queries.unmappedProducts(now: Self.nowMillis()) else { return "" }
+        let fresh = unmappedLogged.withLock { logged in products.filter { logged.insert($0).inserted } }
+        for product in fresh {
+            log.warn("an active product is missing from the product catalog; it grants no entitlement", ["productId": product])
+        }
+        return "# HELP ledger_unmapped_products Products of entitled subscriptions that the product catalog does not list\n"
+            + "# TYPE ledger_unmapped_products gauge\nledger_unmapped_products \(products.count)\n"
+    }
+}

@@ -8,7 +8,8 @@ extension LedgerApp {
         router.add("GET", "/healthz") { _ in JSONBody.response(200, ["status": "ok"]) }
         router.add("GET", "/readyz") { [self] _ in await readiness() }
         router.add("GET", "/metrics") { [self] _ in
-            .text(200, metrics.render() + (await projectionMetrics()), contentType: "text/plain; version=0.0.4; charset=utf-8")
+            .text(200, metrics.render() + (await projectionMetrics()) + (await unmappedProductsMetric()),
+                  contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
     }
 
@@ -38,6 +39,7 @@ extension LedgerApp {
             body["reason"] = "\(error)"
         }
         body["projections"] = await projectionHealth(&ready)
+        body["catalog"] = await catalogHealth()
         body["status"] = ready ? "ready" : "not_ready"
         return JSONBody.response(ready ? 200 : 503, body)
     }

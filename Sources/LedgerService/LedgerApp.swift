@@ -3,6 +3,7 @@ import HTTPServer
 import LedgerCore
 import LedgerStore
 import Postgres
+import Synchronization
 
 /// The running service: configuration, the database pool and event store, metrics, and the
 /// router that ties the HTTP endpoints to them. `ServeCommand` builds one and serves it; tests
@@ -21,6 +22,8 @@ public final class LedgerApp: Sendable {
     public let projector: Projector
     public let queries: ProjectionQueries
     let worker: ProjectionWorker
+    /// Unmapped products already logged (each is logged once per process).
+    let unmappedLogged = Mutex<Set<String>>([])
 
     public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) throws(LedgerAppError) {
         self.configuration = configuration
@@ -90,6 +93,7 @@ public final class LedgerApp: Sendable {
         addQueryRoutes(to: &router)
         addWeChatRoutes(to: &router)
         addRefundRoutes(to: &router)
+        addCustomerRoutes(to: &router)
         return router
     }
 
@@ -132,6 +136,16 @@ extension LedgerApp {
     /// Starts the projection catch-up worker beside the HTTP server: it advances projections that
     /// fell behind the live hook (after a failure was fixed, or a restart) from their checkpoints.
     public func startBackgroundWork() async {
+        // The catalog this instance runs with is on record before it answers with it; a database
+        // that is down now is retried in the background.
+        Task.detached { [self] in
+            for attempt in 0..<60 {
+                do { try await recordCatalogIfChanged(); return } catch {
+                    if attempt == 0 { self.log.warn("could not record the product catalog yet; retrying", ["error": "\(error)"]) }
+                    try? await Task.sleep(for: .seconds(5))
+                }
+            }
+        }
         let worker = self.worker, log = self.log
         Task.detached {
             await worker.run(pollInterval: .seconds(1)) { error in

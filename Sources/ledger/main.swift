@@ -12,6 +12,7 @@ commands:
   migrate          apply pending database migrations (Migrations/*.sql), exactly once each
   rebuild          rebuild projections from position 0 into fresh tables and swap them in
   project          run the catch-up worker that advances projection checkpoints
+  rederive         derive the facts of this build's fact schema version for every event
   verify-payload   verify an Apple JWS or notification body offline and print it decoded
   simulate         post realistic signed subscription lifecycles to a running service
   bench            benchmarks: append | ingest | read | rebuild | refund-inquiry | verify | fold
@@ -34,6 +35,7 @@ do {
     case "migrate": try await MigrateCommand.run(rest)
     case "rebuild": try await RebuildCommand.run(rest)
     case "project": try await ProjectCommand.run(rest)
+    case "rederive": try await RederiveCommand.run(rest)
     case "verify-payload": try await VerifyPayloadCommand.run(rest)
     case "simulate": try await SimulateCommand.run(rest)
     case "bench": try await BenchCommand.run(rest)

@@ -14,10 +14,11 @@ final class QueryAPITests: XCTestCase {
     /// SUBSCRIBED on day 0 for a month, DID_RENEW on day 30 for another month, a REFUND of the
     /// renewal on day 40: the subscription is revoked from then on.
     func lifecycle(_ h: ServiceHarness, otid: String, token: String) throws -> [Data] {
-        var first = AppleTestAuthority.sample(originalTransactionId: otid, transactionId: otid + "1", signedDate: t0, expiresDate: t0 + 30 * day)
+        var first = AppleTestAuthority.sample(environment: "Production", originalTransactionId: otid, transactionId: otid + "1",
+                                              signedDate: t0, expiresDate: t0 + 30 * day)
         first.transaction.appAccountToken = token
-        var renew = AppleTestAuthority.sample(type: "DID_RENEW", subtype: nil, originalTransactionId: otid, transactionId: otid + "2",
-                                              signedDate: t0 + 30 * day, expiresDate: t0 + 60 * day)
+        var renew = AppleTestAuthority.sample(type: "DID_RENEW", subtype: nil, environment: "Production", originalTransactionId: otid,
+                                              transactionId: otid + "2", signedDate: t0 + 30 * day, expiresDate: t0 + 60 * day)
         renew.transaction.appAccountToken = token
         renew.transaction.purchaseDate = AppleTime(t0 + 30 * day)
         var refund = renew
@@ -82,7 +83,8 @@ final class QueryAPITests: XCTestCase {
         try await withService(configJSON: Self.catalog) { h in
             let token = "6f0c1b2a-0000-4000-8000-000000000002"
             let now = LedgerApp.nowMillis()
-            var s = AppleTestAuthority.sample(originalTransactionId: "8000000000000002", signedDate: now - day, expiresDate: now + 300 * day)
+            var s = AppleTestAuthority.sample(environment: "Production", originalTransactionId: "8000000000000002",
+                                              signedDate: now - day, expiresDate: now + 300 * day)
             s.transaction.productId = "com.example.yearly"
             s.renewal.productId = "com.example.yearly"
             s.transaction.appAccountToken = token
@@ -115,14 +117,20 @@ final class QueryAPITests: XCTestCase {
             XCTAssertEqual(answer4.status, 404)
             let answer5 = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "auditor-token")
             XCTAssertEqual(answer5.status, 403)
-            for bad in ["at=yesterday", "at=-5", "recordedAt=1e3", "at=1&recordedAt=2", "at=99999999999999999999"] {
+            for bad in ["at=yesterday", "at=-5", "recordedAt=1e3", "at=1&recordedAt=x", "at=99999999999999999999",
+                        "environment=PROD", "environment=Xcode", "environment="] {
                 let a = try await h.request("GET", path + "?" + bad, token: "app-token")
                 XCTAssertEqual(a.status, 400, bad)
                 XCTAssertEqual(a.errorCode, "invalid_parameter", bad)
             }
-            // SQL in a path parameter is just an unknown id.
+            // SQL in a path parameter is not an originalTransactionId (1–20 digits).
             let injection = try await h.request("GET", "/v1/subscriptions/x'%3B%20DROP%20TABLE%20events%3B--", token: "app-token")
-            XCTAssertEqual(injection.status, 404)
+            XCTAssertEqual(injection.status, 400)
+            XCTAssertEqual(injection.errorCode, "invalid_parameter")
+            for badId in ["123456789012345678901", "12a4", "%20123", "ledger:admin"] {
+                let a = try await h.request("GET", "/v1/subscriptions/\(badId)", token: "app-token")
+                XCTAssertEqual(a.status, 400, badId)
+            }
             XCTAssertEqual(try h.eventCount(), 0)
         }
     }

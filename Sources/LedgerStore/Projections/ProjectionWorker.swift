@@ -234,7 +234,7 @@ public enum ProjectionStatusReader {
         let result = try connection.query(
             """
             SELECT c.projection, c.position, h.position AS head, c.status, c.last_error, c.failed_position
-            FROM projection_checkpoints c CROSS JOIN event_head h ORDER BY c.projection
+            FROM projection_checkpoints c CROSS JOIN event_head h WHERE c.status <> 'retired' ORDER BY c.projection
             """, name: "projection statuses")
         return try result.rows.map { row in
             let position = try row.decode(Int64.self, "position")
