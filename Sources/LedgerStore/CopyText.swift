@@ -14,9 +14,11 @@ struct CopyText {
         var end = bytes.count
         if end > 0 && bytes[end - 1] == 0x0A { end -= 1 }
         var start = 0
-        var i = 0
-        while i <= end {
-            if i == end || bytes[i] == 0x09 {
+        // memchr finds the tabs: scanning byte by byte was the rebuild's largest client cost.
+        if let base = bytes.baseAddress {
+            while start <= end {
+                let found = end > start ? memchr(base + start, 0x09, end - start) : nil
+                let i = found.map { base.distance(to: UnsafeRawPointer($0)) } ?? end
                 if i - start == 2 && bytes[start] == 0x5C && bytes[start + 1] == 0x4E {
                     bounds.append((-1, -1))
                 } else {
@@ -24,12 +26,17 @@ struct CopyText {
                 }
                 start = i + 1
             }
-            i += 1
         }
         self.bounds = bounds
     }
 
     var count: Int { bounds.count }
+
+    /// Whether field `i` holds exactly `bytes` (false for NULL); no String is made.
+    func equals(_ i: Int, _ other: [UInt8]) -> Bool {
+        guard let f = field(i), f.count == other.count else { return false }
+        return other.withUnsafeBytes { memcmp($0.baseAddress!, f.baseAddress!, f.count) == 0 }
+    }
 
     private func field(_ i: Int) -> UnsafeRawBufferPointer? {
         let (s, e) = bounds[i]

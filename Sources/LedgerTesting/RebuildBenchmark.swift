@@ -63,6 +63,7 @@ public enum RebuildBenchmark {
     ) async throws -> Result {
         let database = try TestDatabase.create(serverConninfo: conninfo, prefix: "ledger_bench")
         let target = database.adminConninfo
+        if keepDatabase { FileHandle.standardError.write(Data("keeping the benchmark database: \(target)\n".utf8)) }
         defer { if !keepDatabase { try? database.drop() } }
 
         let clock = ContinuousClock()

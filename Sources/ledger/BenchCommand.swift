@@ -17,7 +17,7 @@ enum BenchCommand {
       read            GET /v1/subscriptions/{id} on a populated spawned service: max req/s and p99 at a
                       fixed rate        --subscriptions N (5000) --connections C (32) --rate R (2000) --seconds S (10)
       rebuild         rebuild every projection from N seeded events vs COPY of the same rows
-                      --events N (1000000)
+                      --events N (1000000) --keep-database
       refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: p50/p99 and req/s
                       --inquiries N (2000) --connections C (16)
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
@@ -37,7 +37,7 @@ enum BenchCommand {
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
                                       "seconds", "inquiries"],
-                             help: help)
+                             boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
             guard !server.isEmpty else {
@@ -77,7 +77,8 @@ enum BenchCommand {
         case "rebuild":
             let events = try args.int("events", default: 1_000_000)
             let bar = ProgressBar(total: events, label: "rebuild")
-            let report = try await RebuildBenchmark.run(conninfo: try needServer(), events: events) { phase, done, total in
+            let report = try await RebuildBenchmark.run(conninfo: try needServer(), events: events,
+                                                        keepDatabase: args.has("keep-database")) { phase, done, total in
                 if phase != "seed" { bar.update(done) }
             }
             bar.finish(events)

@@ -101,7 +101,8 @@ enum FactRows {
     }
 
     /// One stored fact. Throws `ProjectionError.corrupt` for a row this build cannot read.
-    static func fact(_ r: some FactFields) throws -> Fact {
+    /// `knownSubscription`: the row's subscription when the caller has already parsed it.
+    static func fact(_ r: some FactFields, knownSubscription: SubscriptionKey? = nil) throws -> Fact {
         guard let position = r.integer(.position), let recordedAt = r.integer(.recordedAt),
               let streamId = r.string(.streamId), let kindText = r.string(.kind), let originText = r.string(.origin),
               let signedAt = r.integer(.signedAt), let effectiveAt = r.integer(.effectiveAt) else {
@@ -110,8 +111,8 @@ enum FactRows {
         guard let kind = FactKind(rawValue: kindText), let origin = FactOrigin(rawValue: originText) else {
             throw ProjectionError.corrupt("the fact at position \(position) has kind \(kindText) / origin \(originText), unknown to this build; derive facts for this build's schema version with `ledger rederive`")
         }
-        var subscription: SubscriptionKey?
-        if let s = r.string(.subscription) {
+        var subscription: SubscriptionKey? = knownSubscription
+        if knownSubscription == nil, let s = r.string(.subscription) {
             guard let key = SubscriptionKey(text: s) else { throw ProjectionError.corrupt("fact subscription '\(s)' is not <environment>:<id>") }
             subscription = key
         }

@@ -389,7 +389,8 @@ public struct Rebuilder: Sendable {
                 }
                 try reader.query("SET TRANSACTION SNAPSHOT '\(snapshot)'", name: "import snapshot")
             }
-            var current: String?
+            var current: SubscriptionKey?
+            var currentBytes: [UInt8] = []
             var facts: [Fact] = []
             var rows = 0
             var reported = 0
@@ -397,9 +398,9 @@ public struct Rebuilder: Sendable {
             var bounds: [(Int, Int)] = []
             bounds.reserveCapacity(FactColumn.allCases.count)
             func emit() throws {
-                if let current, !facts.isEmpty, let key = SubscriptionKey(text: current) {
+                if let current, !facts.isEmpty {
                     subscriptions += 1
-                    try subscription(key, facts)
+                    try subscription(current, facts)
                 }
                 facts.removeAll(keepingCapacity: true)
             }
@@ -410,12 +411,17 @@ public struct Rebuilder: Sendable {
                     guard text.count == FactColumn.allCases.count else {
                         throw ProjectionError.corrupt("a COPY row has \(text.count) fields, expected \(FactColumn.allCases.count)")
                     }
-                    let key = text.string(FactColumn.subscription.rawValue) ?? ""
-                    if key != current {
+                    // Rows come grouped by subscription: compare bytes, parse the key once per group.
+                    if current == nil || !text.equals(FactColumn.subscription.rawValue, currentBytes) {
                         try emit()
+                        let raw = text.string(FactColumn.subscription.rawValue) ?? ""
+                        guard let key = SubscriptionKey(text: raw) else {
+                            throw ProjectionError.corrupt("fact subscription '\(raw)' is not <environment>:<id>")
+                        }
                         current = key
+                        currentBytes = Array(raw.utf8)
                     }
-                    facts.append(try FactRows.fact(FactCopyRow(text: text)))
+                    facts.append(try FactRows.fact(FactCopyRow(text: text), knownSubscription: current))
                 }
                 rows += 1
                 if rows & 0x3FFF == 0 {
