@@ -44,18 +44,26 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
         self.column = column
     }
 
-    /// True when the database could not be reached or the connection broke: the caller should
-    /// answer "try again later" (HTTP 503), not "your input is wrong".
+    /// True when the database could not be reached, the connection broke, or the statement lost
+    /// a race it may win on a retry: the caller should answer "try again later" (HTTP 503), not
+    /// "your input is wrong" (4xx) or "the ledger is broken" (500).
     public var isUnavailable: Bool {
         switch kind {
         case .unavailable, .connectionLost, .poolTimeout, .poolClosed: return true
-        case .server: return sqlState.map(Self.isConnectionState) ?? false
+        case .server: return sqlState.map(Self.isTransientState) ?? false
         default: return false
         }
     }
 
     /// Class 08 (connection exception), 57P01–57P03 (shutdown, crash, not yet accepting) and
-    /// 53300 (too many connections) all mean "the server is not there for you right now".
+    /// 53300 (too many connections) mean "the server is not there for you right now"; 40001
+    /// (serialization failure), 40P01 (deadlock), 55P03 (lock not available) and 57014 (cancelled,
+    /// e.g. by `statement_timeout`) mean "this attempt lost; the same request may succeed".
+    static func isTransientState(_ state: String) -> Bool {
+        isConnectionState(state) || ["40001", "40P01", "55P03", "57014"].contains(state)
+    }
+
+    /// The states that mean the connection itself is gone or refused (the session is unusable).
     static func isConnectionState(_ state: String) -> Bool {
         state.hasPrefix("08") || state == "57P01" || state == "57P02" || state == "57P03" || state == "53300"
     }

@@ -105,6 +105,31 @@ final class PostgresTests: XCTestCase {
         XCTAssertEqual(try connection.query("SELECT 1::int8 AS one").first!.decode(Int64.self, "one"), 1)
     }
 
+    /// Lost races and cancellations are "retry later" (HTTP 503), not defects: serialization
+    /// failure, deadlock, lock not available, statement timeout; the connection stays usable.
+    func testTransientServerStatesAreUnavailableAndTheConnectionSurvives() throws {
+        let connection = try connect()
+        for state in ["40001", "40P01", "55P03"] {
+            XCTAssertThrowsError(try connection.query("DO $$ BEGIN RAISE EXCEPTION 'lost a race' USING ERRCODE = '\(state)'; END $$")) { error in
+                let error = error as! PostgresError
+                XCTAssertEqual(error.sqlState, state)
+                XCTAssertEqual(error.kind, .server, "the connection itself is fine")
+                XCTAssertTrue(error.isUnavailable, state)
+            }
+        }
+        try connection.query("SET statement_timeout = 20")
+        XCTAssertThrowsError(try connection.query("SELECT pg_sleep(1)")) { error in
+            let error = error as! PostgresError
+            XCTAssertEqual(error.sqlState, "57014")
+            XCTAssertTrue(error.isUnavailable)
+        }
+        try connection.query("RESET statement_timeout")
+        XCTAssertEqual(try connection.query("SELECT 1 AS one").first?.decode(Int64.self, "one"), 1)
+        XCTAssertThrowsError(try connection.query("DO $$ BEGIN RAISE EXCEPTION 'bad input' USING ERRCODE = '22023'; END $$")) { error in
+            XCTAssertFalse((error as! PostgresError).isUnavailable, "a refusal of the input is not transient")
+        }
+    }
+
     func testTransactionRollsBackOnThrowAndDetectsSwallowedErrors() throws {
         struct Boom: Error {}
         let connection = try connect()
