@@ -262,10 +262,12 @@ final class ServerCore: Sendable {
             ), for: state, on: connection)
         }
         let handler: HTTPHandler
+        var deadline = configuration.handlerTimeout
         switch (dispatch, state.match) {
         case let (.router, .matched(route, parameters)?):
             request.pathParameters = parameters
             handler = route.handler
+            if let own = route.deadline { deadline = own }
         case let (.router, .methodNotAllowed(allowed)?):
             return queue(Router.methodNotAllowed(request, allowed: allowed), for: state, on: connection)
         case (.router, _):
@@ -283,7 +285,7 @@ final class ServerCore: Sendable {
                 message: "The server is shutting down; retry the request, nothing was acknowledged."
             ), for: state, on: connection)
         }
-        guard let limit = configuration.handlerTimeout else {
+        guard let limit = deadline else {
             state.runs(Task { state.resume(with: await handler(frozen)) })
             return .YES
         }

@@ -8,6 +8,9 @@ public struct Route: Sendable {
     public let method: String
     public let pattern: String
     public let name: String?
+    /// This route's whole-request deadline, instead of the server's `handlerTimeout` (long
+    /// operations such as a rebuild or an export get their own, longer limit).
+    public let deadline: Duration?
     public let handler: HTTPHandler
     fileprivate let segments: [PatternSegment]
 
@@ -40,14 +43,17 @@ public struct Router: Sendable {
 
     /// Registers a handler. A malformed pattern or a duplicate (method, pattern) is a programming
     /// error in the route table, caught at start-up by a trap with the offending pattern named.
-    public mutating func add(_ method: String, _ pattern: String, name: String? = nil, _ handler: @escaping HTTPHandler) {
+    public mutating func add(
+        _ method: String, _ pattern: String, name: String? = nil, deadline: Duration? = nil, _ handler: @escaping HTTPHandler
+    ) {
         let method = method.uppercased()
         let segments = Router.parse(pattern)
         precondition(
             !routes.contains { $0.method == method && $0.segments == segments },
             "Router: \(method) \(pattern) is registered twice; remove one of the registrations."
         )
-        routes.append(Route(method: method, pattern: pattern, name: name, handler: handler, segments: segments))
+        precondition(deadline.map { $0 > .zero } ?? true, "Router: \(method) \(pattern) has a non-positive deadline.")
+        routes.append(Route(method: method, pattern: pattern, name: name, deadline: deadline, handler: handler, segments: segments))
     }
 
     /// (method, pattern) of every route, for cross-checking against the OpenAPI document.

@@ -422,6 +422,36 @@ final class HTTPServerShutdownTests: ServerTestCase {
         XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "quick")
     }
 
+    /// A route's own deadline replaces the server's: a long operation may run longer, a quick
+    /// route may be held to less; without either, nothing limits the handler.
+    func testARouteDeadlineOverridesTheServerHandlerTimeout() throws {
+        var router = Router()
+        router.add("GET", "/long", deadline: .seconds(5)) { _ in
+            try? await Task.sleep(for: .milliseconds(400))
+            return .text(200, "done")
+        }
+        router.add("GET", "/tight", deadline: .milliseconds(100)) { _ in
+            try? await Task.sleep(for: .milliseconds(400))
+            return .text(200, "late")
+        }
+        router.add("GET", "/default") { _ in
+            try? await Task.sleep(for: .milliseconds(400))
+            return .text(200, "late")
+        }
+        let (_, port) = try serve(router) { $0.handlerTimeout = .milliseconds(200) }
+        let client = try RawClient(port: port)
+        client.send("GET /long HTTP/1.1\r\nHost: x\r\n\r\n")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "done")
+        for path in ["/tight", "/default"] {
+            let started = Date()
+            client.send("GET \(path) HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 503, path)
+            XCTAssertEqual(response.errorBody?["error"], "handler_timeout", path)
+            XCTAssertLessThan(Date().timeIntervalSince(started), 0.35, path)
+        }
+    }
+
     func testReleasingARunningServerStopsItWithoutCrashing() throws {
         let entered = DispatchSemaphore(value: 0)
         var router = Router()
