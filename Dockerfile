@@ -11,10 +11,13 @@ RUN swift build -c release --product ledger --static-swift-stdlib
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends libpq5 libssl3 libmicrohttpd12 ca-certificates \
-    && rm -rf /var/lib/apt/lists/*
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ledger
 COPY --from=build /src/.build/release/ledger /usr/local/bin/ledger
 COPY Migrations /opt/ledger/Migrations
 COPY Resources /opt/ledger/Resources
 ENV LEDGER_MIGRATIONS_DIR=/opt/ledger/Migrations LEDGER_RESOURCES_DIR=/opt/ledger/Resources
+# Never root: the service needs no privilege beyond its port (8080 > 1024) and its files.
+USER ledger
 EXPOSE 8080
 CMD ["ledger", "serve"]

@@ -105,8 +105,39 @@ public struct LedgerConfiguration: Sendable {
 
     public init() {}
 
-    /// Reads `LEDGER_CONFIG` (if set) and then the environment overrides.
-    public static func load(environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigurationError) -> LedgerConfiguration {
+    /// Variables that hold a secret (or a URL that may carry a password). Each may instead be given
+    /// as `<NAME>_FILE`: the path of a file holding the value (Docker/Kubernetes secrets), so the
+    /// secret is never in the process environment or a compose file.
+    public static let secretVariables = [
+        "LEDGER_DATABASE_URL", "LEDGER_ADMIN_DATABASE_URL", "LEDGER_READ_DATABASE_URL", "LEDGER_TOKENS",
+        "LEDGER_APPLE_SHARED_SECRET", "LEDGER_WECHAT_TOKEN", "LEDGER_WECHAT_AES_KEY", "LEDGER_WECHAT_PREVIOUS_AES_KEY",
+        "LEDGER_WECHAT_APP_KEY", "LEDGER_WECHAT_APP_SECRET", "LEDGER_SESSION_KEY",
+    ]
+
+    /// The environment with every `<NAME>_FILE` of `secretVariables` read into `<NAME>`: the file's
+    /// content without its trailing newline. Naming both, or an unreadable file, is an error that
+    /// names the variable (never the content).
+    public static func resolvingSecretFiles(_ environment: [String: String]) throws(ConfigurationError) -> [String: String] {
+        var env = environment
+        for name in secretVariables {
+            guard let path = environment[name + "_FILE"], !path.isEmpty else { continue }
+            if let direct = environment[name], !direct.isEmpty {
+                throw .invalidValue(name: name + "_FILE", reason: "\(name) is set too; give the value or the file, not both")
+            }
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw .invalidValue(name: name + "_FILE", reason: "cannot read \(path); check that the file exists and this user may read it")
+            }
+            var value = String(decoding: data, as: UTF8.self)
+            while let last = value.unicodeScalars.last, last == "\n" || last == "\r" { value.unicodeScalars.removeLast() }
+            guard !value.isEmpty else { throw .invalidValue(name: name + "_FILE", reason: "\(path) is empty") }
+            env[name] = value
+        }
+        return env
+    }
+
+    /// Reads `LEDGER_CONFIG` (if set) and then the environment overrides (secrets possibly from `_FILE`s).
+    public static func load(environment raw: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigurationError) -> LedgerConfiguration {
+        let environment = try resolvingSecretFiles(raw)
         var config = LedgerConfiguration()
         if let path = environment["LEDGER_CONFIG"], !path.isEmpty {
             let data: Data

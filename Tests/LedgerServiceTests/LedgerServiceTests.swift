@@ -34,6 +34,38 @@ final class ConfigurationTests: XCTestCase {
         }
     }
 
+    /// Every secret variable may come from a file (`<NAME>_FILE`), never both, never echoed.
+    func testSecretsMayComeFromFiles() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        func file(_ name: String, _ content: String) throws -> String {
+            let url = dir.appendingPathComponent(name)
+            try Data(content.utf8).write(to: url)
+            return url.path
+        }
+        let c = try LedgerConfiguration.load(environment: [
+            "LEDGER_TOKENS_FILE": try file("tokens", "admin:from-a-file\n"),
+            "LEDGER_APPLE_SHARED_SECRET_FILE": try file("secret", "v1-secret\r\n"),
+            "LEDGER_DATABASE_URL_FILE": try file("db", "host=/tmp dbname=ledger user=ledger_service password=pw"),
+        ])
+        XCTAssertEqual(c.tokens.first?.sha256, Digest.sha256(Array("from-a-file".utf8)), "the trailing newline is not part of the token")
+        XCTAssertEqual(c.apple.sharedSecret?.value, "v1-secret")
+        XCTAssertEqual(c.databaseURL, "host=/tmp dbname=ledger user=ledger_service password=pw")
+        for name in LedgerConfiguration.secretVariables {
+            XCTAssertThrowsError(try LedgerConfiguration.load(environment: [name: "x", name + "_FILE": try file("both", "y")])) { error in
+                XCTAssertTrue("\(error)".contains(name + "_FILE"), "\(error)")
+            }
+        }
+        do {
+            _ = try LedgerConfiguration.load(environment: ["LEDGER_WECHAT_APP_KEY_FILE": dir.appendingPathComponent("missing").path])
+            XCTFail("an unreadable secret file must be refused")
+        } catch {
+            XCTAssertTrue("\(error)".contains("LEDGER_WECHAT_APP_KEY_FILE"), "\(error)")
+        }
+        XCTAssertThrowsError(try LedgerConfiguration.load(environment: ["LEDGER_TOKENS_FILE": try file("empty", "\n")]))
+    }
+
     func testConfigFileTokensMustBeHashes() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates ./secrets/ for docker-compose.yml: random database passwords, the two connection URLs
+# and bearer tokens (printed once so you can keep them). Refuses to overwrite existing secrets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -e secrets ]; then echo "secrets/ exists; remove it first to start over" >&2; exit 1; fi
+umask 077
+mkdir secrets
+rand() { head -c 24 /dev/urandom | base64 | tr -d '/+=' ; }
+pg="$(rand)"; svc="$(rand)"; app="$(rand)"; auditor="$(rand)"; admin="$(rand)"
+printf '%s' "$pg" > secrets/postgres_password
+printf '%s' "$svc" > secrets/service_db_password
+printf 'postgresql://postgres:%s@db:5432/ledger' "$pg" > secrets/admin_database_url
+printf 'postgresql://ledger_service:%s@db:5432/ledger' "$svc" > secrets/service_database_url
+printf 'app:%s,auditor:%s,admin:%s' "$app" "$auditor" "$admin" > secrets/ledger_tokens
+echo "tokens (keep them; they are also in secrets/ledger_tokens):"
+echo "  app:     $app"
+echo "  auditor: $auditor"
+echo "  admin:   $admin"
