@@ -13,6 +13,9 @@ printf '%s' "$svc" > secrets/service_db_password
 printf 'postgresql://postgres:%s@db:5432/ledger' "$pg" > secrets/admin_database_url
 printf 'postgresql://ledger_service:%s@db:5432/ledger' "$svc" > secrets/service_database_url
 printf 'app:%s,auditor:%s,admin:%s' "$app" "$auditor" "$admin" > secrets/ledger_tokens
+# The directory keeps other host users out; the files must be readable by the containers' own
+# non-root users (compose bind-mounts them with these modes).
+chmod 644 secrets/*
 echo "tokens (keep them; they are also in secrets/ledger_tokens):"
 echo "  app:     $app"
 echo "  auditor: $auditor"
