@@ -307,15 +307,21 @@ final class ImmutabilityTests: StoreTestCase {
                 XCTAssertEqual((error as? PostgresError)?.sqlState, "42501", "\(sql): \(error)")
             }
         }
-        // INSERT is granted, but not around the head counter.
-        XCTAssertThrowsError(try service.query(
+        // No direct INSERT at all (0005): the only way in is append_events().
+        for position in [1, 2] {
+            XCTAssertThrowsError(try service.query(
+                "INSERT INTO events (position, stream_id, dedupe_key, source, type, payload, raw) VALUES (\(position), 's', 'k', 'apple', 't', '{}', '\\x00')")) { error in
+                XCTAssertEqual((error as? PostgresError)?.sqlState, "42501", "\(error)")
+            }
+        }
+        // Even a superuser's direct insert must claim a position append_events() handed out.
+        XCTAssertThrowsError(try admin().query(
             "INSERT INTO events (position, stream_id, dedupe_key, source, type, payload, raw) VALUES (2, 's', 'k', 'apple', 't', '{}', '\\x00')")) { error in
-            XCTAssertEqual((error as? PostgresError)?.sqlState, "42501", "\(error)")
             XCTAssertTrue("\(error)".contains("append_events"), "\(error)")
         }
-        XCTAssertThrowsError(try service.query(
-            "INSERT INTO events (position, stream_id, dedupe_key, source, type, payload, raw) VALUES (1, 's', 'k', 'apple', 't', '{}', '\\x00')")) { error in
-            XCTAssertEqual((error as? PostgresError)?.sqlState, "23505", "\(error)")
+        // Every statement of the service role is bounded (a hung lock or plan answers 503, not never).
+        for (setting, value) in [("statement_timeout", "5s"), ("lock_timeout", "4s"), ("idle_in_transaction_session_timeout", "1min")] {
+            XCTAssertEqual(try service.query("SELECT current_setting('\(setting)') AS v").first?.decode(String.self, "v"), value, setting)
         }
         // 0002 seeds the real projections' rows; a projection of its own keeps this independent of them.
         try service.query("INSERT INTO projection_checkpoints (projection) VALUES ('store_test_projection')")

@@ -31,7 +31,7 @@ public struct FactDeriver: Sendable {
 
     public func status() throws(ProjectionError) -> Status {
         do {
-            let connection = try Connection(conninfo: conninfo)
+            let connection = try Connection.unbounded(conninfo: conninfo)
             try FactStore.ensureCheckpoint(on: connection)
             let head = try connection.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? 0
             var versions: [Int: Int64] = [:]
@@ -50,7 +50,7 @@ public struct FactDeriver: Sendable {
     /// Derives until this version reaches the head; `progress(derivedUpTo, head)`.
     public func run(batch: Int = 2_000, progress: @escaping @Sendable (Int64, Int64) -> Void = { _, _ in }) async throws(ProjectionError) -> Status {
         try await Rebuilder.offThread {
-            let connection = try Connection(conninfo: conninfo)
+            let connection = try Connection.unbounded(conninfo: conninfo)
             while let range = try FactStore.derive(limit: batch, on: connection) {
                 let head = try connection.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? 0
                 progress(range.upperBound, head)
@@ -63,7 +63,7 @@ public struct FactDeriver: Sendable {
     /// once no running instance reads them). Returns the fact rows deleted.
     public func dropOtherVersions() throws(ProjectionError) -> Int {
         do {
-            let connection = try Connection(conninfo: conninfo)
+            let connection = try Connection.unbounded(conninfo: conninfo)
             return try connection.transaction { connection -> Int in
                 let deleted = try connection.query(
                     "WITH d AS (DELETE FROM public.facts WHERE schema_version <> $1 RETURNING 1) SELECT count(*) AS n FROM d",

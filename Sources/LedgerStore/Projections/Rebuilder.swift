@@ -167,7 +167,7 @@ public struct Rebuilder: Sendable {
         let started = ContinuousClock.now
         let names = projections.sorted()
         let tables = names.flatMap(\.tables)
-        let writer = try Connection(conninfo: conninfo)
+        let writer = try Connection.unbounded(conninfo: conninfo)
         guard try writer.query("SELECT pg_try_advisory_lock($1) AS locked", [.int64(Self.advisoryLockKey)], name: "rebuild lock")
             .first?.decode(Bool.self, "locked") == true else { throw ProjectionError.rebuildInProgress }
         // Closing the connection releases the session lock even when unlocking fails.
@@ -187,7 +187,7 @@ public struct Rebuilder: Sendable {
         }
 
         // One snapshot shared by every partition: exported here, imported by each reader.
-        let exporter = try Connection(conninfo: conninfo)
+        let exporter = try Connection.unbounded(conninfo: conninfo)
         let (head, snapshot, bounds, totalFacts) = try Self.openSnapshot(on: exporter, partitions: partitions)
         let orderFacts = try Self.orderFacts(upTo: head, on: exporter)
         let now = projector.clock()
@@ -198,7 +198,7 @@ public struct Rebuilder: Sendable {
         }
         let results = Self.inParallel(bounds.count) { index -> Result<(Int, Int), any Error> in
             Result {
-                let writer = try Connection(conninfo: conninfo)
+                let writer = try Connection.unbounded(conninfo: conninfo)
                 return try writer.transaction { writer -> (Int, Int) in
                     try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
                     var buffers = CopyBuffers()
@@ -284,7 +284,7 @@ public struct Rebuilder: Sendable {
     func diff(progress: @escaping (Int, Int) -> Void) throws -> RebuildReport {
         let started = ContinuousClock.now
         let now = projector.clock()
-        let connection = try Connection(conninfo: conninfo)
+        let connection = try Connection.unbounded(conninfo: conninfo)
         try Self.deriveMissingFacts(on: connection)
         var stored: [String: Set<EntitlementChange>] = [:]
         let rows = try connection.query(
@@ -379,7 +379,7 @@ public struct Rebuilder: Sendable {
         snapshot: String?, range: StreamRange, head: Int64, progress: (Int) -> Void,
         _ subscription: (SubscriptionKey, [Fact]) throws -> Void
     ) throws -> (Int, Int) {
-        let reader = try Connection(conninfo: conninfo)
+        let reader = try Connection.unbounded(conninfo: conninfo)
         return try reader.transaction { reader -> (Int, Int) in
             try reader.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
             if let snapshot {
@@ -439,7 +439,7 @@ public struct Rebuilder: Sendable {
     func streamFacts(
         progress: @escaping (Int, Int) -> Void, _ subscription: (SubscriptionKey, [Fact], OrderFacts) throws -> Void
     ) throws -> (Int64, Int, Int) {
-        let exporter = try Connection(conninfo: conninfo)
+        let exporter = try Connection.unbounded(conninfo: conninfo)
         let (head, snapshot, _, totalFacts) = try Self.openSnapshot(on: exporter, partitions: 1)
         defer { _ = try? exporter.query("COMMIT", name: "end snapshot") }
         let orderFacts = try Self.orderFacts(upTo: head, on: exporter)
