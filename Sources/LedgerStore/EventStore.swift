@@ -79,6 +79,10 @@ public final class EventStore: Sendable {
     /// second lets the next batch reach the server while the current one commits, but halves the
     /// batches (measured: no gain on 2 cores). Kept configurable for faster disks and more cores.
     private let writers: [DispatchQueue]
+    /// Each writer's own connection, outside the pool: the group commit never queues behind
+    /// reads, `/readyz` probes or exports for a pooled connection, so a flood of those cannot turn
+    /// webhooks into 503s. Opened lazily on the writer's queue, replaced when it breaks.
+    private let writerConnections: Mutex<[Connection?]>
     private let linger: DispatchTimeInterval
 
     private struct Request: Sendable {
@@ -102,6 +106,7 @@ public final class EventStore: Sendable {
         precondition(writers > 0, "at least one writer")
         self.linger = .nanoseconds(Int(linger.components.seconds * 1_000_000_000 + linger.components.attoseconds / 1_000_000_000))
         self.writers = (0..<writers).map { DispatchQueue(label: "ledger.eventstore.append\($0)") }
+        self.writerConnections = Mutex(Array(repeating: nil, count: writers))
         queue = Mutex(PendingAppends(idleWriters: Array((0..<writers).reversed())))
         self.pool = pool
         self.hooks = hooks
@@ -196,13 +201,32 @@ public final class EventStore: Sendable {
             }
             if batch.isEmpty { return }
             lastBatch = batch.count
-            write(batch)
+            write(batch, writer: writer)
         }
     }
 
-    private func write(_ batch: [Request]) {
+    /// Runs `body` on writer `writer`'s own connection, (re)connecting when there is none or it
+    /// broke (a restarted server): the first batch after an outage pays the connect, none fails for it.
+    private func withWriterConnection<T>(_ writer: Int, _ body: (Connection) throws -> T) throws -> T {
+        let cached = writerConnections.withLock { $0[writer] }
+        let connection: Connection
+        if let cached, !cached.isBroken, cached.isAliveWhenIdle() {
+            connection = cached
+        } else {
+            connection = try Connection(conninfo: pool.conninfo)
+            writerConnections.withLock { $0[writer] = connection }
+        }
         do {
-            let (outcomes, reported) = try pool.withConnectionBlocking { connection in
+            return try body(connection)
+        } catch {
+            if connection.isBroken { writerConnections.withLock { $0[writer] = nil } }
+            throw error
+        }
+    }
+
+    private func write(_ batch: [Request], writer: Int) {
+        do {
+            let (outcomes, reported) = try withWriterConnection(writer) { connection in
                 try connection.transaction { connection in try self.insert(batch, on: connection) }
             }
             record(batch: batch, outcomes: outcomes, hookFailures: reported)
@@ -214,8 +238,8 @@ public final class EventStore: Sendable {
                 // Something in this batch is unacceptable; find it without failing the rest.
                 counters.withLock { $0.splits += 1 }
                 let middle = batch.count / 2
-                write(Array(batch[..<middle]))
-                write(Array(batch[middle...]))
+                write(Array(batch[..<middle]), writer: writer)
+                write(Array(batch[middle...]), writer: writer)
                 return
             }
             let events = batch.reduce(0) { $0 + $1.events.count }

@@ -202,7 +202,7 @@ public final class Connection: @unchecked Sendable {
     /// Cheap check before reuse: an idle connection whose socket is readable has been sent
     /// something unasked — after a server restart that is the termination notice and EOF — so read
     /// it and see whether the connection survived. Costs no round trip.
-    func isAliveWhenIdle() -> Bool {
+    public func isAliveWhenIdle() -> Bool {
         if isBroken { return false }
         let socket = PQsocket(handle)
         guard socket >= 0 else { return false }

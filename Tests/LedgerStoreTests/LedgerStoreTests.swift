@@ -289,6 +289,40 @@ final class MigrationResults: Sendable {
     var all: [Result<[String], MigrationError>] { results.withLock { $0 } }
 }
 
+/// The group-commit writer has a connection of its own: readers holding every pooled connection
+/// (a `/readyz` or read flood) cannot make appends wait for the pool and answer 503.
+final class WriterConnectionTests: StoreTestCase {
+    func testAppendsDoNotWaitForAnExhaustedPool() async throws {
+        let tiny = ConnectionPool(conninfo: database.serviceConninfo, maxConnections: 1, acquireTimeout: .milliseconds(200))
+        defer { tiny.close() }
+        let store = EventStore(pool: tiny)
+        let holding = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let reader = Task.detached {
+            try await tiny.withConnection { connection in
+                _ = try connection.query("SELECT 1")
+                holding.signal()
+                release.wait()
+            }
+        }
+        holding.wait()
+        let outcome = try await store.append(makeEvent(key: "while-the-pool-is-busy"))
+        XCTAssertEqual(outcome.position, 1)
+        XCTAssertFalse(outcome.duplicate)
+        // Reads still go through the pool, and time out while it is held.
+        do {
+            _ = try await store.headPosition()
+            XCTFail("the pool is held: a read must time out")
+        } catch {
+            XCTAssertTrue(error.isUnavailable, "\(error)")
+        }
+        release.signal()
+        try await reader.value
+        let head = try await store.headPosition()
+        XCTAssertEqual(head, 1)
+    }
+}
+
 final class FailureLog: Sendable {
     private let failures = Mutex<[HookFailure]>([])
     func add(_ failure: HookFailure) { failures.withLock { $0.append(failure) } }
