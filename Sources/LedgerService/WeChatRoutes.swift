@@ -83,7 +83,9 @@ extension LedgerApp {
         }
         do {
             var stream: String?
-            if case .byOrder(let ids, _) = note.stream { stream = try await subscriptionStream(forOrders: ids) }
+            if case .byOrder(let ids, _) = note.stream {
+                stream = try await subscriptionStream(forOrders: ids, dedupeKey: note.dedupeKey)
+            }
             let event = note.event(resolvedStream: stream)
             var batch = [event]
             batch += try await links(for: note, into: event.streamId)
@@ -110,8 +112,14 @@ extension LedgerApp {
         }
     }
 
-    /// The subscription stream of the delivery that paid one of `orderIds`, if it is known.
-    func subscriptionStream(forOrders orderIds: [String]) async throws(StoreError) -> String? {
+    /// Where a push that names only orders (refund inquiry, refund notify) goes: the stream its
+    /// earlier copy went to when WeChat re-pushes it (the dedupe key is unique per stream, so a
+    /// re-push routed anew after the order's delivery arrived would be stored twice); else the
+    /// subscription stream of the delivery that paid one of `orderIds`, if it is known.
+    func subscriptionStream(forOrders orderIds: [String], dedupeKey: String) async throws(StoreError) -> String? {
+        if let earlier = try await store.events(dedupeKeys: [dedupeKey]).first(where: { $0.event.source == .wechat }) {
+            return earlier.event.streamId
+        }
         let deliveries = try await store.events(dedupeKeys: orderIds.map { "deliver:" + $0 })
         let provisional = Set(orderIds.map { StreamNames.wechatProvisional(orderId: $0) })
         return deliveries.first { !provisional.contains($0.event.streamId) && !$0.event.streamId.hasPrefix("wechat:") }?.event.streamId

@@ -344,6 +344,41 @@ final class RefundCaseTests: XCTestCase {
         XCTAssertNil(c.first { $0.caseId == "apple:U" }?.reason)
     }
 
+    /// Stored before the link existed (dedupe keys are unique per stream): the same asking and
+    /// the same refund push stored once in the provisional stream and once in the subscription's.
+    /// Each counts once; both stay on the case's evidence trail.
+    func testTheSameMessageStoredInTwoStreamsCountsOnce() throws {
+        let provisional = StreamNames.wechatProvisional(orderId: "O4")
+        let once = [
+            W.event(W.inquiry(order: "O4", asked: 40), position: 1, stream: provisional),
+            W.event(W.refundNotify(order: "O4", at: 41), position: 2, stream: provisional),
+            W.event(W.deliver(order: "O4", paid: 39, renewal: 69), position: 3),
+        ]
+        var again = once + [W.event(W.inquiry(order: "O4", asked: 40), position: 4),
+                            W.event(W.refundNotify(order: "O4", at: 41), position: 5)]
+        again[3].recordedAt += 60_000
+        again[4].recordedAt += 60_000
+        let single = try XCTUnwrap(cases(once).first)
+        let twice = try XCTUnwrap(cases(again).first)
+        XCTAssertEqual(twice.inquiries.map(\.position), [1])
+        XCTAssertEqual(twice.refundOutcomes.map(\.position), [2])
+        XCTAssertEqual(twice.links, [1, 2, 3, 4, 5])
+        XCTAssertEqual(twice.lastRecordedAt, again[4].recordedAt)
+        var expected = single
+        expected.links = twice.links
+        expected.lastRecordedAt = twice.lastRecordedAt
+        XCTAssertEqual(twice, expected, "nothing else changes")
+        // A different asking (another refund_time) is another inquiry.
+        XCTAssertEqual(cases(once + [W.event(W.inquiry(order: "O4", asked: 40.5), position: 6)]).first?.inquiries.count, 2)
+        // Apple: the same notification content twice counts once.
+        let refund = appleEvent("REFUND", position: 7, signed: 12, revoked: 12)
+        var copy = refund
+        copy.position = 8
+        let apple = try XCTUnwrap(cases([refund, copy]).first)
+        XCTAssertEqual(apple.appleNotifications.count, 1)
+        XCTAssertEqual(apple.links, [7, 8])
+    }
+
     func testTwoFactsClaimingOnePlaceResolveByContentNotArrival() {
         let a = Fact(position: 1, recordedAt: 5, subscription: nil, kind: .refundInquiry, origin: .wechat, signedAt: 10,
                      transactionId: "P1")

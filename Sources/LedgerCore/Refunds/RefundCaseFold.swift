@@ -63,6 +63,22 @@ public enum RefundCaseFold {
 
     struct Place: Hashable { var position: Int64; var ordinal: Int }
 
+    /// Facts that state the same thing at different positions (a WeChat re-push stored again in
+    /// another stream, because the order's delivery arrived in between) count once: per content,
+    /// the earliest recorded is kept; the others are `repeats` (still evidence: their positions
+    /// are listed with the case).
+    static func restatementsRemoved(_ facts: [Fact]) -> (kept: [Fact], repeats: [Fact]) {
+        var first: [Fact: Fact] = [:]
+        for f in facts {
+            let c = f.content
+            if let current = first[c], (current.position, current.ordinal) <= (f.position, f.ordinal) { continue }
+            first[c] = f
+        }
+        let kept = Set(first.values.map { Place(position: $0.position, ordinal: $0.ordinal) })
+        return (facts.filter { kept.contains(Place(position: $0.position, ordinal: $0.ordinal)) },
+                facts.filter { !kept.contains(Place(position: $0.position, ordinal: $0.ordinal)) })
+    }
+
     /// A total order of facts by content, then by the rest of their place.
     static func precedes(_ a: Fact, _ b: Fact) -> Bool {
         if a.contentPrecedes(b) { return true }
@@ -84,7 +100,8 @@ public enum RefundCaseFold {
 
     // MARK: - Apple
 
-    static func appleCase(orderId: String, entries raw: [Fact]) -> RefundCase {
+    static func appleCase(orderId: String, entries all: [Fact]) -> RefundCase {
+        let (raw, repeats) = restatementsRemoved(all)
         let entries = raw.sorted { ($0.signedAt, $0.position, $0.ordinal) < ($1.signedAt, $1.position, $1.ordinal) }
         let notes = entries.map { f in
             RefundCase.AppleNotificationEntry(
@@ -122,7 +139,7 @@ public enum RefundCaseFold {
             openId: nil, customerId: latestTx.compactMap(\.appAccountToken).first ?? entries.compactMap(\.customerId).first,
             productId: latestTx.compactMap(\.productId).first,
             openedAt: entries.map(\.signedAt).min() ?? 0,
-            lastRecordedAt: entries.map(\.recordedAt).max() ?? 0,
+            lastRecordedAt: (entries + repeats).map(\.recordedAt).max() ?? 0,
             decision: nil, decisionRule: nil, outcome: outcome, outcomeAt: outcomeAt,
             reason: notes.last { $0.consumptionRequestReason != nil }?.consumptionRequestReason,
             orderAmount: price.map { .init(milliunits: $0, currency: currency) }, refundedAmount: refunded,
@@ -131,7 +148,7 @@ public enum RefundCaseFold {
             revocationType: outcome == .refunded ? lastRefund?.revocationType : nil,
             revocationPercentage: outcome == .refunded ? lastRefund?.revocationPercentage : nil,
             deliveryPosition: nil, inquiries: [], answers: [], refundOutcomes: [], appleNotifications: notes,
-            links: Array(Set(entries.map(\.position))).sorted())
+            links: Array(Set((entries + repeats).map(\.position))).sorted())
     }
 }
 
@@ -186,9 +203,13 @@ struct WeChatInputs {
 
     private func wechatCase(_ key: String, refunds rawRefunds: [Fact]) -> RefundCase {
         let byArrival = { (a: Fact, b: Fact) in (a.recordedAt, a.position, a.ordinal) < (b.recordedAt, b.position, b.ordinal) }
-        let asked = (inquiries[key] ?? []).sorted(by: byArrival)
-        let answered = (answers[key] ?? []).sorted(by: byArrival)
-        let refunds = rawRefunds.sorted { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }
+        let (askings, repeatedAskings) = RefundCaseFold.restatementsRemoved(inquiries[key] ?? [])
+        let (answerFacts, repeatedAnswers) = RefundCaseFold.restatementsRemoved(answers[key] ?? [])
+        let (refundFacts, repeatedRefunds) = RefundCaseFold.restatementsRemoved(rawRefunds)
+        let repeats = repeatedAskings + repeatedAnswers + repeatedRefunds
+        let asked = askings.sorted(by: byArrival)
+        let answered = answerFacts.sorted(by: byArrival)
+        let refunds = refundFacts.sorted { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }
         let orderIds = links.ids(of: key)
         let delivery = links.delivery(among: orderIds)
         let askedDetails = asked.map(\.details)
@@ -262,7 +283,7 @@ struct WeChatInputs {
             productId: askedDetails.compactMap { $0["product_id"]?.text }.min() ?? delivery?.transaction?.productId
                 ?? answerDetails.compactMap { $0["product_id"]?.text }.min(),
             openedAt: businessTimes.min() ?? own.map(\.recordedAt).min() ?? 0,
-            lastRecordedAt: (own + (delivery.map { [$0] } ?? [])).map(\.recordedAt).max() ?? 0,
+            lastRecordedAt: (own + repeats + (delivery.map { [$0] } ?? [])).map(\.recordedAt).max() ?? 0,
             decision: first?.decision, decisionRule: first?.rule, outcome: outcome, outcomeAt: outcomeAt,
             reason: askedDetails.compactMap { $0["refund_request_reason"]?.text }.min(),
             orderAmount: delivery.flatMap(Self.money),
@@ -270,7 +291,7 @@ struct WeChatInputs {
             revocationDate: nil, revocationReason: nil, revocationType: nil, revocationPercentage: nil,
             deliveryPosition: delivery?.position,
             inquiries: inquiryRows, answers: answerRows, refundOutcomes: outcomeRows, appleNotifications: [],
-            links: Array(Set((own + linkFacts).map(\.position) + (delivery.map { [$0.position] } ?? []))).sorted())
+            links: Array(Set((own + repeats + linkFacts).map(\.position) + (delivery.map { [$0.position] } ?? []))).sorted())
     }
 
     /// The amount a WeChat fact states (delivery ActualPrice, refund RefundFee), in milli-CNY.
