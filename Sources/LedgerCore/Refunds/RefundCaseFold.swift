@@ -65,7 +65,7 @@ public enum RefundCaseFold {
 
     /// Facts that state the same thing at different positions (a WeChat re-push stored again in
     /// another stream, because the order's delivery arrived in between) count once: per content,
-    /// the earliest recorded is kept; the others are `repeats` (still evidence: their positions
+    /// the first stored (least position) is kept; the others are `repeats` (still evidence: their positions
     /// are listed with the case).
     static func restatementsRemoved(_ facts: [Fact]) -> (kept: [Fact], repeats: [Fact]) {
         var first: [Fact: Fact] = [:]
