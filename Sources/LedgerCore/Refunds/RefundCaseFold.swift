@@ -9,7 +9,7 @@ import Foundation
 /// |---|---|
 /// | `refund_inquiry` (WeChat) | opens the case of its `pay_order_id` (one asking each) |
 /// | `refund_answer` (ledger) | the ledger's answer, in the case of its `pay_order_id` |
-/// | `revocation` / `refund_failed` (WeChat) | a refund outcome: joins the case its MchOrderId names, else its WxOrderId, else any case of the same order (aliases), else opens its own |
+/// | `revocation` / `refund_failed` (WeChat) | a refund outcome: joins the case its MchOrderId names, else its WxOrderId, else the least case of the same order (aliases); refunds of an order nobody asked about are one case of their own |
 /// | `transaction` (WeChat delivery), `order_alias` | context: the order's amount, period, customer and subscription, and which ids name the same order |
 /// | `renewal` / `transaction` (WeChat) | context: the customer (openid) of a subscription |
 /// | `revocation` of a REFUND, `reversal`, `refund_declined`, `consumption_request` (Apple V2) | one case per transactionId; the transaction snapshot each carries gives amount, customer, product |
@@ -190,13 +190,21 @@ struct WeChatInputs {
         var askedByGroup: [String: [String]] = [:]
         for key in asked { askedByGroup[links.group(of: key), default: []].append(key) }
         // A refund joins the case its MchOrderId names, else the one its WxOrderId names, else the
-        // least case of the same order, else opens its own. Whether a case exists depends only on
-        // inquiries and answers, so the assignment does not depend on the order refunds are seen in.
+        // least case of the same order; refunds of an order nobody asked about form one case, keyed
+        // by the least MchOrderId (else WxOrderId) among them. Whether a case exists depends only
+        // on inquiries and answers, so the assignment does not depend on the order refunds are seen in.
         var refundsByKey: [String: [Fact]] = [:]
+        var unasked: [String: [Fact]] = [:]   // by order (group)
         for r in refunds {
             let ids = Self.ids(ofRefund: r)
-            let key = ids.first { asked.contains($0) } ?? askedByGroup[links.group(of: ids[0])]?.min() ?? ids[0]
-            refundsByKey[key, default: []].append(r)
+            if let key = ids.first(where: { asked.contains($0) }) ?? askedByGroup[links.group(of: ids[0])]?.min() {
+                refundsByKey[key, default: []].append(r)
+            } else {
+                unasked[links.group(of: ids[0]), default: []].append(r)
+            }
+        }
+        for (_, group) in unasked {
+            refundsByKey[group.map { Self.ids(ofRefund: $0)[0] }.min()!, default: []] += group
         }
         return Set(asked).union(refundsByKey.keys).map { wechatCase($0, refunds: refundsByKey[$0] ?? []) }
     }
