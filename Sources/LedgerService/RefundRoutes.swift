@@ -3,8 +3,10 @@ import HTTPServer
 import LedgerCore
 import LedgerStore
 
-/// Refund cases for auditors, from both sources, folded from the stored events on request (the
-/// events are the evidence; a case lists the positions of every one of them).
+/// Refund cases for auditors, from both sources, folded on request from the facts (`RefundCaseFold`
+/// over `RefundFactQueries`: the same facts every other reader folds). The events are the
+/// evidence: a case lists the positions of every one of them, and the single-case view shows each
+/// event's stored bytes with the facts the case took from it.
 extension LedgerApp {
     func addRefundRoutes(to router: inout Router) {
         router.add("GET", "/v1/refunds") { [self] request in
@@ -15,21 +17,7 @@ extension LedgerApp {
         }
     }
 
-    /// Every refund case: the refund events, then every event of their streams (deliveries give
-    /// amounts and customers, link events tie provisional orders to subscriptions).
-    func allRefundCases() async throws(StoreError) -> (cases: [RefundCase], events: [Int64: RecordedEvent]) {
-        let refundEvents = try await store.events(
-            types: [XPayEventName.refundInquiry, XPayEventName.refundNotify, XPayEventName.refundInquiryAnswer,
-                    XPayEventName.orderLinked, "REFUND", "REFUND_DECLINED", "REFUND_REVERSED"],
-            typePrefixes: ["CONSUMPTION_REQUEST"])
-        var streams = Set(refundEvents.map(\.event.streamId))
-        for e in refundEvents where e.event.type == XPayEventName.orderLinked {
-            if let o = try? JSONSerialization.jsonObject(with: e.event.payload) as? [String: Any],
-               let p = o["provisional_stream"] as? String { streams.insert(p) }
-        }
-        let events = try await store.read(streams: streams.sorted())
-        return (RefundCaseFold.cases(from: events), Dictionary(events.map { ($0.position, $0) }, uniquingKeysWith: { a, _ in a }))
-    }
+    var refundFacts: RefundFactQueries { RefundFactQueries(pool: queries.pool) }
 
     func refunds(_ request: HTTPRequest) async -> HTTPResponse {
         let filter: RefundCaseFilter
@@ -42,16 +30,19 @@ extension LedgerApp {
         guard format == "json" || format == "csv" else {
             return .error(status: 400, code: "invalid_parameter", message: "format must be json or csv")
         }
+        let cases: [RefundCase]
         do {
-            let cases = try await allRefundCases().cases.filter(filter.matches)
-            if format == "csv" {
-                return HTTPResponse(status: 200, headers: [("Content-Type", "text/csv; charset=utf-8"),
-                                                           ("Content-Disposition", "attachment; filename=\"refunds.csv\"")],
-                                    body: Data(RefundCaseCSV.render(cases).utf8))
-            }
+            cases = RefundCaseFold.cases(from: try await refundFacts.allCaseFacts()).filter(filter.matches)
+        } catch {
+            return projectionFailure(error)
+        }
+        if format == "csv" {
+            return HTTPResponse(status: 200, headers: [("Content-Type", "text/csv; charset=utf-8"),
+                                                       ("Content-Disposition", "attachment; filename=\"refunds.csv\"")],
+                                body: Data(RefundCaseCSV.render(cases).utf8))
+        }
+        do {
             return .json(200, try Self.casesJSON(cases))
-        } catch let error as StoreError {
-            return storeFailure(error, source: "query")
         } catch {
             return .error(status: 500, code: "internal", message: "\(error)")
         }
@@ -59,13 +50,19 @@ extension LedgerApp {
 
     func refundCase(_ request: HTTPRequest) async -> HTTPResponse {
         let id = request.pathParameters["caseId"] ?? ""
+        let facts: [Fact]
+        do { facts = try await refundFacts.caseFacts(caseId: id) } catch { return projectionFailure(error) }
+        guard let found = RefundCaseFold.cases(from: facts).first(where: { $0.caseId == id }) else {
+            return .error(status: 404, code: "not_found", message: "no refund case \(id); list them with GET /v1/refunds")
+        }
         do {
-            let all = try await allRefundCases()
-            guard let found = all.cases.first(where: { $0.caseId == id }) else {
-                return .error(status: 404, code: "not_found", message: "no refund case \(id); list them with GET /v1/refunds")
-            }
+            // The evidence trail: each event of the case as stored, with the facts read from it.
+            let events = try await store.events(positions: found.links)
+            let factsAt = Dictionary(grouping: facts, by: \.position)
             var object = try JSONSerialization.jsonObject(with: JSONEncoder.sorted.encode(found)) as? [String: Any] ?? [:]
-            object["events"] = found.links.compactMap { all.events[$0] }.map { Representation.event($0) }
+            object["events"] = events.map { e in
+                Representation.event(e, facts: (factsAt[e.position] ?? []).sorted { $0.ordinal < $1.ordinal })
+            }
             return JSONBody.response(200, object)
         } catch let error as StoreError {
             return storeFailure(error, source: "query")

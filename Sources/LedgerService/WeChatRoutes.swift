@@ -83,25 +83,24 @@ extension LedgerApp {
         }
         do {
             var stream: String?
-            if case .byOrder(let ids, _) = note.stream { stream = try await subscriptionStream(forOrders: ids) }
+            if case .byOrder(let ids, _) = note.stream {
+                stream = try await subscriptionStream(forOrders: ids, dedupeKey: note.dedupeKey)
+            }
             let event = note.event(resolvedStream: stream)
             var batch = [event]
             batch += try await links(for: note, into: event.streamId)
             var reply = PushReply.success
-            if case .refundInquiry(let inquiry) = note.message {
-                let (decision, answerEvent) = try await answer(inquiry, note: note, streamId: event.streamId)
+            if case .refundInquiry = note.message {
+                let (decision, answerEvent) = try await answer(event, note: note)
                 reply = .refundAnswer(decision)
                 if let answerEvent { batch.append(answerEvent) }
             }
             let outcomes = try await store.append(batch)
             countNotification(source: "wechat", outcome: outcomes[0].duplicate ? "duplicate" : "stored")
             if case .refundInquiry(let inquiry) = note.message, outcomes.count > 1, outcomes.last!.duplicate,
-               let order = inquiry.payOrderId {
+               let order = inquiry.payOrderId, let stored = try await storedAnswer(payOrderId: order) {
                 // A concurrent asking stored its answer first: repeat that one, word for word.
-                let stored = try await store.events(dedupeKeys: [RefundInquiryAnswer.caseKey(payOrderId: order)])
-                if let d = stored.first.flatMap({ RefundInquiryAnswer.decision(fromPayload: $0.event.payload) }) {
-                    reply = .refundAnswer(d)
-                }
+                reply = .refundAnswer(stored)
             }
             let body = try receiver.reply(reply, to: note.push)
             return HTTPResponse(status: 200, headers: [("Content-Type", note.push.format == .xml ? "text/xml; charset=utf-8" : "application/json")], body: body)
@@ -113,8 +112,14 @@ extension LedgerApp {
         }
     }
 
-    /// The subscription stream of the delivery that paid one of `orderIds`, if it is known.
-    func subscriptionStream(forOrders orderIds: [String]) async throws(StoreError) -> String? {
+    /// Where a push that names only orders (refund inquiry, refund notify) goes: the stream its
+    /// earlier copy went to when WeChat re-pushes it (the dedupe key is unique per stream, so a
+    /// re-push routed anew after the order's delivery arrived would be stored twice); else the
+    /// subscription stream of the delivery that paid one of `orderIds`, if it is known.
+    func subscriptionStream(forOrders orderIds: [String], dedupeKey: String) async throws(StoreError) -> String? {
+        if let earlier = try await store.events(dedupeKeys: [dedupeKey]).first(where: { $0.event.source == .wechat }) {
+            return earlier.event.streamId
+        }
         let deliveries = try await store.events(dedupeKeys: orderIds.map { "deliver:" + $0 })
         let provisional = Set(orderIds.map { StreamNames.wechatProvisional(orderId: $0) })
         return deliveries.first { !provisional.contains($0.event.streamId) && !$0.event.streamId.hasPrefix("wechat:") }?.event.streamId
@@ -133,27 +138,35 @@ extension LedgerApp {
     }
 
     /// The answer to a refund inquiry: the stored one when this order was already answered (Apple
-    /// asks up to three times; all get the same answer), else a decision from the ledger's facts.
-    func answer(_ inquiry: XPayRefundInquiry, note: XPayNotification, streamId: String) async throws -> (RefundDecision, NewEvent?) {
-        if let order = inquiry.payOrderId,
-           let stored = try await store.events(dedupeKeys: [RefundInquiryAnswer.caseKey(payOrderId: order)]).first,
-           let decision = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
-            return (decision, nil)
-        }
-        var streams = [streamId]
-        if !streamId.hasPrefix("wechat:") {
-            streams += note.orderIds.map { StreamNames.wechatProvisional(orderId: $0) }
-        }
-        let streamEvents = try await store.read(streams: streams)
-        var facts = try RefundEvidence.facts(for: inquiry, streamEvents: streamEvents, customerRefundCases: [])
+    /// asks up to three times; all get the same answer), else a decision from the ledger's facts:
+    /// the inquiry's own (`FactDecoder`, the one reading of the event about to be stored), its
+    /// order's (deliveries, aliases, refunds, links and the subscription's WeChat facts, joined by
+    /// order ids whichever arrived first) and the customer's earlier refund cases.
+    func answer(_ event: NewEvent, note: XPayNotification) async throws -> (RefundDecision, NewEvent?) {
+        let inquiry = try RefundEvidence.inquiry(in: FactDecoder.facts(of: event))
+        let order = inquiry.transactionId ?? ""
+        if let stored = try await storedAnswer(payOrderId: order) { return (stored, nil) }
+        let known = try await refundFacts.orderFacts(naming: [order])
+        var facts = try RefundEvidence.facts(for: inquiry, known: known, customerRefundCases: [])
         if let customer = facts.customer {
-            let customerStreams = try await queries.subscriptions(customerId: customer).map(\.originalTransactionId)
-            let events = try await store.read(streams: customerStreams)
-            let cases = RefundCaseFold.cases(from: events).filter { $0.openId == customer }
-            facts = try RefundEvidence.facts(for: inquiry, streamEvents: streamEvents, customerRefundCases: cases)
+            let keys = try await queries.subscriptions(customerId: customer)
+            let cases = RefundCaseFold.cases(from: try await refundFacts.subscriptionFacts(keys)).filter { $0.openId == customer }
+            facts = try RefundEvidence.facts(for: inquiry, known: known, customerRefundCases: cases)
         }
         let decision = wechat.policy.decide(facts)
-        return (decision, RefundInquiryAnswer.event(decision, for: note, streamId: streamId))
+        return (decision, RefundInquiryAnswer.event(decision, for: note, streamId: event.streamId))
+    }
+
+    /// The answer already stored for `payOrderId`, word for word: its `refund_answer` fact. An
+    /// answer committed by a concurrent asking whose facts the catch-up has not derived yet (the
+    /// append transaction records them in the usual case) is read from its event through the same
+    /// decoder, so an order is never answered twice differently.
+    func storedAnswer(payOrderId order: String) async throws -> RefundDecision? {
+        if let fact = try await refundFacts.answers(payOrderId: order).first { return RefundDecision(answer: fact) }
+        guard let event = try await store.events(dedupeKeys: [RefundInquiryAnswer.caseKey(payOrderId: order)]).first else {
+            return nil
+        }
+        return FactDecoder.facts(of: event).lazy.compactMap(RefundDecision.init(answer:)).first
     }
 
     func contract(_ request: HTTPRequest) async -> HTTPResponse {

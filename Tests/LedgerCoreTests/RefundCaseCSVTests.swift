@@ -48,10 +48,10 @@ final class RefundCaseCSVTests: XCTestCase {
     }
 
     func testRenderedCasesParseBackToTheSameCellsWithHostileText() throws {
-        var c = RefundCaseFold.cases(from: [WX.event(WX.inquiry(order: "=cmd|' /C calc'!A0", asked: 31,
-                                                                reason: "He said, \"refund\"\r\nnow"), position: 4)])
+        var c = RefundCaseFold.cases(from: WX.facts([WX.event(WX.inquiry(order: "=cmd|' /C calc'!A0", asked: 31,
+                                                                         reason: "He said, \"refund\"\r\nnow"), position: 4)]))
         XCTAssertEqual(c.count, 1)
-        c.append(contentsOf: RefundCaseFold.cases(from: [WX.event(WX.refundNotify(order: "@O7", at: 50), position: 9)]))
+        c.append(contentsOf: RefundCaseFold.cases(from: WX.facts([WX.event(WX.refundNotify(order: "@O7", at: 50, openId: "-oEvil"), position: 9)])))
         let text = RefundCaseCSV.render(c)
         let rows = parse(text)
         XCTAssertEqual(rows.first, RefundCaseCSV.columns)
@@ -67,6 +67,8 @@ final class RefundCaseCSVTests: XCTestCase {
         XCTAssertEqual(rows[2][col("order_id")], "'@O7")
         XCTAssertEqual(rows[2][col("outcome")], "refunded")
         XCTAssertEqual(rows[2][col("refunded_amount_milliunits")], "30000")
+        XCTAssertEqual(rows[2][col("open_id")], "'-oEvil", "a customer id from the refund push is neutralised too")
+        XCTAssertEqual(rows[2][col("currency")], "CNY")
         for row in rows.dropFirst() {
             for cell in row { XCTAssertFalse(["=", "+", "-", "@"].contains(cell.first.map(String.init) ?? ""), cell) }
         }

@@ -76,6 +76,44 @@ final class WeChatWebhookTests: XCTestCase {
         return o
     }
 
+    func refundNotify(order: String, wxOrder: String, at: Int, ok: Bool = true, fee: Int = 990, openId: String = "oUser1") -> [String: Any] {
+        header(XPayEventName.refundNotify, at).merging(["OpenId": openId, "WxRefundId": "wxr-\(order)-\(ok ? 0 : 1)",
+            "MchRefundId": "", "WxOrderId": wxOrder, "MchOrderId": order, "RefundFee": fee, "RetCode": ok ? 0 : 268_490_001,
+            "RetMsg": ok ? "" : "refund failed", "RefundStartTimestamp": at - 60, "RefundSuccTimestamp": ok ? at : 0,
+            "RetryTimes": 0]) { $1 }
+    }
+
+    /// Posts each message in secure mode and expects 200 with a success reply (or an answer).
+    @discardableResult
+    func push(_ h: ServiceHarness, _ messages: [[String: Any]], file: StaticString = #filePath, line: UInt = #line) async throws -> [[String: Any]] {
+        var replies: [[String: Any]] = []
+        for m in messages {
+            let (path, body) = try secure(m)
+            let a = try await h.post(path, body)
+            XCTAssertEqual(a.status, 200, a.text, file: file, line: line)
+            replies.append(try decryptedReply(a))
+        }
+        return replies
+    }
+
+    /// The refund cases an auditor sees.
+    func cases(_ h: ServiceHarness, _ query: String = "") async throws -> [[String: Any]] {
+        let a = try await h.request("GET", "/v1/refunds" + query, token: "auditor-token")
+        XCTAssertEqual(a.status, 200, a.text)
+        return a.json["cases"] as? [[String: Any]] ?? []
+    }
+
+    /// One case by id; asserts it is the same case the list shows.
+    func oneCase(_ h: ServiceHarness, _ listed: [String: Any], file: StaticString = #filePath, line: UInt = #line) async throws -> [String: Any] {
+        let id = listed["caseId"] as? String ?? ""
+        let a = try await h.request("GET", "/v1/refunds/\(id.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)", token: "auditor-token")
+        XCTAssertEqual(a.status, 200, a.text, file: file, line: line)
+        var one = a.json
+        one["events"] = nil
+        XCTAssertEqual(NSDictionary(dictionary: one), NSDictionary(dictionary: listed), "the single case is the listed case", file: file, line: line)
+        return a.json
+    }
+
     func decryptedReply(_ answer: ServiceHarness.Answer) throws -> [String: Any] {
         let plain = try sender.openReply(answer.body, format: .json)
         return try JSONSerialization.jsonObject(with: Data(plain)) as! [String: Any]
@@ -138,8 +176,14 @@ final class WeChatWebhookTests: XCTestCase {
                 XCTAssertEqual(a.status, 200, a.text)
                 answers.append(try decryptedReply(a))
             }
-            XCTAssertNotNil(answers[0]["result_code"] as? Int)
+            // Delivered at CreateTime 1775226066 (no WeChatPayInfo), asked 20.5 h later: under 48 h.
+            XCTAssertEqual(answers[0]["result_code"] as? Int, 0)
             XCTAssertFalse((answers[0]["evidence"] as? String ?? "").isEmpty, "the answer carries evidence")
+            let evidence = try JSONSerialization.jsonObject(with: Data((answers[0]["evidence"] as? String ?? "").utf8)) as? [String: Any]
+            XCTAssertEqual(evidence?["rule"] as? String, "short_use")
+            let facts = evidence?["facts"] as? [String: Any]
+            XCTAssertEqual(facts?["customer"] as? String, "oUser1")
+            XCTAssertEqual((facts?["ledger_delivery"] as? [String: Any])?["delivered_at"] as? Int64, 1_775_226_066_000)
             for a in answers.dropFirst() {
                 XCTAssertEqual(a["result_code"] as? Int, answers[0]["result_code"] as? Int)
                 XCTAssertEqual(a["evidence"] as? String, answers[0]["evidence"] as? String)
@@ -154,10 +198,28 @@ final class WeChatWebhookTests: XCTestCase {
             let list = cases.json["cases"] as? [[String: Any]] ?? []
             XCTAssertEqual(list.count, 1, cases.text)
             XCTAssertEqual((list.first?["inquiries"] as? [Any])?.count, 3)
-            let caseId = list.first?["caseId"] as? String ?? ""
-            let one = try await h.request("GET", "/v1/refunds/\(caseId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed)!)", token: "auditor-token")
-            XCTAssertEqual(one.status, 200, one.text)
-            XCTAssertGreaterThanOrEqual((one.json["events"] as? [Any])?.count ?? 0, 4)
+            let listed = try XCTUnwrap(list.first)
+            XCTAssertEqual(listed["caseId"] as? String, "wechat:ORDER-0001")
+            XCTAssertEqual(listed["originalTransactionId"] as? String, otid)
+            XCTAssertEqual(listed["openId"] as? String, "oUser1")
+            XCTAssertEqual(listed["decision"] as? String, "allow")
+            XCTAssertEqual(listed["decisionRule"] as? String, "short_use")
+            XCTAssertEqual(listed["outcome"] as? String, "pending")
+            XCTAssertEqual((listed["orderAmount"] as? [String: Any])?["milliunits"] as? Int64, 9_900)
+            XCTAssertEqual((listed["answers"] as? [[String: Any]])?.first?["resultCode"] as? Int64, 0)
+            XCTAssertEqual((listed["inquiries"] as? [[String: Any]])?.compactMap { $0["repeatedAnswer"] as? Bool }, [false, true, true])
+            let one = try await oneCase(h, listed)
+            // The evidence trail: the delivery, three askings and the answer, as stored, with their facts.
+            let trail = one["events"] as? [[String: Any]] ?? []
+            XCTAssertEqual(trail.compactMap { $0["position"] as? Int64 }, listed["links"] as? [Int64])
+            XCTAssertEqual(trail.count, 5)
+            XCTAssertEqual(trail.compactMap { ($0["facts"] as? [[String: Any]])?.first?["kind"] as? String },
+                           ["transaction", "refund_inquiry", "refund_answer", "refund_inquiry", "refund_inquiry"])
+            XCTAssertTrue(trail.allSatisfy { ($0["raw"] as? String)?.isEmpty == false }, "raw bytes shown by position")
+            let missing = try await h.request("GET", "/v1/refunds/wechat%3ANO-SUCH-ORDER", token: "auditor-token")
+            XCTAssertEqual(missing.status, 404, missing.text)
+            let bogus = try await h.request("GET", "/v1/refunds/nothing-like-a-case", token: "auditor-token")
+            XCTAssertEqual(bogus.status, 404, bogus.text)
             let csv = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token")
             XCTAssertEqual(csv.status, 200)
             XCTAssertTrue(csv.headers["content-type"]?.hasPrefix("text/csv") ?? false)
@@ -181,6 +243,185 @@ final class WeChatWebhookTests: XCTestCase {
             let linked = try h.events(stream: otid).map(\.type)
             XCTAssertTrue(linked.contains(XPayEventName.orderLinked), "\(linked)")
             XCTAssertEqual(try h.events(stream: StreamNames.wechatProvisional(orderId: "ORDER-LATE")).count, 2, "never rewritten")
+            // The case found its delivery and subscription through the order id, and lists the link.
+            let list = try await cases(h)
+            XCTAssertEqual(list.count, 1)
+            let c = try XCTUnwrap(list.first)
+            XCTAssertEqual(c["caseId"] as? String, "wechat:ORDER-LATE")
+            XCTAssertEqual(c["originalTransactionId"] as? String, otid)
+            XCTAssertEqual(c["openId"] as? String, "oUser1")
+            // Decided on what was known when asked: no ledger delivery, WeChat's provide_status 1,
+            // use measured from order_time.
+            XCTAssertEqual(c["decisionRule"] as? String, "short_use")
+            let firstEvidence = (c["answers"] as? [[String: Any]])?.first?["evidence"] as? String ?? ""
+            XCTAssertFalse(firstEvidence.contains("ledger_delivery"), firstEvidence)
+            XCTAssertNotNil(c["deliveryPosition"] as? Int64)
+            XCTAssertEqual((c["links"] as? [Int64])?.count, 4, "inquiry, answer, delivery, link")
+            _ = try await oneCase(h, c)
+            // WeChat re-pushes the first asking after the delivery arrived: stored once (where it
+            // went first), answered with the stored answer.
+            let first = try await push(h, [inquiry(order: "ORDER-LATE")])
+            XCTAssertEqual(try h.events(stream: StreamNames.wechatProvisional(orderId: "ORDER-LATE")).count, 2)
+            XCTAssertFalse(try h.events(stream: otid).contains { $0.type == XPayEventName.refundInquiry }, "not stored again")
+            // Asked again: the stored answer, word for word, and no second answer.
+            let again = try await push(h, [inquiry(order: "ORDER-LATE", refundTime: "1775300300")])
+            XCTAssertEqual(again[0]["evidence"] as? String, first[0]["evidence"] as? String)
+            XCTAssertEqual(again[0]["evidence"] as? String, firstEvidence)
+            XCTAssertEqual(again[0]["result_code"] as? Int, 0)
+            let answers = try h.events(stream: otid).filter { $0.type == XPayEventName.refundInquiryAnswer }
+                + h.events(stream: StreamNames.wechatProvisional(orderId: "ORDER-LATE")).filter { $0.type == XPayEventName.refundInquiryAnswer }
+            XCTAssertEqual(answers.count, 1)
+            let after = try await cases(h)
+            XCTAssertEqual((after.first?["inquiries"] as? [[String: Any]])?.compactMap { $0["streamId"] as? String },
+                           [StreamNames.wechatProvisional(orderId: "ORDER-LATE"), otid], "the re-asking went to the subscription")
+        }
+    }
+
+    /// The customer's refund of another order counts against a new asking (the policy's earlier
+    /// refunds rule), found through the customer's subscriptions and the refund's order ids — the
+    /// refund push names only orders; one that came before its delivery joins it all the same.
+    func testEarlierRefundsOfTheCustomerAndRefundsBeforeTheirDelivery() async throws {
+        try await withService(environment: Self.environment) { h in
+            try await push(h, [
+                signing(),
+                // The refund of ORDER-A reaches the ledger before its delivery.
+                refundNotify(order: "ORDER-A", wxOrder: "WX-A", at: 1775230000),
+                deliver(order: "ORDER-A"),
+                deliver(order: "ORDER-B"),
+            ])
+            let reply = try await push(h, [inquiry(order: "ORDER-B", refundTime: "1775300000")])[0]
+            XCTAssertEqual(reply["result_code"] as? Int, 1, "\(reply)")
+            let evidence = try JSONSerialization.jsonObject(with: Data((reply["evidence"] as? String ?? "").utf8)) as? [String: Any]
+            XCTAssertEqual(evidence?["rule"] as? String, "earlier_refunds")
+            let earlier = (evidence?["facts"] as? [String: Any])?["earlier_refunds_in_window"] as? [[String: Any]]
+            XCTAssertEqual(earlier?.compactMap { $0["order_id"] as? String }, ["ORDER-A"])
+            XCTAssertEqual(earlier?.first?["refunded_at"] as? Int64, 1_775_230_000_000)
+
+            let refunded = try await cases(h, "?outcome=refunded")
+            XCTAssertEqual(refunded.count, 1)
+            let a = try XCTUnwrap(refunded.first)
+            XCTAssertEqual(a["caseId"] as? String, "wechat:ORDER-A")
+            XCTAssertEqual(a["originalTransactionId"] as? String, otid, "joined its delivery, which came later")
+            XCTAssertEqual((a["orderAmount"] as? [String: Any])?["milliunits"] as? Int64, 9_900)
+            XCTAssertEqual((a["refundedAmount"] as? [String: Any])?["milliunits"] as? Int64, 9_900)
+            XCTAssertEqual(a["outcomeAt"] as? Int64, 1_775_230_000_000)
+            _ = try await oneCase(h, a)
+            let all = try await cases(h)
+            XCTAssertEqual(all.compactMap { $0["caseId"] as? String }, ["wechat:ORDER-A", "wechat:ORDER-B"])
+            let refused = try await cases(h, "?decision=refuse")
+            XCTAssertEqual(refused.compactMap { $0["caseId"] as? String }, ["wechat:ORDER-B"])
+            let customers = try await cases(h, "?openid=oUser1")
+            XCTAssertEqual(customers.count, 2)
+            let csv = try await h.request("GET", "/v1/refunds?format=csv&decision=refuse", token: "auditor-token")
+            XCTAssertEqual(csv.status, 200)
+            XCTAssertTrue(csv.text.contains("\r\nwechat:ORDER-B,wechat,ORDER-B,\(otid),oUser1,"), csv.text)
+        }
+    }
+
+    /// WeChat may ask under another id of the order than OutTradeNo: the delivery's own alias facts
+    /// (WeChatPayInfo.MchOrderNo / TransactionId) find it, for the answer and for the case.
+    func testAnAskingUnderAnotherIdOfTheOrderFindsTheDelivery() async throws {
+        try await withService(environment: Self.environment) { h in
+            var paid = deliver(order: "ORDER-M")
+            paid["WeChatPayInfo"] = ["MchOrderNo": "MCH-M", "TransactionId": "4200-M", "PaidTime": 1775226000]
+            try await push(h, [signing(), paid])
+            let reply = try await push(h, [inquiry(order: "4200-M", refundTime: "1775400000")])[0]
+            let evidence = try JSONSerialization.jsonObject(with: Data((reply["evidence"] as? String ?? "").utf8)) as? [String: Any]
+            let delivery = (evidence?["facts"] as? [String: Any])?["ledger_delivery"] as? [String: Any]
+            XCTAssertEqual(delivery?["order_id"] as? String, "ORDER-M", "\(evidence ?? [:])")
+            XCTAssertEqual(delivery?["delivered_at"] as? Int64, 1_775_226_000_000, "PaidTime, not CreateTime")
+            XCTAssertEqual(evidence?["rule"] as? String, "long_use", "48.3 h after payment")
+            // The refund names MchOrderNo and WeChat's own order id: one case with the asking.
+            try await push(h, [refundNotify(order: "MCH-M", wxOrder: "WXO-M", at: 1775400100)])
+            let list = try await cases(h)
+            XCTAssertEqual(list.compactMap { $0["caseId"] as? String }, ["wechat:4200-M"])
+            let c = try XCTUnwrap(list.first)
+            XCTAssertEqual(c["outcome"] as? String, "refunded")
+            XCTAssertEqual(c["originalTransactionId"] as? String, otid)
+            XCTAssertEqual(c["decision"] as? String, "refuse")
+            XCTAssertNotNil(c["deliveryPosition"] as? Int64)
+            _ = try await oneCase(h, c)
+        }
+    }
+
+    /// Askings that race (Apple asks again before the first answer is stored) get one answer.
+    func testConcurrentAskingsGetOneAnswer() async throws {
+        try await withService(environment: Self.environment) { h in
+            try await push(h, [signing(), deliver()])
+            let bodies = try ["1775300000", "1775300001", "1775300002", "1775300003"].map { try secure(inquiry(refundTime: $0)) }
+            // Each reply's evidence (nil when the reply was not a refund answer).
+            let sender = self.sender
+            let evidences = try await withThrowingTaskGroup(of: String?.self) { group in
+                for (path, body) in bodies {
+                    group.addTask { [h] in
+                        let a = try await h.post(path, body)
+                        XCTAssertEqual(a.status, 200, a.text)
+                        let plain = try sender.openReply(a.body, format: .json)
+                        return (try JSONSerialization.jsonObject(with: Data(plain)) as? [String: Any])?["evidence"] as? String
+                    }
+                }
+                var out: [String?] = []
+                for try await r in group { out.append(r) }
+                return out
+            }
+            XCTAssertEqual(evidences.count, 4)
+            XCTAssertFalse(evidences.contains(nil), "every asking got an answer")
+            XCTAssertEqual(Set(evidences.compactMap { $0 }).count, 1, "one answer, word for word")
+            XCTAssertEqual(try h.events(stream: otid).filter { $0.type == XPayEventName.refundInquiryAnswer }.count, 1)
+            let c = try await cases(h)
+            XCTAssertEqual((c.first?["inquiries"] as? [Any])?.count, 4)
+            XCTAssertEqual((c.first?["answers"] as? [Any])?.count, 1)
+        }
+    }
+
+    /// Apple's refund notifications through the real webhook become Apple cases, from their facts.
+    func testAppleRefundCasesThroughTheService() async throws {
+        try await withService(environment: Self.environment) { h in
+            let t0: EpochMillis = 1_767_225_600_000
+            let day: EpochMillis = 86_400_000
+            var buy = AppleTestAuthority.sample(environment: "Production", originalTransactionId: "7000000000000001",
+                                                transactionId: "7000000000000002", signedDate: t0, expiresDate: t0 + 30 * day)
+            buy.transaction.appAccountToken = "6F0C1B2A-0000-4000-8000-0000000000AA"
+            func message(_ type: String, at d: EpochMillis, _ edit: (inout AppleTestAuthority.Sample) -> Void = { _ in }) -> AppleTestAuthority.Sample {
+                var s = buy
+                s.notification.notificationType = type
+                s.notification.subtype = nil
+                s.notification.notificationUUID = UUID().uuidString.lowercased()
+                s.notification.signedDate = AppleTime(t0 + d * day)
+                s.transaction.signedDate = AppleTime(t0 + d * day)
+                edit(&s)
+                return s
+            }
+            let samples = [
+                message("REFUND_REVERSED", at: 6),
+                message("REFUND", at: 5) { s in
+                    s.transaction.revocationDate = AppleTime(t0 + 5 * day)
+                    s.transaction.revocationReason = 0
+                    s.transaction.revocationType = "REFUND_FULL"
+                },
+                message("CONSUMPTION_REQUEST", at: 4) { s in s.notification.data?.consumptionRequestReason = "UNINTENDED_PURCHASE" },
+                buy,
+            ]
+            for s in samples {   // out of order: the latest word first
+                let a = try await h.post("/v1/apple/notifications", try h.authority.signSample(s))
+                XCTAssertEqual(a.status, 200, a.text)
+            }
+            let list = try await cases(h, "?source=apple")
+            XCTAssertEqual(list.count, 1, "\(list)")
+            let c = try XCTUnwrap(list.first)
+            XCTAssertEqual(c["caseId"] as? String, "apple:7000000000000002")
+            XCTAssertEqual(c["outcome"] as? String, "reversed")
+            XCTAssertEqual(c["originalTransactionId"] as? String, "7000000000000001")
+            XCTAssertEqual(c["customerId"] as? String, "6f0c1b2a-0000-4000-8000-0000000000aa")
+            XCTAssertEqual(c["reason"] as? String, "UNINTENDED_PURCHASE")
+            XCTAssertEqual((c["orderAmount"] as? [String: Any])?["milliunits"] as? Int64, 9_990)
+            XCTAssertEqual((c["appleNotifications"] as? [[String: Any]])?.compactMap { $0["notificationType"] as? String },
+                           ["CONSUMPTION_REQUEST", "REFUND", "REFUND_REVERSED"])
+            XCTAssertEqual((c["links"] as? [Int64])?.count, 3, "the purchase is no part of the case")
+            let one = try await oneCase(h, c)
+            XCTAssertEqual((one["events"] as? [[String: Any]])?.count, 3)
+            let wechatCases = try await cases(h, "?source=wechat")
+            XCTAssertEqual(wechatCases.count, 0)
         }
     }
 

@@ -122,6 +122,11 @@ final class RefundInquiryAnswerTests: XCTestCase {
             let event = RefundInquiryAnswer.event(decision, for: n, streamId: n.event().streamId)
             stored = RefundInquiryAnswer.decision(fromPayload: event.payload)
             XCTAssertEqual(stored, decision, "the stored answer reproduces the decision exactly")
+            // What the service repeats to a later asking: the answer's fact, through the one decoder.
+            let answerFacts = FactDecoder.facts(of: event)
+            XCTAssertEqual(answerFacts.map(\.kind), [FactKind.refundAnswer])
+            XCTAssertEqual(answerFacts.first?.transactionId, "93594000000005171")
+            XCTAssertEqual(answerFacts.first.flatMap(RefundDecision.init(answer:)), decision, "the answer's fact gives the same decision")
             answers.append(event)
         }
         XCTAssertEqual(Set(answers.map(\.dedupeKey)), [RefundInquiryAnswer.caseKey(payOrderId: "93594000000005171")])
@@ -171,5 +176,10 @@ final class RefundInquiryAnswerTests: XCTestCase {
         XCTAssertEqual(f.orderTime, 1_775_226_066_000)
         XCTAssertEqual(f.provideStatus, .delivered)
         XCTAssertEqual(f.payOrderId, "93594000000005171")
+        // The inquiry's fact (what the service decides on) states the same asking.
+        let asked = try RefundEvidence.inquiry(in: FactDecoder.facts(of: inq.event()))
+        let fromFact = try RefundEvidence.facts(for: asked, known: [], customerRefundCases: [])
+        XCTAssertEqual(fromFact, f, "the push's own reading and the fact agree")
+        XCTAssertThrowsError(try RefundEvidence.inquiry(in: FactDecoder.facts(of: n.event())))
     }
 }

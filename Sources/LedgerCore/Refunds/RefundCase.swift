@@ -2,14 +2,17 @@ import Foundation
 
 /// One refund case for auditors: everything the ledger holds about one refund request, from
 /// either source, with the positions of the stored messages so the raw evidence can be fetched.
+/// Folded from facts (`RefundCaseFold`), like every other reader.
 ///
 /// - WeChat: one case per `pay_order_id` of `xpay_subscribe_ios_refund_query_notify` (Apple asks
 ///   up to three times; all askings are one case), the ledger's answers (`source = ledger`), the
-///   `xpay_refund_notify` outcomes naming the order (MchOrderId or WxOrderId), the delivery of the
-///   order when known, and the link events that tied a provisional order stream to the subscription.
-///   A refund notify with no inquiry is a case of its own, keyed by MchOrderId (else WxOrderId).
+///   `xpay_refund_notify` outcomes naming the order (MchOrderId or WxOrderId, else another id of the
+///   same order), the delivery of the order when known (joined by the order's ids, whichever
+///   arrived first), and the link events that tied the order to its subscription. A refund notify
+///   no asking claims is a case of its own, keyed by MchOrderId (else WxOrderId). The same message
+///   stored twice (a re-push routed to another stream) counts once; both positions are listed.
 /// - Apple: one case per `transactionId` of `CONSUMPTION_REQUEST`, `REFUND`, `REFUND_DECLINED`
-///   and `REFUND_REVERSED` notifications.
+///   and `REFUND_REVERSED` notifications (V2; REVOKE is not a refund).
 /// Times are epoch ms. Amounts are milliunits of `currency` (Apple's unit; WeChat fen × 10).
 public struct RefundCase: Sendable, Equatable, Codable {
     public enum Source: String, Sendable, Equatable, Codable, CaseIterable {

@@ -1,113 +1,127 @@
 import Foundation
 
-/// Builds the refund cases (see `RefundCase`) from stored events of any source. Pure and
-/// order-independent: the same set of events gives the same cases in any order, and an event
-/// given twice (same position) counts once. Events that belong to no case are ignored, except
-/// that deliveries, contract messages and link events supply a case's order amount, customer and
-/// subscription. Give it every event that may belong to the cases asked for: the refund events,
-/// plus the deliveries/contract events of their subscriptions and the link events.
+/// Builds the refund cases (see `RefundCase`) from facts (`FactDecoder`: the one reading of every
+/// stored event; nothing here decodes a payload). Pure and order-independent: the same set of
+/// facts gives the same cases in any order, and a fact given twice (same position and ordinal)
+/// counts once.
+///
+/// | fact | role |
+/// |---|---|
+/// | `refund_inquiry` (WeChat) | opens the case of its `pay_order_id` (one asking each) |
+/// | `refund_answer` (ledger) | the ledger's answer, in the case of its `pay_order_id` |
+/// | `revocation` / `refund_failed` (WeChat) | a refund outcome: joins the case its MchOrderId names, else its WxOrderId, else the least case of the same order (aliases); refunds of an order nobody asked about are one case of their own |
+/// | `transaction` (WeChat delivery), `order_alias` | context: the order's amount, period, customer and subscription, and which ids name the same order |
+/// | `renewal` / `transaction` (WeChat) | context: the customer (openid) of a subscription |
+/// | `revocation` of a REFUND, `reversal`, `refund_declined`, `consumption_request` (Apple V2) | one case per transactionId; the transaction snapshot each carries gives amount, customer, product |
+///
+/// Apple REVOKE (Family Sharing ending) and V1 cancellations are not refund requests and open no
+/// case. Give it every fact that may belong to the cases asked for: the refund facts, plus the
+/// WeChat facts naming their orders (deliveries, aliases, links) and the WeChat facts of those
+/// orders' subscriptions (`RefundFactQueries` in LedgerStore loads exactly that).
 public enum RefundCaseFold {
-    static let appleTypes: Set<String> = ["CONSUMPTION_REQUEST", "REFUND", "REFUND_DECLINED", "REFUND_REVERSED"]
+    /// The Apple notification each fact kind stands for in a case.
+    static let appleTypes: [FactKind: String] = [
+        .revocation: "REFUND", .reversal: "REFUND_REVERSED", .refundDeclined: "REFUND_DECLINED",
+        .consumptionRequest: "CONSUMPTION_REQUEST",
+    ]
 
-    public static func cases(from events: [RecordedEvent]) -> [RefundCase] {
-        let unique = deduplicated(events)
-        let links = WeChatOrderLinks(events: unique)
-        var wechat = WeChatInputs(links: links)
-        var apple: [String: [(RecordedEvent, AppleEventPayload)]] = [:]
-        let decoder = JSONDecoder()
-        for e in unique {
-            switch e.event.source {
+    /// The fact kinds that open or make up a case (the rest is context).
+    public static let caseKinds: Set<FactKind> = [
+        .refundInquiry, .refundAnswer, .revocation, .refundFailed, .reversal, .refundDeclined, .consumptionRequest,
+    ]
+
+    public static func cases(from facts: some Sequence<Fact>) -> [RefundCase] {
+        let unique = deduplicated(facts)
+        var wechat = WeChatInputs(links: WeChatOrderLinks(facts: unique))
+        var apple: [String: [Fact]] = [:]
+        for f in unique {
+            switch f.origin {
             case .wechat, .ledger:
-                wechat.add(e, decoder: decoder)
-            case .apple:
-                guard let p = try? decoder.decode(AppleEventPayload.self, from: e.event.payload),
-                      let type = p.notificationType, appleTypes.contains(type) else { continue }
-                let key = p.transactionInfo?.transactionId ?? "event-\(e.position)"
-                apple[key, default: []].append((e, p))
+                wechat.add(f)
+            case .appleV2:
+                guard let id = f.transactionId, let type = appleTypes[f.kind], notificationType(of: f) == type else { continue }
+                apple[id, default: []].append(f)
+            case .appleV1, .appleAPI:
+                continue
             }
         }
         let all = wechat.cases() + apple.map { appleCase(orderId: $0.key, entries: $0.value) }
         return all.sorted { ($0.openedAt, $0.caseId) < ($1.openedAt, $1.caseId) }
     }
 
-    /// The case ids an event may contribute to, so a live projection re-folds only those cases when
-    /// it appends the event (load every event indexed under these ids, plus the link events of
-    /// their provisional streams, and call `cases(from:)`). Deliveries and links are listed under
-    /// each order id they name; contract messages and other events under none.
-    public static func caseIds(of event: RecordedEvent) -> [String] {
-        let decoder = JSONDecoder()
-        switch event.event.source {
-        case .apple:
-            guard appleTypes.contains(event.event.type.split(separator: "/").first.map(String.init) ?? ""),
-                  let p = try? decoder.decode(AppleEventPayload.self, from: event.event.payload),
-                  let type = p.notificationType, appleTypes.contains(type) else { return [] }
-            return ["apple:" + (p.transactionInfo?.transactionId ?? "event-\(event.position)")]
-        case .ledger:
-            guard let v = try? decoder.decode(PushValue.self, from: event.event.payload) else { return [] }
-            switch event.event.type {
-            case XPayEventName.refundInquiryAnswer, XPayEventName.orderLinked:
-                return [v.text("pay_order_id") ?? v.text("order_id")].compactMap { $0.map { "wechat:" + $0 } }
-            default: return []
-            }
-        case .wechat:
-            guard let v = try? decoder.decode(PushValue.self, from: event.event.payload) else { return [] }
-            let ids: [String?]
-            switch XPayMessage(v) {
-            case .refundInquiry(let q): ids = [q.payOrderId]
-            case .refundOutcome(let r): ids = [r.mchOrderId, r.wxOrderId]
-            case .goodsDelivery(let d): ids = [d.outTradeNo, d.mchOrderNo, d.transactionId]
-            default: ids = []
-            }
-            return Array(Set(ids.compactMap { $0.map { "wechat:" + $0 } })).sorted()
+    /// One fact per (position, ordinal); should two different facts claim one place (never in a
+    /// real log), the choice depends on their content only.
+    static func deduplicated(_ facts: some Sequence<Fact>) -> [Fact] {
+        var byPlace: [Place: Fact] = [:]
+        for f in facts {
+            let place = Place(position: f.position, ordinal: f.ordinal)
+            if let current = byPlace[place], !precedes(f, current) { continue }
+            byPlace[place] = f
         }
+        return byPlace.keys.sorted { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }.map { byPlace[$0]! }
     }
 
-    /// One event per position; should two different events claim one position (never in a real
-    /// log), the choice depends on their content only.
-    static func deduplicated(_ events: [RecordedEvent]) -> [RecordedEvent] {
-        var byPosition: [Int64: RecordedEvent] = [:]
-        for e in events {
-            if let current = byPosition[e.position], !contentPrecedes(e, current) { continue }
-            byPosition[e.position] = e
+    struct Place: Hashable { var position: Int64; var ordinal: Int }
+
+    /// Facts that state the same thing at different positions (a WeChat re-push stored again in
+    /// another stream, because the order's delivery arrived in between) count once: per content,
+    /// the first stored (least position) is kept; the others are `repeats` (still evidence: their positions
+    /// are listed with the case).
+    static func restatementsRemoved(_ facts: [Fact]) -> (kept: [Fact], repeats: [Fact]) {
+        var first: [Fact: Fact] = [:]
+        for f in facts {
+            let c = f.content
+            if let current = first[c], (current.position, current.ordinal) <= (f.position, f.ordinal) { continue }
+            first[c] = f
         }
-        return byPosition.keys.sorted().map { byPosition[$0]! }
+        let kept = Set(first.values.map { Place(position: $0.position, ordinal: $0.ordinal) })
+        return (facts.filter { kept.contains(Place(position: $0.position, ordinal: $0.ordinal)) },
+                facts.filter { !kept.contains(Place(position: $0.position, ordinal: $0.ordinal)) })
     }
 
-    private static func contentPrecedes(_ a: RecordedEvent, _ b: RecordedEvent) -> Bool {
-        if a == b { return false }
-        let ka = [String(a.recordedAt), a.event.streamId, a.event.dedupeKey, a.event.type]
-        let kb = [String(b.recordedAt), b.event.streamId, b.event.dedupeKey, b.event.type]
-        if ka != kb { return ka.lexicographicallyPrecedes(kb) }
-        return a.event.payload.lexicographicallyPrecedes(b.event.payload)
+    /// A total order of facts by content, then by the rest of their place.
+    static func precedes(_ a: Fact, _ b: Fact) -> Bool {
+        if a.contentPrecedes(b) { return true }
+        if b.contentPrecedes(a) { return false }
+        return (a.recordedAt, a.streamId) < (b.recordedAt, b.streamId)
+    }
+
+    /// `REFUND` of `REFUND` or `REFUND/SUBTYPE`: the notification type an Apple fact's message names.
+    static func notificationType(of fact: Fact) -> String {
+        guard let m = fact.message else { return "" }
+        return m.firstIndex(of: "/").map { String(m[..<$0]) } ?? m
+    }
+
+    static func subtype(of fact: Fact) -> String? {
+        guard let m = fact.message, let slash = m.firstIndex(of: "/") else { return nil }
+        let s = m[m.index(after: slash)...]
+        return s.isEmpty ? nil : String(s)
     }
 
     // MARK: - Apple
 
-    static func appleCase(orderId: String, entries raw: [(RecordedEvent, AppleEventPayload)]) -> RefundCase {
-        let entries = raw.sorted { a, b in
-            (a.1.signedDate?.millis ?? a.0.recordedAt, a.0.position) < (b.1.signedDate?.millis ?? b.0.recordedAt, b.0.position)
-        }
-        let notes = entries.map { e, p in
+    static func appleCase(orderId: String, entries all: [Fact]) -> RefundCase {
+        let (raw, repeats) = restatementsRemoved(all)
+        let entries = raw.sorted { ($0.signedAt, $0.position, $0.ordinal) < ($1.signedAt, $1.position, $1.ordinal) }
+        let notes = entries.map { f in
             RefundCase.AppleNotificationEntry(
-                position: e.position, recordedAt: e.recordedAt, notificationType: p.notificationType ?? "",
-                subtype: p.subtype, signedDate: p.signedDate?.millis,
-                consumptionRequestReason: p.data?.consumptionRequestReason,
-                revocationDate: p.transactionInfo?.revocationDate?.millis,
-                revocationReason: p.transactionInfo?.revocationReason,
-                revocationType: p.transactionInfo?.revocationType,
-                revocationPercentage: p.transactionInfo?.revocationPercentage)
+                position: f.position, recordedAt: f.recordedAt, notificationType: notificationType(of: f),
+                subtype: subtype(of: f), signedDate: f.signedAt,
+                consumptionRequestReason: f.details["reason"]?.text,
+                revocationDate: f.transaction?.revocationDate, revocationReason: f.transaction?.revocationReason,
+                revocationType: f.transaction?.revocationType, revocationPercentage: f.transaction?.revocationPercentage)
         }
-        let latestTx = entries.reversed().lazy.compactMap(\.1.transactionInfo)
-        let final = entries.last { $0.1.notificationType != "CONSUMPTION_REQUEST" }
-        let lastRefund = entries.last { $0.1.notificationType == "REFUND" }?.1.transactionInfo
+        let latestTx = entries.reversed().lazy.compactMap(\.transaction)
+        let final = entries.last { $0.kind != .consumptionRequest }
+        let lastRefund = entries.last { $0.kind == .revocation }?.transaction
         let outcome: RefundCase.Outcome
         var outcomeAt: EpochMillis?
-        switch final?.1.notificationType {
-        case "REFUND"?:
+        switch final?.kind {
+        case .revocation?:
             outcome = .refunded
-            outcomeAt = final?.1.transactionInfo?.revocationDate?.millis ?? final?.1.signedDate?.millis
-        case "REFUND_DECLINED"?: outcome = .declined; outcomeAt = final?.1.signedDate?.millis
-        case "REFUND_REVERSED"?: outcome = .reversed; outcomeAt = final?.1.signedDate?.millis
+            outcomeAt = final?.transaction?.revocationDate ?? final?.signedAt
+        case .refundDeclined?: outcome = .declined; outcomeAt = final?.signedAt
+        case .reversal?: outcome = .reversed; outcomeAt = final?.signedAt
         default: outcome = .pending
         }
         let price = latestTx.compactMap(\.price).first
@@ -118,193 +132,179 @@ public enum RefundCaseFold {
             let (scaled, overflow) = price.multipliedReportingOverflow(by: max(0, min(pct, 100_000)))
             refunded = overflow ? nil : .init(milliunits: scaled / 100_000, currency: currency)
         }
-        let token = latestTx.compactMap(\.appAccountToken).first
         return RefundCase(
             caseId: "apple:" + orderId, source: .apple, orderId: orderId,
-            originalTransactionId: latestTx.compactMap(\.originalTransactionId).first ?? entries.first?.0.event.streamId,
-            openId: nil, customerId: token, productId: latestTx.compactMap(\.productId).first,
-            openedAt: entries.map { $0.1.signedDate?.millis ?? $0.0.recordedAt }.min() ?? 0,
-            lastRecordedAt: entries.map(\.0.recordedAt).max() ?? 0,
+            originalTransactionId: latestTx.compactMap(\.originalTransactionId).first
+                ?? entries.compactMap(\.subscription).first?.originalTransactionId,
+            openId: nil, customerId: latestTx.compactMap(\.appAccountToken).first ?? entries.compactMap(\.customerId).first,
+            productId: latestTx.compactMap(\.productId).first,
+            openedAt: entries.map(\.signedAt).min() ?? 0,
+            lastRecordedAt: (entries + repeats).map(\.recordedAt).max() ?? 0,
             decision: nil, decisionRule: nil, outcome: outcome, outcomeAt: outcomeAt,
-            reason: entries.last { $0.1.data?.consumptionRequestReason != nil }?.1.data?.consumptionRequestReason,
+            reason: notes.last { $0.consumptionRequestReason != nil }?.consumptionRequestReason,
             orderAmount: price.map { .init(milliunits: $0, currency: currency) }, refundedAmount: refunded,
-            revocationDate: outcome == .refunded ? lastRefund?.revocationDate?.millis : nil,
+            revocationDate: outcome == .refunded ? lastRefund?.revocationDate : nil,
             revocationReason: outcome == .refunded ? lastRefund?.revocationReason : nil,
             revocationType: outcome == .refunded ? lastRefund?.revocationType : nil,
             revocationPercentage: outcome == .refunded ? lastRefund?.revocationPercentage : nil,
             deliveryPosition: nil, inquiries: [], answers: [], refundOutcomes: [], appleNotifications: notes,
-            links: entries.map(\.0.position).sorted())
+            links: Array(Set((entries + repeats).map(\.position))).sorted())
     }
 }
 
 /// The WeChat side of the fold: inquiries, answers, refund outcomes, and the context (deliveries,
-/// contract openids, links) that completes a case.
+/// aliases, links, the customers of subscriptions) that completes a case.
 struct WeChatInputs {
-    struct Delivery {
-        var event: RecordedEvent
-        var message: XPayGoodsDelivery
-        var ids: [String]
-    }
-
     let links: WeChatOrderLinks
-    var inquiries: [String: [(RecordedEvent, XPayRefundInquiry)]] = [:]
-    var answers: [String: [(RecordedEvent, PushValue)]] = [:]
-    var refunds: [(RecordedEvent, XPayRefundOutcome)] = []
-    /// Deliveries under each order id they carry (OutTradeNo, MchOrderNo, TransactionId), so
-    /// matching a case costs a lookup per alias, not a scan of every delivery.
-    var deliveriesById: [String: [Delivery]] = [:]
-    /// openids named by contract messages and deliveries, per subscription stream.
-    var openIdsByStream: [String: Set<String>] = [:]
+    var inquiries: [String: [Fact]] = [:]
+    var answers: [String: [Fact]] = [:]
+    var refunds: [Fact] = []
+    /// openids named by the WeChat facts (deliveries, contract changes) of each subscription.
+    var customersBySubscription: [SubscriptionKey: Set<String>] = [:]
 
     init(links: WeChatOrderLinks) { self.links = links }
 
-    mutating func add(_ e: RecordedEvent, decoder: JSONDecoder) {
-        guard let v = try? decoder.decode(PushValue.self, from: e.event.payload) else { return }
-        if e.event.source == .ledger {
-            if e.event.type == XPayEventName.refundInquiryAnswer, let order = v.text("pay_order_id") {
-                answers[order, default: []].append((e, v))
-            }
-            return
-        }
-        let stream = links.subscriptionStream(of: e.event.streamId)
-        switch XPayMessage(v) {
-        case .refundInquiry(let q):
-            if let order = q.payOrderId { inquiries[order, default: []].append((e, q)) }
-        case .refundOutcome(let r):
-            if r.mchOrderId != nil || r.wxOrderId != nil { refunds.append((e, r)) }
-        case .goodsDelivery(let d):
-            if let order = d.outTradeNo {
-                let delivery = Delivery(event: e, message: d, ids: [order, d.mchOrderNo, d.transactionId].compactMap { $0 })
-                for id in Set(delivery.ids) { deliveriesById[id, default: []].append(delivery) }
-            }
-            if let o = d.openId { openIdsByStream[d.subscription?.originalTransactionId ?? stream, default: []].insert(o) }
-        case .signingResult(let s):
-            if let o = s.openId { openIdsByStream[s.subscription.originalTransactionId ?? stream, default: []].insert(o) }
-        case .unsigning(let u):
-            if let o = u.openId { openIdsByStream[u.subscription.originalTransactionId ?? stream, default: []].insert(o) }
-        case .other:
+    mutating func add(_ f: Fact) {
+        switch (f.kind, f.origin) {
+        case (.refundInquiry, .wechat):
+            if let order = f.transactionId, !order.isEmpty { inquiries[order, default: []].append(f) }
+        case (.refundAnswer, .ledger):
+            if let order = f.transactionId, !order.isEmpty { answers[order, default: []].append(f) }
+        case (.revocation, .wechat), (.refundFailed, .wechat):
+            if let order = f.transactionId, !order.isEmpty { refunds.append(f) }
+        case (.transaction, .wechat), (.renewal, .wechat):
+            if let key = f.subscription, let c = f.customerId, !c.isEmpty { customersBySubscription[key, default: []].insert(c) }
+        default:
             break
         }
     }
 
-    func cases() -> [RefundCase] {
-        var keys = Set(inquiries.keys).union(answers.keys)
-        var refundsByKey: [String: [(RecordedEvent, XPayRefundOutcome)]] = [:]
-        // A refund joins the case its MchOrderId names, else the one its WxOrderId names, else
-        // opens its own. Whether a case exists depends only on inquiries and answers, so the
-        // assignment does not depend on the order refunds are seen in.
-        var ownKeys: [String] = []
-        for (e, r) in refunds {
-            let ids = [r.mchOrderId, r.wxOrderId].compactMap { $0 }
-            let key = ids.first { keys.contains($0) } ?? ids[0]
-            if !keys.contains(key) { ownKeys.append(key) }
-            refundsByKey[key, default: []].append((e, r))
-        }
-        keys.formUnion(ownKeys)
-        return keys.map { wechatCase($0, refunds: refundsByKey[$0] ?? []) }
+    /// MchOrderId then WxOrderId (the decoder's `transactionId` and `orderAlias` of a refund).
+    static func ids(ofRefund f: Fact) -> [String] {
+        [f.transactionId, f.orderAlias].compactMap { $0 }.filter { !$0.isEmpty }
     }
 
-    private func wechatCase(_ key: String, refunds rawRefunds: [(RecordedEvent, XPayRefundOutcome)]) -> RefundCase {
-        let asked = (inquiries[key] ?? []).sorted { ($0.0.recordedAt, $0.0.position) < ($1.0.recordedAt, $1.0.position) }
-        let answered = (answers[key] ?? []).sorted { ($0.0.recordedAt, $0.0.position) < ($1.0.recordedAt, $1.0.position) }
-        let refunds = rawRefunds.sorted { $0.0.position < $1.0.position }
-        var aliases: Set<String> = [key]
-        for (_, r) in refunds { aliases.formUnion([r.mchOrderId, r.wxOrderId].compactMap { $0 }) }
-        let delivery = aliases.flatMap { deliveriesById[$0] ?? [] }.min { $0.event.position < $1.event.position }
+    func cases() -> [RefundCase] {
+        let asked = Set(inquiries.keys).union(answers.keys)
+        // The cases of each order (an order asked about under two of its ids has two cases).
+        var askedByGroup: [String: [String]] = [:]
+        for key in asked { askedByGroup[links.group(of: key), default: []].append(key) }
+        // A refund joins the case its MchOrderId names, else the one its WxOrderId names, else the
+        // least case of the same order; refunds of an order nobody asked about form one case, keyed
+        // by the least MchOrderId (else WxOrderId) among them. Whether a case exists depends only
+        // on inquiries and answers, so the assignment does not depend on the order refunds are seen in.
+        var refundsByKey: [String: [Fact]] = [:]
+        var unasked: [String: [Fact]] = [:]   // by order (group)
+        for r in refunds {
+            let ids = Self.ids(ofRefund: r)
+            if let key = ids.first(where: { asked.contains($0) }) ?? askedByGroup[links.group(of: ids[0])]?.min() {
+                refundsByKey[key, default: []].append(r)
+            } else {
+                unasked[links.group(of: ids[0]), default: []].append(r)
+            }
+        }
+        for (_, group) in unasked {
+            refundsByKey[group.map { Self.ids(ofRefund: $0)[0] }.min()!, default: []] += group
+        }
+        return Set(asked).union(refundsByKey.keys).map { wechatCase($0, refunds: refundsByKey[$0] ?? []) }
+    }
+
+    private func wechatCase(_ key: String, refunds rawRefunds: [Fact]) -> RefundCase {
+        let byArrival = { (a: Fact, b: Fact) in (a.recordedAt, a.position, a.ordinal) < (b.recordedAt, b.position, b.ordinal) }
+        let (askings, repeatedAskings) = RefundCaseFold.restatementsRemoved(inquiries[key] ?? [])
+        let (answerFacts, repeatedAnswers) = RefundCaseFold.restatementsRemoved(answers[key] ?? [])
+        let (refundFacts, repeatedRefunds) = RefundCaseFold.restatementsRemoved(rawRefunds)
+        let repeats = repeatedAskings + repeatedAnswers + repeatedRefunds
+        let asked = askings.sorted(by: byArrival)
+        let answered = answerFacts.sorted(by: byArrival)
+        let refunds = refundFacts.sorted { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }
+        let orderIds = links.ids(of: key)
+        let delivery = links.delivery(among: orderIds)
+        let askedDetails = asked.map(\.details)
+        let answerDetails = answered.map(\.details)
+        let refundDetails = refunds.map(\.details)
 
         // Answers and the askings they replied to.
         var triggered: [Int64: Int64] = [:]   // inquiry position → answer position
         var answerRows: [RefundCase.Answer] = []
-        for (e, v) in answered {
-            let trigger = asked.first { $0.0.recordedAt <= e.recordedAt && triggered[$0.0.position] == nil }
-            if let t = trigger { triggered[t.0.position] = e.position }
-            let code = v.int64("result_code")
-            let decision: RefundCase.Decision? = v.text("decision").flatMap(RefundCase.Decision.init(rawValue:))
+        for (a, v) in zip(answered, answerDetails) {
+            let trigger = asked.first { $0.recordedAt <= a.recordedAt && triggered[$0.position] == nil }
+            if let t = trigger { triggered[t.position] = a.position }
+            let code = v["result_code"]?.int64
+            let decision: RefundCase.Decision? = v["decision"]?.text.flatMap(RefundCase.Decision.init(rawValue:))
                 ?? code.flatMap { $0 == 0 ? .allow : $0 == 1 ? .refuse : nil }
             var info: String?
             if case .string(let s)? = v["result_info"] { info = s }
             answerRows.append(RefundCase.Answer(
-                position: e.position, recordedAt: e.recordedAt, resultCode: code, decision: decision,
-                rule: v.text("rule"), resultInfo: info, evidence: v.text("evidence"),
-                inquiryPosition: trigger?.0.position,
-                latencyMs: trigger.map { e.recordedAt &- $0.0.recordedAt },
-                latencyFromAskedMs: trigger.flatMap { WeChatTime.seconds($0.1.refundTime) }.map { e.recordedAt &- $0 }))
+                position: a.position, recordedAt: a.recordedAt, resultCode: code, decision: decision,
+                rule: v["rule"]?.text, resultInfo: info, evidence: v["evidence"]?.text,
+                inquiryPosition: trigger?.position,
+                latencyMs: trigger.map { a.recordedAt &- $0.recordedAt },
+                latencyFromAskedMs: trigger.map { a.recordedAt &- $0.signedAt }))
         }
-        let inquiryRows = asked.map { e, q -> RefundCase.Inquiry in
-            var answer = triggered[e.position]
+        let inquiryRows = zip(asked, askedDetails).map { q, v -> RefundCase.Inquiry in
+            var answer = triggered[q.position]
             let repeated = answer == nil
             if answer == nil {
-                answer = answered.last { $0.0.recordedAt <= e.recordedAt }?.0.position
+                answer = answered.last { $0.recordedAt <= q.recordedAt }?.position
             }
             return RefundCase.Inquiry(
-                position: e.position, recordedAt: e.recordedAt, askedAt: WeChatTime.seconds(q.refundTime),
-                orderTime: WeChatTime.seconds(q.orderTime), provideStatus: q.provideStatusRaw,
-                reason: q.refundRequestReason, channelBill: q.channelBill, productId: q.productId,
-                streamId: e.event.streamId, answerPosition: answer, repeatedAnswer: repeated && answer != nil)
+                position: q.position, recordedAt: q.recordedAt, askedAt: q.signedAt,
+                orderTime: v["order_time"]?.int64, provideStatus: v["provide_status"]?.int64,
+                reason: v["refund_request_reason"]?.text, channelBill: v["channel_bill"]?.text,
+                productId: v["product_id"]?.text, streamId: q.streamId, answerPosition: answer,
+                repeatedAnswer: repeated && answer != nil)
         }.sorted { ($0.askedAt ?? .min, $0.recordedAt, $0.position) < ($1.askedAt ?? .min, $1.recordedAt, $1.position) }
 
-        let outcomeRows = refunds.map { e, r in
-            RefundCase.WeChatRefundOutcome(
-                position: e.position, recordedAt: e.recordedAt, succeeded: r.succeeded, retCode: r.retCode,
-                retMsg: r.retMsg, wxRefundId: r.wxRefundId, mchRefundId: r.mchRefundId, wxOrderId: r.wxOrderId,
-                mchOrderId: r.mchOrderId, refundFee: r.refundFee.flatMap(Self.money),
-                startedAt: WeChatTime.seconds(r.refundStartTimestamp),
-                succeededAt: r.succeeded ? WeChatTime.seconds(r.refundSuccTimestamp) : nil)
+        let outcomeRows = zip(refunds, refundDetails).map { r, v in
+            let succeeded = r.kind == .revocation
+            return RefundCase.WeChatRefundOutcome(
+                position: r.position, recordedAt: r.recordedAt, succeeded: succeeded, retCode: v["ret_code"]?.int64,
+                retMsg: v["ret_msg"]?.text, wxRefundId: v["wx_refund_id"]?.text, mchRefundId: v["mch_refund_id"]?.text,
+                wxOrderId: v["wx_order_id"]?.text, mchOrderId: v["mch_order_id"]?.text, refundFee: Self.money(r),
+                startedAt: v["refund_start"]?.int64, succeededAt: succeeded ? v["refund_succeeded"]?.int64 : nil)
         }
-        // A success is final; a failure only counts while no success is known.
-        let successes = refunds.filter { $0.1.succeeded }
+        // A success is final; a failure only counts while no success is known. A refund fact's
+        // signedAt is its success time, else its start, else the push's CreateTime.
+        let successes = refunds.filter { $0.kind == .revocation }
         let outcome: RefundCase.Outcome = !successes.isEmpty ? .refunded : refunds.isEmpty ? .pending : .refundFailed
         let outcomeAt: EpochMillis? = switch outcome {
-        case .refunded: successes.compactMap { Self.refundTime($0.1) ?? $0.0.event.signedAt }.min()
-        case .refundFailed: refunds.compactMap { Self.refundTime($0.1) ?? $0.0.event.signedAt }.max()
+        case .refunded: successes.map(\.signedAt).min()
+        case .refundFailed: refunds.map(\.signedAt).max()
         default: nil
         }
-        let refundedFen = successes.compactMap(\.1.refundFee).max()
+        let refunded = successes.compactMap { r in Self.money(r).map { (r, $0) } }.max { $0.1.milliunits < $1.1.milliunits }?.1
 
-        // Streams: the raw ones (for link events) and the subscription they belong to.
-        let caseEvents = asked.map(\.0) + answered.map(\.0) + refunds.map(\.0) + (delivery.map { [$0.event] } ?? [])
-        var rawStreams = Set(caseEvents.map(\.event.streamId))
-        for id in aliases { rawStreams.insert(StreamNames.wechatProvisional(orderId: id)) }
-        let linkPositions = rawStreams.flatMap { links.linkPositions[$0] ?? [] }
-        let provisionalPrefix = StreamNames.wechatProvisional(orderId: "")
-        let subscriptions = Set(caseEvents.map { links.subscriptionStream(of: $0.event.streamId) })
-            .filter { !$0.hasPrefix(provisionalPrefix) }
-        let otid = delivery?.message.subscription?.originalTransactionId ?? subscriptions.min()
-        let openId = refunds.compactMap(\.1.openId).min() ?? delivery?.message.openId
-            ?? otid.flatMap { openIdsByStream[$0]?.min() }
+        // The subscription: the delivery's, else one a link or alias ties the order to.
+        let subscription = delivery?.subscription ?? links.subscriptions(of: orderIds).first
+        let openId = refunds.compactMap(\.customerId).filter { !$0.isEmpty }.min() ?? delivery?.customerId
+            ?? subscription.flatMap { customersBySubscription[$0]?.min() }
+        let linkFacts = links.links(of: orderIds)
 
-        let businessTimes = asked.compactMap { WeChatTime.seconds($0.1.refundTime) }
-            + refunds.compactMap { Self.refundStart($0.1) }
-        let ownEvents = asked.map(\.0) + answered.map(\.0) + refunds.map(\.0)
+        let businessTimes = asked.map(\.signedAt) + zip(refunds, refundDetails).map { r, v in v["refund_start"]?.int64 ?? r.signedAt }
+        let own = asked + answered + refunds
         let first = answerRows.first
         return RefundCase(
-            caseId: "wechat:" + key, source: .wechat, orderId: key, originalTransactionId: otid,
+            caseId: "wechat:" + key, source: .wechat, orderId: key,
+            originalTransactionId: subscription?.originalTransactionId,
             openId: openId, customerId: openId,
-            productId: asked.compactMap(\.1.productId).min() ?? delivery?.message.productId
-                ?? answered.compactMap { $0.1.text("product_id") }.min(),
-            openedAt: businessTimes.min() ?? ownEvents.map(\.recordedAt).min() ?? 0,
-            lastRecordedAt: (ownEvents + (delivery.map { [$0.event] } ?? [])).map(\.recordedAt).max() ?? 0,
+            productId: askedDetails.compactMap { $0["product_id"]?.text }.min() ?? delivery?.transaction?.productId
+                ?? answerDetails.compactMap { $0["product_id"]?.text }.min(),
+            openedAt: businessTimes.min() ?? own.map(\.recordedAt).min() ?? 0,
+            lastRecordedAt: (own + repeats + (delivery.map { [$0] } ?? [])).map(\.recordedAt).max() ?? 0,
             decision: first?.decision, decisionRule: first?.rule, outcome: outcome, outcomeAt: outcomeAt,
-            reason: asked.compactMap(\.1.refundRequestReason).min(),
-            orderAmount: delivery?.message.actualPrice.flatMap(Self.money),
-            refundedAmount: refundedFen.flatMap(Self.money),
+            reason: askedDetails.compactMap { $0["refund_request_reason"]?.text }.min(),
+            orderAmount: delivery.flatMap(Self.money),
+            refundedAmount: refunded,
             revocationDate: nil, revocationReason: nil, revocationType: nil, revocationPercentage: nil,
-            deliveryPosition: delivery?.event.position,
+            deliveryPosition: delivery?.position,
             inquiries: inquiryRows, answers: answerRows, refundOutcomes: outcomeRows, appleNotifications: [],
-            links: Array(Set(caseEvents.map(\.position) + linkPositions)).sorted())
+            links: Array(Set((own + repeats + linkFacts).map(\.position) + (delivery.map { [$0.position] } ?? []))).sorted())
     }
 
-    static func money(_ fen: Int64) -> RefundCase.Money? {
-        let (v, overflow) = fen.multipliedReportingOverflow(by: WeChatFacts.milliPerFen)
-        return overflow ? nil : RefundCase.Money(milliunits: v, currency: "CNY")
-    }
-
-    static func refundTime(_ r: XPayRefundOutcome) -> EpochMillis? {
-        (r.succeeded ? WeChatTime.seconds(r.refundSuccTimestamp) : nil)
-            ?? WeChatTime.seconds(r.refundStartTimestamp) ?? WeChatTime.seconds(r.createTime)
-    }
-
-    static func refundStart(_ r: XPayRefundOutcome) -> EpochMillis? {
-        WeChatTime.seconds(r.refundStartTimestamp) ?? refundTime(r)
+    /// The amount a WeChat fact states (delivery ActualPrice, refund RefundFee), in milli-CNY.
+    static func money(_ f: Fact) -> RefundCase.Money? {
+        guard let price = f.transaction?.price else { return nil }
+        return RefundCase.Money(milliunits: price, currency: f.transaction?.currency ?? "CNY")
     }
 }

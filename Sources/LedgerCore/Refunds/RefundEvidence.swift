@@ -1,92 +1,96 @@
 import Foundation
 
-/// The ledger facts a refund inquiry is decided on (`RefundPolicy.decide`), gathered from events
-/// the service has already loaded, so answering stays within WeChat's 3 s:
-/// - `streamEvents`: the events of the stream the inquiry resolved to (the subscription's, with the
-///   provisional order streams linked to it, or just the provisional stream);
+/// The ledger facts a refund inquiry is decided on (`RefundPolicy.decide`), from facts the service
+/// has already loaded (`Fact`s: the one decoder's reading of each event), so answering stays within
+/// WeChat's 3 s:
+/// - `inquiry`: the `refund_inquiry` fact of the asking (`inquiry(in:)` picks it from an event's facts);
+/// - `known`: the facts naming the order or one of its ids (deliveries, aliases, links, refunds) and
+///   the WeChat facts of the subscription it belongs to (`RefundFactQueries.orderFacts`);
 /// - `customerRefundCases`: the refund cases of the same customer (openid), from `RefundCaseFold`.
 ///
 /// Rules (each visible in the answer's evidence):
-/// - the order: `pay_order_id`, plus the other id of any `xpay_refund_notify` naming it (WeChat
-///   does not say whether pay_order_id is OutTradeNo or its own order id; a refund notify carries
-///   both); the delivery is the one whose OutTradeNo, MchOrderNo or TransactionId is among them;
-/// - delivered at: the delivery's PaidTime, else CreateTime, else its signed_at, else recordedAt;
+/// - the order: `pay_order_id` and every id a fact states for the same order (`WeChatOrderLinks`:
+///   a delivery's MchOrderNo / TransactionId, a refund's MchOrderId ~ WxOrderId), whichever arrived
+///   first; the delivery is the earliest-recorded one of any of those ids;
+/// - delivered at: the delivery's purchase time (PaidTime, else CreateTime);
 /// - use window: from delivery until the first of (period end, a successful refund of this order)
 ///   that is not after the inquiry; open (still entitled) otherwise;
-/// - customer: the delivery's OpenId, else the openid of the stream's contract messages;
+/// - customer: the delivery's OpenId, else the least openid the subscription's WeChat facts name;
 /// - earlier refunds: the customer's refunded cases other than this order's, at their outcome time
 ///   (the policy keeps those inside its window).
 public enum RefundEvidence {
     public static func facts(
-        for inquiry: XPayRefundInquiry, streamEvents: [RecordedEvent], customerRefundCases: [RefundCase]
+        for inquiry: Fact, known: some Sequence<Fact>, customerRefundCases: [RefundCase]
     ) throws(RefundEvidenceError) -> RefundInquiryFacts {
-        guard let order = inquiry.payOrderId, !order.isEmpty else { throw .missing(field: "pay_order_id") }
-        guard let askedAt = WeChatTime.seconds(inquiry.refundTime) else { throw .missing(field: "refund_time") }
+        guard inquiry.kind == .refundInquiry, inquiry.origin == .wechat else { throw .notAnInquiry(position: inquiry.position) }
+        guard let order = inquiry.transactionId, !order.isEmpty else { throw .missing(field: "pay_order_id") }
+        let detail = inquiry.details
+        // The decoder takes the asking time from refund_time (an inquiry without one is unreadable).
+        let askedAt = inquiry.signedAt
 
-        var deliveries: [(RecordedEvent, XPayGoodsDelivery, [String])] = []
-        var refunds: [XPayRefundOutcome] = []
-        var contractOpenIds: Set<String> = []
-        let decoder = JSONDecoder()
-        for e in RefundCaseFold.deduplicated(streamEvents) where e.event.source == .wechat {
-            guard let v = try? decoder.decode(PushValue.self, from: e.event.payload) else { continue }
-            switch XPayMessage(v) {
-            case .goodsDelivery(let d):
-                if let id = d.outTradeNo { deliveries.append((e, d, [id, d.mchOrderNo, d.transactionId].compactMap { $0 })) }
-                if let o = d.openId { contractOpenIds.insert(o) }
-            case .refundOutcome(let r): refunds.append(r)
-            case .signingResult(let s): if let o = s.openId { contractOpenIds.insert(o) }
-            case .unsigning(let u): if let o = u.openId { contractOpenIds.insert(o) }
-            default: break
-            }
-        }
-        var aliases: Set<String> = [order]
-        for r in refunds {
-            let ids = [r.mchOrderId, r.wxOrderId].compactMap { $0 }
-            if ids.contains(order) { aliases.formUnion(ids) }
-        }
-        let match = deliveries.filter { !aliases.isDisjoint(with: $0.2) }.min { $0.0.position < $1.0.position }
+        let facts = RefundCaseFold.deduplicated(known)
+        let links = WeChatOrderLinks(facts: facts + [inquiry])
+        let ids = links.ids(of: order)
+        let idSet = Set(ids)
+        let match = links.delivery(among: ids)
 
         var delivery: RefundInquiryFacts.Delivery?
         var use: RefundInquiryFacts.UseWindow?
-        if let (event, d, ids) = match {
-            let deliveredAt = WeChatTime.seconds(d.paidTime) ?? WeChatTime.seconds(d.createTime)
-                ?? event.event.signedAt ?? event.recordedAt
-            let periodEnd = WeChatTime.millis(d.subscription?.renewalDate)
-            delivery = .init(orderId: d.outTradeNo ?? ids[0], deliveredAt: deliveredAt, periodEndsAt: periodEnd,
-                             position: event.position)
-            aliases.formUnion(ids)
-            let refundedAt = refunds.filter { r in
-                r.succeeded && !aliases.isDisjoint(with: [r.mchOrderId, r.wxOrderId].compactMap { $0 })
-            }.compactMap(WeChatInputs.refundTime).min()
+        if let match {
+            let deliveredAt = match.transaction?.purchaseDate ?? match.effectiveAt
+            let periodEnd = match.transaction?.expiresDate
+            delivery = .init(orderId: match.transactionId ?? order, deliveredAt: deliveredAt, periodEndsAt: periodEnd,
+                             position: match.position)
+            let refundedAt = facts.filter { f in
+                f.kind == .revocation && f.origin == .wechat && !idSet.isDisjoint(with: WeChatInputs.ids(ofRefund: f))
+            }.map(\.signedAt).min()
             let ends = [periodEnd, refundedAt].compactMap { $0 }.filter { $0 <= askedAt }
             use = .init(from: deliveredAt, until: ends.min())
         }
-        let customer = match?.1.openId ?? contractOpenIds.min()
-        let thisCase = Set(aliases.map { "wechat:" + $0 })
+        let subscription = match?.subscription ?? links.subscriptions(of: ids).first
+        let contractCustomers = facts.filter { f in
+            f.origin == .wechat && (f.kind == .transaction || f.kind == .renewal) && subscription != nil && f.subscription == subscription
+        }.compactMap(\.customerId).filter { !$0.isEmpty }
+        let customer = match?.customerId ?? contractCustomers.min()
+        let thisCase = Set(ids.map { "wechat:" + $0 })
         let earlier = customerRefundCases
-            .filter { $0.outcome == .refunded && !thisCase.contains($0.caseId) && !aliases.contains($0.orderId) }
+            .filter { $0.outcome == .refunded && !thisCase.contains($0.caseId) && !idSet.contains($0.orderId) }
             .map { RefundInquiryFacts.EarlierRefund(orderId: $0.orderId, refundedAt: $0.outcomeAt ?? $0.openedAt) }
             .sorted { ($0.refundedAt, $0.orderId) < ($1.refundedAt, $1.orderId) }
         return RefundInquiryFacts(
-            payOrderId: order, customer: customer, askedAt: askedAt, orderTime: WeChatTime.seconds(inquiry.orderTime),
-            provideStatus: inquiry.provideStatus, delivery: delivery, entitlementUse: use, earlierRefunds: earlier)
+            payOrderId: order, customer: customer, askedAt: askedAt, orderTime: detail["order_time"]?.int64,
+            provideStatus: detail["provide_status"]?.int64.flatMap(XPayProvideStatus.init(rawValue:)),
+            delivery: delivery, entitlementUse: use, earlierRefunds: earlier)
     }
 
-    /// Convenience for a stored inquiry event: decodes it first.
-    public static func facts(
-        forInquiryEvent event: RecordedEvent, streamEvents: [RecordedEvent], customerRefundCases: [RefundCase]
-    ) throws(RefundEvidenceError) -> RefundInquiryFacts {
-        guard let v = try? JSONDecoder().decode(PushValue.self, from: event.event.payload),
-              case .refundInquiry(let q) = XPayMessage(v) else {
-            throw .notAnInquiry(position: event.position)
+    /// The `refund_inquiry` fact among an event's facts (`FactDecoder.facts(of:)`), or why there is none.
+    public static func inquiry(in eventFacts: [Fact]) throws(RefundEvidenceError) -> Fact {
+        if let q = eventFacts.first(where: { $0.kind == .refundInquiry }) { return q }
+        if let u = eventFacts.first(where: { $0.kind == .unreadable }) {
+            throw .unreadable(reason: u.details["reason"]?.text ?? "no reason recorded")
         }
-        return try facts(for: q, streamEvents: streamEvents, customerRefundCases: customerRefundCases)
+        throw .notAnInquiry(position: eventFacts.first?.position ?? 0)
+    }
+}
+
+extension RefundDecision {
+    /// The decision a stored answer states (its `refund_answer` fact), to repeat it word for word
+    /// to a later asking. Nil for any other fact, or an answer missing result_code, result_info or
+    /// evidence (the ledger always writes them).
+    public init?(answer fact: Fact) {
+        guard fact.kind == .refundAnswer else { return nil }
+        let v = fact.details
+        guard let code = v["result_code"]?.int64, let verdict = Verdict(rawValue: Int(code)),
+              case .string(let info)? = v["result_info"], let evidence = v["evidence"]?.text else { return nil }
+        self.init(verdict: verdict, rule: v["rule"]?.text ?? "", resultInfo: info, evidence: evidence)
     }
 }
 
 public enum RefundEvidenceError: Error, Equatable, CustomStringConvertible {
     case missing(field: String)
     case notAnInquiry(position: Int64)
+    /// The decoder could not read the inquiry (`unreadable` fact); its reason.
+    case unreadable(reason: String)
 
     public var description: String {
         switch self {
@@ -94,7 +98,10 @@ public enum RefundEvidenceError: Error, Equatable, CustomStringConvertible {
             return "the refund inquiry has no usable \(f); WeChat always sends it — check that the push was decoded "
                 + "from the right format (every inquiry field is a string)"
         case .notAnInquiry(let p):
-            return "event at position \(p) is not an \(XPayEventName.refundInquiry) push; pass the inquiry event itself"
+            return "the facts of the event at position \(p) hold no \(XPayEventName.refundInquiry); pass the inquiry event's facts"
+        case .unreadable(let reason):
+            return "the refund inquiry could not be read (\(reason)); WeChat always sends pay_order_id and refund_time — "
+                + "check that the push was decoded from the right format"
         }
     }
 }

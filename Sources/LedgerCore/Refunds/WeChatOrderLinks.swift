@@ -1,43 +1,96 @@
 import Foundation
 
-/// The ledger's links from provisional order streams (`wechat:order:<id>`) to subscription streams,
-/// read from its `ledger_wechat_order_linked` events. Events are never rewritten, so whoever folds
-/// a subscription applies the links: a fact from a linked provisional stream belongs to the
-/// subscription. Order-independent: a provisional stream linked twice (to different subscriptions,
-/// which the service does not do) goes to the least stream id, whatever the order.
-public struct WeChatOrderLinks: Sendable, Equatable {
-    public private(set) var subscriptionByProvisional: [String: String] = [:]
-    /// Positions of the link events, per provisional stream (evidence for refund cases).
-    public private(set) var linkPositions: [String: [Int64]] = [:]
+/// What the facts say about WeChat orders: which ids name the same order, which delivery paid it,
+/// which subscription it belongs to. Built from facts only (`FactDecoder` read the payloads once),
+/// so a refund or an inquiry joins its order the same way whichever arrived first — the way
+/// `SubscriptionProjection.attach` joins them to a subscription.
+///
+/// Two ids name one order when one fact states both: a delivery's `order_alias` facts (OutTradeNo ~
+/// WeChatPayInfo.MchOrderNo / TransactionId) and a refund's own pair (MchOrderId ~ WxOrderId). The
+/// ledger's link facts (`ledger_wechat_order_linked`) tie an order to a subscription without naming
+/// a second id. An inquiry's `channel_bill` is Apple's bill, not a WeChat order id, and joins nothing.
+///
+/// Order-independent: every answer is a function of the set of facts given.
+public struct WeChatOrderLinks: Sendable {
+    /// Each id's group, named by the least id in it (quick-find: groups are a few ids each).
+    private var root: [String: String] = [:]
+    /// The ids of each group, under its name.
+    private var members: [String: [String]] = [:]
+    /// Each order's deliveries (WeChat `transaction` facts), under their OutTradeNo.
+    private var deliveriesById: [String: [Fact]] = [:]
+    /// Subscriptions each id is tied to (deliveries, aliases with a subscription, link facts).
+    private var subscriptionsById: [String: Set<SubscriptionKey>] = [:]
+    /// Link facts (`order_alias` of origin ledger) under the order they name.
+    private var linksById: [String: [Fact]] = [:]
 
     public init() {}
 
-    public init(events: some Sequence<RecordedEvent>) {
-        for e in events { add(e) }
+    public init(facts: some Sequence<Fact>) {
+        for f in facts { add(f) }
     }
 
-    /// Reads one event; anything but a link event is ignored.
-    public mutating func add(_ event: RecordedEvent) {
-        guard event.event.source == .ledger, event.event.type == XPayEventName.orderLinked,
-              let v = try? JSONDecoder().decode(PushValue.self, from: event.event.payload),
-              let provisional = v.text("provisional_stream") else { return }
-        let target = v.text("subscription_stream") ?? event.event.streamId
-        if subscriptionByProvisional[provisional].map({ target < $0 }) ?? true {
-            subscriptionByProvisional[provisional] = target
+    /// Reads one fact; facts that state nothing about WeChat orders are ignored.
+    public mutating func add(_ fact: Fact) {
+        guard fact.origin == .wechat || fact.origin == .ledger, let id = fact.transactionId, !id.isEmpty else { return }
+        switch (fact.kind, fact.origin) {
+        case (.transaction, .wechat):
+            insert(id)
+            deliveriesById[id, default: []].append(fact)
+        case (.orderAlias, _), (.revocation, .wechat), (.refundFailed, .wechat):
+            insert(id)
+            if let alias = fact.orderAlias, !alias.isEmpty { union(id, alias) }
+            if fact.origin == .ledger && fact.kind == .orderAlias { linksById[id, default: []].append(fact) }
+        case (.refundInquiry, _), (.refundAnswer, _):
+            insert(id)
+        default:
+            return
         }
-        if !(linkPositions[provisional] ?? []).contains(event.position) {
-            linkPositions[provisional, default: []].append(event.position)
-            linkPositions[provisional]!.sort()
+        if let key = fact.subscription { subscriptionsById[id, default: []].insert(key) }
+    }
+
+    /// Every id known to name the same order as `id` (itself included), sorted.
+    public func ids(of id: String) -> [String] {
+        guard let r = root[id] else { return [id] }
+        return members[r]!.sorted()
+    }
+
+    /// One id naming the group (its least id): the same for every id of the group.
+    public func group(of id: String) -> String { root[id] ?? id }
+
+    /// The delivery that paid one of `ids`: the earliest recorded (least position, then content),
+    /// so a later re-delivery of the same order never replaces the evidence.
+    public func delivery(among ids: some Sequence<String>) -> Fact? {
+        ids.flatMap { deliveriesById[$0] ?? [] }.min { a, b in
+            a.position != b.position ? a.position < b.position : a.contentPrecedes(b)
         }
     }
 
-    /// The subscription stream an event of `streamId` belongs to (itself when not linked).
-    public func subscriptionStream(of streamId: String) -> String {
-        subscriptionByProvisional[streamId] ?? streamId
+    /// The subscriptions the orders `ids` belong to, least first.
+    public func subscriptions(of ids: some Sequence<String>) -> [SubscriptionKey] {
+        Set(ids.flatMap { subscriptionsById[$0] ?? [] }).sorted()
     }
 
-    /// The provisional streams linked to a subscription, to load with it.
-    public func provisionalStreams(linkedTo subscription: String) -> [String] {
-        subscriptionByProvisional.filter { $0.value == subscription }.keys.sorted()
+    /// The link facts that tied one of `ids` to a subscription.
+    public func links(of ids: some Sequence<String>) -> [Fact] {
+        ids.flatMap { linksById[$0] ?? [] }
+    }
+
+    private mutating func insert(_ id: String) {
+        if root[id] == nil {
+            root[id] = id
+            members[id] = [id]
+        }
+    }
+
+    private mutating func union(_ a: String, _ b: String) {
+        insert(a)
+        insert(b)
+        let ra = root[a]!, rb = root[b]!
+        if ra == rb { return }
+        // The least id names the merged group, so the name never depends on the order of facts.
+        let (keep, gone) = ra < rb ? (ra, rb) : (rb, ra)
+        let moved = members.removeValue(forKey: gone)!
+        for id in moved { root[id] = keep }
+        members[keep]!.append(contentsOf: moved)
     }
 }
