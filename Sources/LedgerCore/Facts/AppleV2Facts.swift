@@ -28,6 +28,11 @@ enum AppleV2Facts {
         let message = payload.subtype.map { "\(type)/\($0)" } ?? type
         let tx = payload.transactionInfo
         let renewal = payload.renewalInfo
+        if tx == nil, revoking.contains(type) || ["REFUND_REVERSED", "REFUND_DECLINED", "CONSUMPTION_REQUEST"].contains(type) {
+            // About a transaction by definition: without one it says nothing the folds or refund
+            // cases can use, but it is verified evidence — kept, visible, counted.
+            throw FactDecodingError("\(type) carries no transaction (signedTransactionInfo), so it names nothing to refund or revoke")
+        }
         if tx == nil && renewal == nil { return [] }
         guard let notificationSigned = payload.signedDate?.millis ?? event.signedAt else {
             throw FactDecodingError("the notification has no signedDate, so its facts cannot be ordered")
