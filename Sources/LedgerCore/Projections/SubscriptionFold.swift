@@ -331,8 +331,14 @@ public struct SubscriptionFold: Sendable {
         return a.transaction.transactionId < b.transaction.transactionId
     }
 
-    /// Per-transaction merge: signed later wins, then content.
-    static func snapshotPrecedes(_ a: Fact, _ b: Fact) -> Bool { signedPrecedes(a, b) }
+    /// Per-transaction merge: signed later wins, then content. Two WeChat pushes of one order are
+    /// the same payment, not two statements: a re-push that states no PaidTime is timed by its own
+    /// CreateTime (the resend, wechat.md §1.7), so the earliest push is the one closest to the
+    /// payment and wins; a later re-push must not move the period's start.
+    static func snapshotPrecedes(_ a: Fact, _ b: Fact) -> Bool {
+        if a.origin == .wechat, b.origin == .wechat, a.signedAt != b.signedAt { return b.signedAt < a.signedAt }
+        return signedPrecedes(a, b)
+    }
 
     static func signedPrecedes(_ a: Fact, _ b: Fact) -> Bool {
         if a.signedAt != b.signedAt { return a.signedAt < b.signedAt }
