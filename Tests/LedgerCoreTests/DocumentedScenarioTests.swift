@@ -1006,6 +1006,12 @@ enum Documented {
                     Check(at: 5, expect: expect(.active, vip, expires: 30, auto: 1, customer: user, [vip])),
                     Check(at: 15, expect: expect(.active, vip, expires: 30, auto: 0, customer: user, [vip])),
                     Check(at: 31, expect: expect(.expired, vip, expires: 30, auto: 0, customer: user, [])),
+                    // Only the re-push reached the ledger (the original push is then a duplicate of
+                    // its order and not stored): the signing still opened the period on day 0.
+                    Check(at: 5, knownOnly: ["sign", "unsign", "repush1"],
+                          expect: expect(.active, vip, expires: 30, auto: 1, customer: user, [vip])),
+                    Check(at: 15, knownOnly: ["sign", "unsign", "repush1"],
+                          expect: expect(.active, vip, expires: 30, auto: 0, customer: user, [vip])),
                 ]))
         }
         return out
