@@ -267,7 +267,8 @@ enum Documented {
         /// the payment time is only the push's CreateTime (`create`, default `paid`).
         case deliver(order: String, paid: Double, renewal: Double, openId: String, payInfo: Bool = true, create: Double? = nil)
         case unsigning(at: Double, renewal: Double, openId: String)
-        case refund(order: String, at: Double, openId: String)
+        /// `ok` false: a refund that did not succeed (RetCode ≠ 0, no success time).
+        case refund(order: String, at: Double, openId: String, ok: Bool = true)
 
         func value(otid: String, clock c: Clock) -> PushValue {
             func header(_ event: String, _ create: Double) -> [String: PushValue] {
@@ -306,18 +307,18 @@ enum Documented {
                     "OriginalTransactionId": .string(otid), "ProductId": .string(Documented.vip), "AutoRenewStatus": .integer(0),
                     "RenewalDate": .integer(c.ms(renewal)), "UnsignedTime": .integer(c.ms(at))])
                 return .object(o)
-            case .refund(let order, let at, let openId):
+            case .refund(let order, let at, let openId, let ok):
                 var o = header(XPayEventName.refundNotify, at)
                 o["OpenId"] = .string(openId)
-                o["WxRefundId"] = .string("wxrefund-" + order)
+                o["WxRefundId"] = .string("wxrefund-" + order + (ok ? "" : "-failed"))
                 o["MchRefundId"] = .string("")
                 o["WxOrderId"] = .string("wx-" + order)
                 o["MchOrderId"] = .string(order)
                 o["RefundFee"] = .integer(3000)
-                o["RetCode"] = .integer(0)
-                o["RetMsg"] = .string("")
+                o["RetCode"] = .integer(ok ? 0 : 268_490_001)
+                o["RetMsg"] = .string(ok ? "" : "refund failed")
                 o["RefundStartTimestamp"] = .integer(c.sec(at) - 3600)
-                o["RefundSuccTimestamp"] = .integer(c.sec(at))
+                o["RefundSuccTimestamp"] = .integer(ok ? c.sec(at) : 0)
                 o["RetryTimes"] = .integer(0)
                 return .object(o)
             }
@@ -543,6 +544,9 @@ enum Documented {
                     Check(at: 20, expect: expect(.active, M, expires: 30, auto: 1, customer: c, [M], .retry(false))),
                     Check(at: 50, expect: expect(.billingRetry, M, expires: 30, auto: 1, customer: c, [], .retry(true), .intent(2))),
                     Check(at: 91, expect: expect(.expired, M, expires: 30, auto: 0, customer: c, [], .retry(false), .intent(2))),
+                    // Without the EXPIRED message: Apple retries for at most 60 days (seed 001), so by day 91 it has expired.
+                    Check(at: 89, knownOnly: ["buy", "fail"], expect: expect(.billingRetry, M, expires: 30, auto: 1, customer: c, [])),
+                    Check(at: 91, knownOnly: ["buy", "fail"], expect: expect(.expired, M, expires: 30, auto: 1, customer: c, [])),
                 ]))
         }
         do {
@@ -639,18 +643,21 @@ enum Documented {
             out.append(Scenario(
                 name: "refund of the current period revokes",
                 documented: "apple.md §2.2 status 5 REVOKED; §2.3 REFUND: revoke what the tx granted (revocationDate); seed 001 (检测退款)",
-                story: "Yearly bought day 0 (expires 365); REFUND signed day 20, revocationDate day 20.",
+                story: "Yearly bought day 0 (expires 365); REFUND signed day 22 with revocationDate day 20.",
                 otid: otid, now: 25,
                 messages: [
                     apple("buy", "SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c),
                           renewal: Renewal(auto: 1, product: Y)),
-                    apple("refund", "REFUND", nil, signed: 20, tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c, revoked: 20),
+                    apple("refund", "REFUND", nil, signed: 22, tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c, revoked: 20),
                           renewal: Renewal(auto: 1, product: Y)),
                 ],
                 checks: [
                     Check(at: 19, expect: expect(.active, Y, expires: 365, auto: 1, customer: c, [Y])),
+                    // As known now, the refund is in effect from its revocationDate, before Apple signed it.
+                    Check(at: 21, expect: expect(.revoked, Y, expires: 365, auto: 1, customer: c, [], revoked: 20)),
                     Check(at: 25, expect: expect(.revoked, Y, expires: 365, auto: 1, customer: c, [], revoked: 20)),
                     Check(at: 25, knownOnly: ["buy"], expect: expect(.active, Y, expires: 365, auto: 1, customer: c, [Y])),
+                    Check(at: 21, knownOnly: ["buy"], expect: expect(.active, Y, expires: 365, auto: 1, customer: c, [Y])),
                 ]))
         }
         do {
@@ -1012,6 +1019,46 @@ enum Documented {
                           expect: expect(.active, vip, expires: 30, auto: 1, customer: user, [vip])),
                     Check(at: 15, knownOnly: ["sign", "unsign", "repush1"],
                           expect: expect(.active, vip, expires: 30, auto: 0, customer: user, [vip])),
+                ]))
+        }
+        do {
+            let (otid, _) = ids()
+            let user = "oDocWeChat4"
+            out.append(Scenario(
+                name: "WeChat: free trial, then the first charge; a failed refund changes nothing",
+                documented: "seed 000 §2 (免费试用: 首开 0 元), §4.2 (signing opens the benefit), §4.3 (a delivery per successful charge); wechat.md §2.4 + §5 (a refund is final only on RetCode 0)",
+                story: "Signed day 0 with a free week (RenewalDate day 7, no charge, no delivery); first charge O1 paid day 7 (→ 37); a refund of O1 fails on day 10.",
+                otid: otid, now: 12,
+                messages: [
+                    wechat("sign", .signing(signed: 0, renewal: 7, openId: user)),
+                    wechat("deliver1", .deliver(order: "\(otid)-O1", paid: 7, renewal: 37, openId: user)),
+                    wechat("refundFailed", .refund(order: "\(otid)-O1", at: 10, openId: user, ok: false)),
+                ],
+                checks: [
+                    Check(at: 3, expect: expect(.active, vip, expires: 7, auto: 1, customer: user, [vip], .entitledUntil(7))),
+                    Check(at: 12, expect: expect(.active, vip, expires: 37, auto: 1, customer: user, [vip], .transaction("\(otid)-O1"))),
+                    Check(at: 38, expect: expect(.expired, vip, expires: 37, auto: 1, customer: user, [])),
+                ]))
+        }
+        do {
+            let (otid, _) = ids()
+            let user = "oDocWeChat5"
+            out.append(Scenario(
+                name: "WeChat: unsigned, lapsed, signed again",
+                documented: "seed 000 Step 3 (after unsigning, a new signing only once the current period has ended), §4.2 (OriginalTransactionId stays the same for the account and product)",
+                story: "Signed day 0, O1 paid day 0 (→ 30), unsigned day 10; lapsed day 30; signed again day 40 with O2 paid day 40 (→ 70).",
+                otid: otid, now: 45,
+                messages: [
+                    wechat("sign", .signing(signed: 0, renewal: 30, openId: user)),
+                    wechat("deliver1", .deliver(order: "\(otid)-O1", paid: 0, renewal: 30, openId: user)),
+                    wechat("unsign", .unsigning(at: 10, renewal: 30, openId: user)),
+                    wechat("sign2", .signing(signed: 40, renewal: 70, openId: user)),
+                    wechat("deliver2", .deliver(order: "\(otid)-O2", paid: 40, renewal: 70, openId: user)),
+                ],
+                checks: [
+                    Check(at: 20, expect: expect(.active, vip, expires: 30, auto: 0, customer: user, [vip])),
+                    Check(at: 35, expect: expect(.expired, vip, expires: 30, auto: 0, customer: user, [])),
+                    Check(at: 45, expect: expect(.active, vip, expires: 70, auto: 1, customer: user, [vip], .transaction("\(otid)-O2"))),
                 ]))
         }
         return out
