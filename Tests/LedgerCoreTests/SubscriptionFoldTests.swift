@@ -148,6 +148,9 @@ final class SubscriptionFoldTests: XCTestCase {
         XCTAssertEqual(status(e, grace: F.d(46), retry: true), .gracePeriod)
         XCTAssertEqual(status(F.d(46), grace: F.d(46), retry: true), .billingRetry, "grace ended, retry goes on")
         XCTAssertEqual(status(e, grace: e - 1, retry: true), .billingRetry, "a grace end before expiry grants nothing")
+        // apple.md §5 (forum 749813): right after a trial a grace-period failure can say isInBillingRetryPeriod=false.
+        XCTAssertEqual(status(e, grace: F.d(46), retry: false), .gracePeriod)
+        XCTAssertEqual(status(F.d(46), grace: F.d(46), retry: false), .expired)
         XCTAssertEqual(status(e + SubscriptionFold.billingRetryLimit - 1, retry: true), .billingRetry)
         XCTAssertEqual(status(e + SubscriptionFold.billingRetryLimit, retry: true), .expired, "Apple retries at most 60 days")
         XCTAssertEqual(status(.max, expires: .max - 1, retry: true), .billingRetry, "no overflow near the end of time")

@@ -62,6 +62,39 @@ final class DocumentedScenarioTests: XCTestCase {
         }
     }
 
+    /// Seed 001: Apple renews within the 24 hours before expiry, so a renewal is signed before its
+    /// period starts. The live answer (projection tables, no parameters) must switch product at the
+    /// renewal's purchaseDate — not when it was signed, and not only after another event.
+    func testAnEarlySignedRenewalSwitchesTheLiveAnswerAtItsPurchaseDate() async throws {
+        try await withService { h in
+            let otid = "7200000000000001", customer = "5eed0c0d-0000-4a00-8000-00000000e001"
+            let clock = Documented.Clock(base: Self.nowMillis())
+            let switchAt = 3.0 / 86_400  // 3 seconds from now
+            let buy = Documented.Apple(type: "SUBSCRIBED", subtype: "INITIAL_BUY", signed: -10,
+                                       tx: .init(id: otid, product: Documented.monthly, purchase: -10, expires: switchAt, token: customer),
+                                       renewal: .init(auto: 1, product: Documented.monthly, next: Documented.yearly), uuid: UUID().uuidString)
+            let renew = Documented.Apple(type: "DID_RENEW", subtype: nil, signed: -1.0 / 86_400,
+                                         tx: .init(id: otid + "2", product: Documented.yearly, purchase: switchAt, expires: 365, token: customer),
+                                         renewal: .init(auto: 1, product: Documented.yearly), uuid: UUID().uuidString)
+            for spec in [renew, buy] {
+                let (n, tx, r) = Documented.appleModels(spec, otid: otid, clock: clock)
+                let answer = try await h.post("/v1/apple/notifications", try h.authority.signNotification(n, transaction: tx, renewal: r))
+                XCTAssertEqual(answer.status, 200, answer.text)
+            }
+            let before = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            XCTAssertEqual(before.json["productId"] as? String, Documented.monthly, before.text)
+            XCTAssertEqual(before.json["status"] as? String, "active")
+            while Self.nowMillis() <= clock.ms(switchAt) + 200 { try await Task.sleep(nanoseconds: 100_000_000) }
+            let after = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            XCTAssertEqual(after.json["productId"] as? String, Documented.yearly, after.text)
+            XCTAssertEqual(after.json["latestTransactionId"] as? String, otid + "2")
+            XCTAssertEqual((after.json["expiresDate"] as? NSNumber)?.int64Value, clock.ms(365))
+            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+            XCTAssertEqual((grants.json["entitlements"] as? [[String: Any]])?.compactMap { $0["entitlement"] as? String }, [Documented.yearly],
+                           grants.text)
+        }
+    }
+
     static func nowMillis() -> EpochMillis { EpochMillis((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
 
     /// Posts the scenario and asks every check; returns how many answers were compared.
