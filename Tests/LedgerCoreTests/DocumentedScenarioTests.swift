@@ -120,7 +120,11 @@ final class DocumentedScenarioTests: XCTestCase {
         }
         guard let state else {
             if e.status != nil { return "no subscription state; expected \(e.status!)" }
-            return nil
+            if let customer = e.customer {
+                let grants = view.entitlements(catalog: .productIds, customerId: CustomerId.normalised(check.askAs ?? customer), environment: env)
+                differ("entitlements", grants.map(\.entitlement).sorted(), e.entitlements.sorted())
+            }
+            return diffs.isEmpty ? nil : diffs.joined(separator: "; ")
         }
         guard let status = e.status else { return "expected no subscription, got \(state)" }
         differ("status", state.status, status)
@@ -892,6 +896,43 @@ enum Documented {
                     Check(at: 10, expect: expect(.active, M, expires: 30, auto: 1, customer: c, [M])),
                     Check(at: 10, environment: "Sandbox", expect: expect(.revoked, Y, expires: 365, auto: 1, customer: c, [], revoked: 5)),
                     Check(at: 3, environment: "Sandbox", expect: expect(.active, Y, expires: 365, auto: 1, customer: c, [Y])),
+                ]))
+        }
+        do {
+            let (otid, c) = ids()
+            let t2 = otid + "2"
+            out.append(Scenario(
+                name: "upgrade, then the upgrade refunded",
+                documented: "issue 9 §3 (if the transaction in effect is revoked the subscription is revoked: an older, unexpired period does not take over); apple.md §2.3 UPGRADE, REFUND",
+                story: "Monthly bought day 0 (expires 30); upgraded to premium day 10 (10 → 40); the premium transaction refunded day 15.",
+                otid: otid, now: 20,
+                messages: [
+                    apple("buy", "SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: Tx(id: otid, product: M, purchase: 0, expires: 30, token: c),
+                          renewal: Renewal(auto: 1, product: M)),
+                    apple("upgrade", "DID_CHANGE_RENEWAL_PREF", "UPGRADE", signed: 10,
+                          tx: Tx(id: t2, product: P, purchase: 10, expires: 40, token: c), renewal: Renewal(auto: 1, product: P)),
+                    apple("refund", "REFUND", nil, signed: 15, tx: Tx(id: t2, product: P, purchase: 10, expires: 40, token: c, revoked: 15),
+                          renewal: Renewal(auto: 1, product: P)),
+                ],
+                checks: [
+                    Check(at: 12, expect: expect(.active, P, expires: 40, auto: 1, customer: c, [P], .transaction(t2))),
+                    Check(at: 20, expect: expect(.revoked, P, expires: 40, auto: 1, customer: c, [], revoked: 15, .transaction(t2))),
+                ]))
+        }
+        do {
+            let (otid, c) = ids()
+            out.append(Scenario(
+                name: "a Sandbox purchase is no Production subscription",
+                documented: "apple.md §1.1 (environments handled separately), §2.1 data.environment; issue 9 §7 (a Sandbox event never changes Production; Sandbox with ?environment=Sandbox)",
+                story: "A TestFlight (Sandbox) monthly bought day 0 with a real customer's token; nothing in Production.",
+                otid: otid, environment: "Sandbox", now: 5,
+                messages: [
+                    apple("sandbox", "SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: Tx(id: otid, product: M, purchase: 0, expires: 30, token: c),
+                          renewal: Renewal(auto: 1, product: M), environment: "Sandbox"),
+                ],
+                checks: [
+                    Check(at: 5, expect: expect(.active, M, expires: 30, auto: 1, customer: c, [M])),
+                    Check(at: 5, environment: "Production", expect: expect(nil, nil, expires: nil, auto: nil, customer: c, [])),
                 ]))
         }
         do {
