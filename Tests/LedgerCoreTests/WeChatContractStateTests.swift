@@ -75,6 +75,10 @@ final class WeChatContractStateTests: XCTestCase {
         XCTAssertEqual(contract(same).authorizationState, .signed)
         XCTAssertEqual(contract(same).appleSubscriptionInfo?.renewalDate, W.d(130))
         XCTAssertEqual(contract(same.reversed()), contract(same))
+        // recent_subscription_start_date ignores lapses of 60 days or less (seed 000 §6.3): 70 days is a new run.
+        XCTAssertEqual(contract(same).appleSubscriptionInfo?.recentSubscriptionStartDate, W.d(100))
+        let soon = [events[0], events[1], W.event(W.signing(signed: 40, renewal: 70), position: 3)]
+        XCTAssertEqual(contract(soon).appleSubscriptionInfo?.recentSubscriptionStartDate, W.d(0), "a 10-day lapse continues the run")
     }
 
     func testOtherCustomersAndAppleFactsInTheInputAreIgnored() {
