@@ -207,7 +207,13 @@ public struct SubscriptionFold: Sendable {
         let current = best ?? fallback
         var period = current.map { Period(slot: $0, start: $0.purchaseDate, end: $0.transaction.expiresDate) }
         if isWeChat {
-            let paid = Set(slots.values.compactMap(\.transaction.expiresDate))
+            // Only deliveries already in effect pay a signing's period: a delivery known only by a
+            // push timed after the signing (a re-push without PaidTime, stored first) must not
+            // hide the period the signing opened (seed 000 §4.2: signing opens the benefit).
+            var paid = Set<EpochMillis>()
+            for slot in slots.values where slot.purchaseDate <= asOf {
+                if let end = slot.transaction.expiresDate { paid.insert(end) }
+            }
             for f in renewals where f.origin == .wechat && f.message == XPayEventName.signingResult && f.signedAt <= asOf {
                 guard let end = f.renewal?.renewalDate, !paid.contains(end) else { continue }
                 // Later start wins; at the same instant a delivery (a paid order) wins over the signing.
@@ -331,8 +337,14 @@ public struct SubscriptionFold: Sendable {
         return a.transaction.transactionId < b.transaction.transactionId
     }
 
-    /// Per-transaction merge: signed later wins, then content.
-    static func snapshotPrecedes(_ a: Fact, _ b: Fact) -> Bool { signedPrecedes(a, b) }
+    /// Per-transaction merge: signed later wins, then content. Two WeChat pushes of one order are
+    /// the same payment, not two statements: a re-push that states no PaidTime is timed by its own
+    /// CreateTime (the resend, wechat.md §1.7), so the earliest push is the one closest to the
+    /// payment and wins; a later re-push must not move the period's start.
+    static func snapshotPrecedes(_ a: Fact, _ b: Fact) -> Bool {
+        if a.origin == .wechat, b.origin == .wechat, a.signedAt != b.signedAt { return b.signedAt < a.signedAt }
+        return signedPrecedes(a, b)
+    }
 
     static func signedPrecedes(_ a: Fact, _ b: Fact) -> Bool {
         if a.signedAt != b.signedAt { return a.signedAt < b.signedAt }
