@@ -29,6 +29,7 @@ enum Representation {
             "latestTransactionId": value(s.latestTransactionId),
             "recentSubscriptionStartDate": value(s.recentSubscriptionStartDate),
             "renewalDate": value(s.renewalDate),
+            "revocationDate": value(s.revocationDate),
         ]
     }
 

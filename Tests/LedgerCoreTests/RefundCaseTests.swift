@@ -313,12 +313,12 @@ final class RefundCaseTests: XCTestCase {
                                                                       payload: Data(#"{"result_code":"zero"}"#.utf8), raw: Data())),
             W.event(W.inquiry(order: "O1", asked: 5).removing(["pay_order_id"]), position: 4),
             W.event(W.inquiry(order: "O1", asked: 5).removing(["refund_time"]), position: 5),
-            // A refund without transactionInfo states no transaction: the decoder gives no fact.
+            // A refund without transactionInfo names nothing to refund: kept as unreadable evidence.
             RecordedEvent(position: 7, recordedAt: 5, event: NewEvent(streamId: "S", dedupeKey: "d", source: .apple, type: "REFUND",
                                                                       payload: Data(#"{"notificationType":"REFUND","signedDate":1}"#.utf8), raw: Data())),
         ]
         let facts = junk.flatMap(FactDecoder.facts(of:))
-        XCTAssertEqual(facts.filter { $0.kind == .unreadable }.count, 5, "kept on record as unreadable, folded by nobody")
+        XCTAssertEqual(facts.filter { $0.kind == .unreadable }.count, 6, "kept on record as unreadable, folded by nobody")
         XCTAssertTrue(RefundCaseFold.cases(from: facts).isEmpty)
         // Facts no decoder writes, handed to the fold directly: no trap, nothing invented.
         let forged = [
