@@ -351,6 +351,9 @@ final class AppleTally: CustomStringConvertible {
         if rawIsInput, event.raw != Data(input) { throw FuzzViolation("raw is not the posted body") }
         try FuzzKit.checkStorable(event)
         count("accepted")
+        // Accepted but not understood (stored, and said so by an unreadable fact): allowed for a
+        // verified message, counted so a run shows how often the decoder gives up.
+        if FactDecoder.facts(of: event).contains(where: { $0.kind == .unreadable }) { count("(accepted, unreadable facts)") }
         if sample.count < Self.sampleLimit, sampled.insert(event.payload).inserted { sample.append(event) }
     }
 
