@@ -281,7 +281,10 @@ public final class AppleNotificationIngestor: Sendable {
                 if field == "originalTransactionId", !OriginalTransactionId.isValid(text) {
                     throw .invalidOriginalTransactionId(field: "\(slot).originalTransactionId")
                 }
+                try Identifier.check(text, "\(slot).\(field)", limit: Identifier.keyBytes)
             }
+            // Keys of the projection tables (`Identifier.keyBytes`).
+            if let token = payload["appAccountToken"] as? String { try Identifier.check(token, "\(slot).appAccountToken", limit: Identifier.keyBytes) }
             if self == .transaction {
                 guard payload["purchaseDate"] != nil, !(payload["purchaseDate"] is NSNull) else { throw refuse("has no purchaseDate") }
                 guard JSONValue.millis(payload["purchaseDate"]) != nil else {
@@ -340,12 +343,18 @@ public final class AppleNotificationIngestor: Sendable {
 /// Stream ids and dedupe keys are stored in columns that hold at most 1024 bytes (Migrations/0001);
 /// a longer one made the append fail after acceptance (found by the fuzz tests, whose accepted
 /// events are appended to a real database). Apple's identifiers are tens of bytes.
+///
+/// Values that become keys of the projection tables (transaction ids, product ids — the default
+/// catalog names entitlements after them —, customer ids) are held to `keyBytes`: a composite
+/// btree entry must stay under PostgreSQL's ~2.7 kB limit, and a value past it was stored and
+/// then made every later projection update fail (found with a 4 kB V1 transaction_id).
 enum Identifier {
     static let maxBytes = 1024
+    static let keyBytes = 512
 
-    static func check(_ value: String, _ what: String) throws(AppleVerificationError) {
-        guard value.utf8.count <= maxBytes else {
-            throw .malformed("\(what) is \(value.utf8.count) bytes; the ledger stores identifiers of at most \(maxBytes) bytes")
+    static func check(_ value: String, _ what: String, limit: Int = maxBytes) throws(AppleVerificationError) {
+        guard value.utf8.count <= limit else {
+            throw .malformed("\(what) is \(value.utf8.count) bytes; the ledger stores identifiers of at most \(limit) bytes")
         }
     }
 }

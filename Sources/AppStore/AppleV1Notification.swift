@@ -141,7 +141,8 @@ extension AppleNotificationIngestor {
 /// The types of the V1 members the ledger reads (the subscription rule, the dedupe key and the
 /// fact decoder). Apple sends every one as a string; the decoder reads values leniently as text,
 /// so a number where Apple sends a string would be read one way here and another there. Checking
-/// them here keeps ingestion and the facts on exactly the same values.
+/// them here keeps ingestion and the facts on exactly the same values. Strings are held to
+/// `Identifier.keyBytes` (Apple's are tens of bytes).
 enum V1Shape {
     /// More than Apple's 100 latest transactions, far fewer than an event's facts can number
     /// (each cancelled entry of the subscription is one fact; facts are numbered in a smallint).
@@ -182,7 +183,10 @@ enum V1Shape {
     private static func strings(_ o: [String: Any], _ text: [String], dates: [String], path: String) throws(AppleVerificationError) {
         for f in text {
             guard let v = o[f], !(v is NSNull) else { continue }
-            guard v is String else { throw .malformed("\(path)\(f) must be a string, as Apple sends it") }
+            guard let s = v as? String else { throw .malformed("\(path)\(f) must be a string, as Apple sends it") }
+            // Keys of the projection tables (`Identifier.keyBytes`): a 4 kB transaction_id was
+            // stored and then made every projection update fail, so nothing after it was projected.
+            try Identifier.check(s, "\(path)\(f)", limit: Identifier.keyBytes)
         }
         for f in dates {
             guard let v = o[f], !(v is NSNull) else { continue }

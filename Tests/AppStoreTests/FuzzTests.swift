@@ -890,7 +890,8 @@ final class AppleFuzzFindingTests: XCTestCase {
         let summary = #"{"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","notificationUUID":"s","signedDate":1767225600000,"summary":{"bundleId":"com.example","environment":"Sandbox","requestIdentifier":"\#(long)"}}"#
         assertRefused("malformed", .malformed) { try ingestor.ingestV2(body: v2(summary)) }
         let v1 = Data(#"{"password":"\#(FuzzTests.secret)","notification_type":"CANCEL","environment":"Sandbox","bid":"com.example","unified_receipt":{"latest_receipt_info":[{"original_transaction_id":"\#(long)","transaction_id":"1","purchase_date_ms":"1"}]}}"#.utf8)
-        assertRefused("invalid_original_transaction_id", .malformed) { try ingestor.ingestV1(body: v1, sharedSecret: FuzzTests.secret) }
+        // (Refused by the bound on every V1 string the ledger reads, before the id's form is checked.)
+        assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: v1, sharedSecret: FuzzTests.secret) }
     }
 
     /// The payload is spliced from the signed JSON texts instead of re-encoded (JSONSerialization

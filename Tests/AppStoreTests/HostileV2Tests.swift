@@ -288,6 +288,23 @@ final class HostileV2Tests: XCTestCase {
         XCTAssertEqual(try ingestor.ingestV2(body: auth.signSample(twenty)).streamId, "12345678901234567890")
     }
 
+    /// Values that become keys of the projection tables are bounded: a longer one would be stored
+    /// and then stop every projection update on PostgreSQL's btree entry limit.
+    func testProjectionKeysAreBounded() throws {
+        let long = String(repeating: "x", count: Identifier.keyBytes + 1), fits = String(repeating: "x", count: Identifier.keyBytes)
+        for field in ["transactionId", "productId", "appAccountToken"] {
+            assertRefused("malformed", .malformed) {
+                try ingestor.ingestV2(body: auth.signNotification(sample.notification, transaction: sample.transaction,
+                                                                  editTransaction: { $0[field] = long }))
+            }
+            XCTAssertNoThrow(try ingestor.ingestV2(body: auth.signNotification(sample.notification, transaction: sample.transaction,
+                                                                               editTransaction: { $0[field] = fits })))
+        }
+        assertRefused("malformed", .malformed) {
+            try ingestor.ingestV2(body: auth.signNotification(sample.notification, renewal: sample.renewal, editRenewal: { $0["autoRenewProductId"] = long }))
+        }
+    }
+
     /// What must never be refused: a consistent, verified message the ledger does not fully
     /// understand. It is stored, and its facts say what the ledger could read.
     func testUnknownTypesAndFieldsAreAccepted() throws {

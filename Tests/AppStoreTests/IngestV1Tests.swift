@@ -327,6 +327,13 @@ final class IngestV1Tests: XCTestCase {
         // Apple sends strings; a number would be read one way here and another by the decoder.
         let numeric = String(decoding: body(), as: UTF8.self).replacingOccurrences(of: #""product_id":"com.example.pro""#, with: #""product_id":7"#)
         assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: Data(numeric.utf8), sharedSecret: secret) }
+        // Values that become projection keys are bounded (a 4 kB transaction_id stopped every
+        // projection update after it).
+        for field in ["transaction_id", "product_id", "app_account_token"] {
+            var long = Self.bEntries
+            long[1][field] = String(repeating: "7", count: 513)
+            assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: body(entries: Self.aEntries + long), sharedSecret: secret) }
+        }
         let pendingNotArray = String(decoding: body(), as: UTF8.self).replacingOccurrences(of: #""pending_renewal_info":["#, with: #""pending_renewal_info":{"a":["#)
             .replacingOccurrences(of: "}]},", with: "}]}},")
         assertRefused("malformed", .malformed) { try ingestor.ingestV1(body: Data(pendingNotArray.utf8), sharedSecret: secret) }

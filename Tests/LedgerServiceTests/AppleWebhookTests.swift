@@ -138,6 +138,11 @@ final class AppleWebhookTests: XCTestCase {
                 ("secret echoed in another member", 400, "malformed", Data(raw.replacingOccurrences(of: "\"bvrs\":\"1\"", with: "\"bvrs\":\"v1-shared-secret\"").utf8)),
                 ("a number where Apple sends a string", 400, "malformed", Data(raw.replacingOccurrences(of: "\"product_id\":\"com.example.pro\"", with: "\"product_id\":5").utf8)),
                 ("1,001 entries", 400, "malformed", Self.v1Account(type: "REFUND", environment: "PROD", bEntries: many)),
+                // It used to be stored, and then every projection update failed on PostgreSQL's
+                // btree entry limit: nothing after it was projected.
+                ("a 4,000-byte transaction_id", 400, "malformed", Self.v1Account(type: "DID_RENEW", environment: "PROD", bEntries: [
+                    ["transaction_id": String(repeating: "7", count: 4_000), "original_transaction_id": Self.groupB,
+                     "purchase_date_ms": "1700000000000", "expires_date_ms": "1900000000000", "product_id": "com.example.pro"]])),
                 ("no transaction_id", 400, "missing_field", Self.v1Account(type: "DID_RENEW", environment: "PROD", bEntries: [["original_transaction_id": Self.groupB, "purchase_date_ms": "1650000000000", "product_id": "com.example.pro"]], aEntries: [])),
                 ("no latest_receipt_info", 400, "missing_field", Self.v1Account(type: "DID_RENEW", environment: "PROD", bEntries: [], aEntries: [])),
                 ("environment not accepted", 422, "environment_mismatch", Self.v1Account(type: "DID_RENEW", environment: "Xcode", bEntries: Self.bRenewals(2))),
