@@ -89,13 +89,18 @@ extension AppleNotificationIngestor {
         }
 
         let dedupeKey = Self.v1DedupeKey(tree, subject: subject, environment: environment)
-        object["password"] = V1Redaction.placeholder
+        let raw = V1Redaction.redact(body: body, secret: sharedSecret)
         let payload: Data
-        do {
-            payload = try JSONSerialization.data(withJSONObject: [AppleV1Subscription.payloadKey: object],
-                                                 options: [.sortedKeys, .withoutEscapingSlashes])
-        } catch {
-            throw .malformed("V1 body could not be re-encoded as JSON")
+        if let spliced = Self.v1Payload(redactedRaw: raw) {
+            payload = spliced
+        } else {
+            object["password"] = V1Redaction.placeholder
+            do {
+                payload = try JSONSerialization.data(withJSONObject: [AppleV1Subscription.payloadKey: object],
+                                                     options: [.sortedKeys, .withoutEscapingSlashes])
+            } catch {
+                throw .malformed("V1 body could not be re-encoded as JSON")
+            }
         }
         // A last byte-level check (a secret of digits could be spelled by a number).
         if V1Redaction.contains([UInt8](payload), Array(sharedSecret.utf8)) {
@@ -106,7 +111,20 @@ extension AppleNotificationIngestor {
             environment: environment,
             signedAt: subject.businessTime,
             expiresAt: AppleV1Subscription.millis(subject.latest.text("expires_date_ms")),
-            payload: payload, raw: V1Redaction.redact(body: body, secret: sharedSecret))
+            payload: payload, raw: raw)
+    }
+
+    /// `{"responseBodyV1":<redacted raw>}`, spliced from the text rather than re-encoded: the
+    /// body already passed `JSONGuard.object` (one object, no NUL escape, no repeated member) and
+    /// only the password's value was replaced, and re-encoding with JSONSerialization cost ~1 ms,
+    /// a third of a V1 ingestion (measured in a debug build). Nil — re-encode instead — unless
+    /// the text is plain UTF-8 JSON starting with `{` (JSONSerialization also reads UTF-16/32,
+    /// whose ASCII carries NUL bytes; jsonb does not).
+    static func v1Payload(redactedRaw raw: Data) -> Data? {
+        let bytes = [UInt8](raw)
+        guard let first = bytes.first(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }), first == UInt8(ascii: "{"),
+              !ByteScan.contains(0, in: bytes) else { return nil }
+        return Data("{\"\(AppleV1Subscription.payloadKey)\":".utf8) + raw + Data("}".utf8)
     }
 
     /// The dedupe key documented on `ingestV1`.
