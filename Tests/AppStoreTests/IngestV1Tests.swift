@@ -238,6 +238,17 @@ final class IngestV1Tests: XCTestCase {
         XCTAssertFalse(rawText.contains(secret))
         XCTAssertFalse(String(decoding: e.payload, as: UTF8.self).contains(secret))
         XCTAssertEqual(rawText, String(decoding: b, as: UTF8.self).replacingOccurrences(of: "\"\(secret)\"", with: "\"<redacted>\""))
+        // The payload is the redacted raw text wrapped, not a re-encoding.
+        XCTAssertEqual(e.payload, Data("{\"responseBodyV1\":".utf8) + e.raw + Data("}".utf8))
+        XCTAssertEqual(AppleNotificationIngestor.v1Payload(redactedRaw: Data(" \n{\"a\":1}".utf8)), Data("{\"responseBodyV1\": \n{\"a\":1}}".utf8))
+        // Text jsonb would not take as it stands (a byte-order mark, UTF-16) is re-encoded instead.
+        XCTAssertNil(AppleNotificationIngestor.v1Payload(redactedRaw: Data([0xEF, 0xBB, 0xBF]) + Data("{}".utf8)))
+        XCTAssertNil(AppleNotificationIngestor.v1Payload(redactedRaw: Data("{}".utf16.flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] })))
+        let bom = try ingest(Data([0xEF, 0xBB, 0xBF]) + b)
+        let reencoded = try jsonObject(bom.payload)
+        XCTAssertEqual(Array(reencoded.keys), ["responseBodyV1"])
+        XCTAssertEqual((reencoded["responseBodyV1"] as? [String: Any])?["password"] as? String, "<redacted>")
+        XCTAssertFalse(String(decoding: bom.payload, as: UTF8.self).contains(secret))
     }
 
     /// Only the shared secret is needed to post V1, so a V1 body naming V2 keys must never be
