@@ -195,7 +195,8 @@ public final class AppleNotificationIngestor: Sendable {
         var environment: String?
     }
 
-    /// Verifies the outer JWS and every nested JWS and checks they agree; no acceptance policy.
+    /// Verifies the outer JWS and every nested JWS, checks that each nested payload is the type
+    /// of its slot (`NestedType`) and that they agree; no acceptance policy.
     func decodeV2(signedPayload: String) throws(AppleVerificationError) -> DecodedV2 {
         let verifiedOuter = try verifier.verify(signedPayload, kind: .notification)
         let outer = verifiedOuter.object
@@ -206,6 +207,7 @@ public final class AppleNotificationIngestor: Sendable {
         if let s = try Fields.string(section, "signedTransactionInfo") {
             let verified = try verifier.verify(s, kind: .transaction)
             let tx = verified.object
+            try NestedType.transaction.check(tx, slot: "\(identity.section).signedTransactionInfo")
             decoded.json.transaction = verified.payloadJSON
             try Self.agree("bundleId", try Fields.string(tx, "bundleId"), identity.bundleId)
             try Self.agree("environment", try Fields.string(tx, "environment"), identity.environment ?? "")
@@ -214,6 +216,7 @@ public final class AppleNotificationIngestor: Sendable {
         if let s = try Fields.string(section, "signedRenewalInfo") {
             let verified = try verifier.verify(s, kind: .renewalInfo)
             let ri = verified.object
+            try NestedType.renewalInfo.check(ri, slot: "\(identity.section).signedRenewalInfo")
             decoded.json.renewal = verified.payloadJSON
             try Self.agree("environment", try Fields.string(ri, "environment"), identity.environment ?? "")
             if let tx = decoded.transaction, let txOT = try Fields.string(tx, "originalTransactionId") {
@@ -224,6 +227,7 @@ public final class AppleNotificationIngestor: Sendable {
         if let s = try Fields.string(section, "signedAppTransactionInfo") {
             let verified = try verifier.verify(s, kind: .appTransaction)
             let at = verified.object
+            try NestedType.appTransaction.check(at, slot: "\(identity.section).signedAppTransactionInfo")
             decoded.json.appTransaction = verified.payloadJSON
             try Self.agree("bundleId", try Fields.string(at, "bundleId"), identity.bundleId)
             try Self.agree("environment", try Fields.string(at, "receiptType"), identity.environment ?? "")
@@ -233,6 +237,64 @@ public final class AppleNotificationIngestor: Sendable {
             decoded.appTransaction = at
         }
         return decoded
+    }
+
+    /// What each nested JWS slot must hold (reference/apple.md §2.5, §2.6; the fields every
+    /// payload of Apple's libraries' model files carries). Apple never sends pieces of different
+    /// messages in the wrong slots, so a payload that is not its slot's type was assembled by
+    /// someone else from Apple-signed parts (a renewal info in `signedTransactionInfo` would file
+    /// a "transaction" without a purchase): refused with `wrong_nested_type`, nothing stored.
+    ///
+    /// Only the members that make the type are required; any other member, known or new, and any
+    /// notification type pass, so a consistent message the ledger does not fully understand is
+    /// still stored.
+    ///
+    /// | slot | required | must be absent |
+    /// |---|---|---|
+    /// | `signedTransactionInfo` | transactionId, originalTransactionId (1–20 digits), productId, purchaseDate (ms), bundleId, environment | — |
+    /// | `signedRenewalInfo` | originalTransactionId (1–20 digits), autoRenewProductId, environment | transactionId |
+    /// | `signedAppTransactionInfo` | bundleId, receiptType | transactionId |
+    enum NestedType {
+        case transaction, renewalInfo, appTransaction
+
+        var name: String {
+            switch self {
+            case .transaction: "a signed transaction (JWSTransaction)"
+            case .renewalInfo: "a signed renewal info (JWSRenewalInfo)"
+            case .appTransaction: "a signed app transaction (AppTransaction)"
+            }
+        }
+
+        var requiredText: [String] {
+            switch self {
+            case .transaction: ["transactionId", "originalTransactionId", "productId", "bundleId", "environment"]
+            case .renewalInfo: ["originalTransactionId", "autoRenewProductId", "environment"]
+            case .appTransaction: ["bundleId", "receiptType"]
+            }
+        }
+
+        func check(_ payload: [String: Any], slot: String) throws(AppleVerificationError) {
+            func refuse(_ problem: String) -> AppleVerificationError { .wrongNestedType(slot: slot, expected: name, problem: problem) }
+            for field in requiredText {
+                guard let value = payload[field], !(value is NSNull) else { throw refuse("has no \(field)") }
+                guard let text = value as? String, !text.isEmpty else { throw refuse("has a \(field) that is not a non-empty string") }
+                if field == "originalTransactionId", !OriginalTransactionId.isValid(text) {
+                    throw .invalidOriginalTransactionId(field: "\(slot).originalTransactionId")
+                }
+                try Identifier.check(text, "\(slot).\(field)", limit: Identifier.keyBytes)
+            }
+            // Keys of the projection tables (`Identifier.keyBytes`).
+            if let token = payload["appAccountToken"] as? String { try Identifier.check(token, "\(slot).appAccountToken", limit: Identifier.keyBytes) }
+            if self == .transaction {
+                guard payload["purchaseDate"] != nil, !(payload["purchaseDate"] is NSNull) else { throw refuse("has no purchaseDate") }
+                guard JSONValue.millis(payload["purchaseDate"]) != nil else {
+                    throw refuse("has a purchaseDate that is not a storable millisecond timestamp")
+                }
+            }
+            if self != .transaction, let tid = payload["transactionId"], !(tid is NSNull) {
+                throw refuse("has a transactionId, which only a transaction carries")
+            }
+        }
     }
 
     /// A nested value that states a field must state the notification's value.
@@ -281,12 +343,18 @@ public final class AppleNotificationIngestor: Sendable {
 /// Stream ids and dedupe keys are stored in columns that hold at most 1024 bytes (Migrations/0001);
 /// a longer one made the append fail after acceptance (found by the fuzz tests, whose accepted
 /// events are appended to a real database). Apple's identifiers are tens of bytes.
+///
+/// Values that become keys of the projection tables (transaction ids, product ids — the default
+/// catalog names entitlements after them —, customer ids) are held to `keyBytes`: a composite
+/// btree entry must stay under PostgreSQL's ~2.7 kB limit, and a value past it was stored and
+/// then made every later projection update fail (found with a 4 kB V1 transaction_id).
 enum Identifier {
     static let maxBytes = 1024
+    static let keyBytes = 512
 
-    static func check(_ value: String, _ what: String) throws(AppleVerificationError) {
-        guard value.utf8.count <= maxBytes else {
-            throw .malformed("\(what) is \(value.utf8.count) bytes; the ledger stores identifiers of at most \(maxBytes) bytes")
+    static func check(_ value: String, _ what: String, limit: Int = maxBytes) throws(AppleVerificationError) {
+        guard value.utf8.count <= limit else {
+            throw .malformed("\(what) is \(value.utf8.count) bytes; the ledger stores identifiers of at most \(limit) bytes")
         }
     }
 }

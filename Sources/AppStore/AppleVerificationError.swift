@@ -34,6 +34,11 @@ public enum AppleVerificationError: Error, Equatable, CustomStringConvertible {
     case appMismatch(String)
     case environmentMismatch(String)
     case nestedMismatch(field: String, detail: String)
+    /// A nested JWS whose payload is not the type its slot holds (a renewal info in
+    /// `signedTransactionInfo`, a transaction without a transactionId, …).
+    case wrongNestedType(slot: String, expected: String, problem: String)
+    /// An originalTransactionId that is not 1–20 ASCII digits; `field` names where it was read.
+    case invalidOriginalTransactionId(field: String)
     case sharedSecretNotConfigured
     case badSharedSecret
 
@@ -53,6 +58,8 @@ public enum AppleVerificationError: Error, Equatable, CustomStringConvertible {
         case .appMismatch: return "app_mismatch"
         case .environmentMismatch: return "environment_mismatch"
         case .nestedMismatch: return "nested_mismatch"
+        case .wrongNestedType: return "wrong_nested_type"
+        case .invalidOriginalTransactionId: return "invalid_original_transaction_id"
         case .sharedSecretNotConfigured: return "shared_secret_not_configured"
         case .badSharedSecret: return "bad_shared_secret"
         }
@@ -60,7 +67,10 @@ public enum AppleVerificationError: Error, Equatable, CustomStringConvertible {
 
     public var kind: RefusalKind {
         switch self {
-        case .malformed, .jsonTooDeep, .missingField:
+        // A nested value of the wrong type is signed by Apple but was never sent in that slot:
+        // Apple does not put pieces of different messages together, so it is an assembled forgery
+        // (or corrupt), not authentic data this deployment declines.
+        case .malformed, .jsonTooDeep, .missingField, .wrongNestedType, .invalidOriginalTransactionId:
             return .malformed
         case .unsupportedAlgorithm, .invalidChainLength, .invalidCertificate, .untrustedChain, .missingAppleOID,
              .certificateNotValidAtSigningTime, .badSignature, .badSharedSecret:
@@ -100,6 +110,10 @@ public enum AppleVerificationError: Error, Equatable, CustomStringConvertible {
             return "\(why). Add it to LEDGER_APPLE_ENVIRONMENTS if this deployment should accept it."
         case .nestedMismatch(let field, let detail):
             return "nested signed data disagrees with the notification on \(field) (\(detail)); refusing to file it."
+        case .wrongNestedType(let slot, let expected, let problem):
+            return "\(slot) must hold \(expected), but its signed payload \(problem). Apple never puts one message's signed data in another's slot; nothing was stored."
+        case .invalidOriginalTransactionId(let field):
+            return "\(field) must be an originalTransactionId of 1 to 20 ASCII digits, as Apple issues them; nothing was stored."
         case .sharedSecretNotConfigured:
             return "V1 notifications are refused because no shared secret is configured; set LEDGER_APPLE_SHARED_SECRET to the app-specific shared secret from App Store Connect."
         case .badSharedSecret:

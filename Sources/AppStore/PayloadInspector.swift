@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 
 /// What `ledger verify-payload` reports about one input.
 public struct InspectionReport: Sendable {
@@ -79,13 +80,13 @@ public struct PayloadInspector: Sendable {
                     }
                 }
                 decoded = outer
-            } else if object["notification_type"] != nil {
+            } else if let body = Self.v1Body(object) {
                 kind = .v1Notification
-                var redacted = object
+                var redacted = body
                 if redacted["password"] != nil { redacted["password"] = V1Redaction.placeholder }
                 decoded = redacted
             } else {
-                throw .malformed("a JSON input must be a V2 body with signedPayload or a V1 body with notification_type")
+                throw .malformed("a JSON input must be a V2 body with signedPayload, a V1 body with notification_type, or a stored V1 payload {\"responseBodyV1\": …}")
             }
         } else {
             kind = .jws
@@ -97,6 +98,16 @@ public struct PayloadInspector: Sendable {
         }
         let json = (try? JSONSerialization.data(withJSONObject: decoded, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
         return InspectionReport(kind: kind, outcomes: outcomes, decodedJSON: json)
+    }
+
+    /// A V1 body as posted (or as stored in `raw`), or a stored V1 `payload`, which keeps the body
+    /// under `responseBodyV1`.
+    static func v1Body(_ object: [String: Any]) -> [String: Any]? {
+        if object["notification_type"] != nil { return object }
+        if object.count == 1, let body = object[AppleV1Subscription.payloadKey] as? [String: Any], body["notification_type"] != nil {
+            return body
+        }
+        return nil
     }
 
     private func check(_ jws: String, kind: SignedDataKind, path: String, into outcomes: inout [InspectionReport.Outcome]) -> [String: Any] {

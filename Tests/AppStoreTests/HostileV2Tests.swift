@@ -186,6 +186,155 @@ final class HostileV2Tests: XCTestCase {
         assertRefused("nested_mismatch", .notAccepted) { try ingestor.ingestV2(body: auth.signNotification(n, appTransaction: at)) }
     }
 
+    // MARK: nested types
+
+    /// Asserts a refusal with `wrong_nested_type` (400) whose message names the slot.
+    private func refuseSlot(_ slot: String, _ body: Data, file: StaticString = #filePath, line: UInt = #line) {
+        assertRefused("wrong_nested_type", .malformed, file: file, line: line) { try ingestor.ingestV2(body: body) }
+        do { _ = try ingestor.ingestV2(body: body) } catch {
+            XCTAssertTrue(error.message.contains(slot), "the refusal names \(slot): \(error.message)", file: file, line: line)
+        }
+    }
+
+    func testRenewalInfoInTheTransactionSlotAndTransactionInTheRenewalSlot() throws {
+        // Both are genuine Apple-signed values of one subscription, each in the other's slot.
+        var n = sample.notification
+        n.data?.signedTransactionInfo = try auth.sign(sample.renewal)
+        n.data?.signedRenewalInfo = try auth.sign(sample.transaction)
+        refuseSlot("data.signedTransactionInfo", try auth.signNotification(n))
+        // Each swap alone.
+        var onlyRenewal = sample.notification
+        onlyRenewal.data?.signedTransactionInfo = try auth.sign(sample.renewal)
+        refuseSlot("data.signedTransactionInfo", try auth.signNotification(onlyRenewal))
+        var onlyTransaction = sample.notification
+        onlyTransaction.data?.signedRenewalInfo = try auth.sign(sample.transaction)
+        refuseSlot("data.signedRenewalInfo", try auth.signNotification(onlyTransaction))
+        // A transaction as the app transaction of RESCIND_CONSENT.
+        var rescind = AppleNotification()
+        rescind.notificationType = "RESCIND_CONSENT"
+        rescind.notificationUUID = "u-swap"
+        rescind.signedDate = AppleTime(1_767_225_600_000)
+        var d = AppleNotification.AppData()
+        d.bundleId = "com.example"
+        d.environment = "Sandbox"
+        d.appAppleId = 1234
+        d.signedAppTransactionInfo = try auth.sign(sample.transaction)
+        rescind.appData = d
+        refuseSlot("appData.signedAppTransactionInfo", try auth.signNotification(rescind))
+    }
+
+    func testATransactionMustCarryWhatMakesItATransaction() throws {
+        for field in ["transactionId", "originalTransactionId", "productId", "purchaseDate", "bundleId", "environment"] {
+            refuseSlot("data.signedTransactionInfo", try auth.signNotification(
+                sample.notification, transaction: sample.transaction, renewal: sample.renewal, editTransaction: { $0[field] = nil }))
+            refuseSlot("data.signedTransactionInfo", try auth.signNotification(
+                sample.notification, transaction: sample.transaction, renewal: sample.renewal, editTransaction: { $0[field] = NSNull() }))
+        }
+        for (field, value) in [("transactionId", 42 as Any), ("transactionId", ""), ("productId", ["x"]), ("purchaseDate", "2026-01-01"),
+                               ("purchaseDate", true), ("purchaseDate", 9.3e18)] {
+            refuseSlot("data.signedTransactionInfo", try auth.signNotification(
+                sample.notification, transaction: sample.transaction, editTransaction: { $0[field] = value }))
+        }
+    }
+
+    func testARenewalInfoMustCarryWhatMakesItARenewalInfo() throws {
+        for field in ["originalTransactionId", "autoRenewProductId", "environment"] {
+            refuseSlot("data.signedRenewalInfo", try auth.signNotification(
+                sample.notification, renewal: sample.renewal, editRenewal: { $0[field] = nil }))
+        }
+        refuseSlot("data.signedRenewalInfo", try auth.signNotification(
+            sample.notification, renewal: sample.renewal, editRenewal: { $0["transactionId"] = "1000000000000009" }))
+        // A null transactionId is no transactionId.
+        XCTAssertNoThrow(try ingestor.ingestV2(body: auth.signNotification(
+            sample.notification, renewal: sample.renewal, editRenewal: { $0["transactionId"] = NSNull() })))
+    }
+
+    func testAnAppTransactionMustCarryBundleIdAndReceiptType() throws {
+        func rescind(_ edit: (inout AppleAppTransaction) -> Void) throws -> Data {
+            var n = AppleNotification()
+            n.notificationType = "RESCIND_CONSENT"
+            n.notificationUUID = "u-app"
+            n.signedDate = AppleTime(1_767_225_600_000)
+            var d = AppleNotification.AppData()
+            d.bundleId = "com.example"
+            d.environment = "Sandbox"
+            d.appAppleId = 1234
+            n.appData = d
+            var at = AppleAppTransaction()
+            at.bundleId = "com.example"
+            at.receiptType = "Sandbox"
+            at.receiptCreationDate = AppleTime(1_767_225_600_000)
+            edit(&at)
+            return try auth.signNotification(n, appTransaction: at)
+        }
+        XCTAssertNoThrow(try ingestor.ingestV2(body: rescind { _ in }))
+        refuseSlot("appData.signedAppTransactionInfo", try rescind { $0.bundleId = nil })
+        refuseSlot("appData.signedAppTransactionInfo", try rescind { $0.receiptType = nil })
+    }
+
+    func testOriginalTransactionIdMustBeDigitsInEverySlot() throws {
+        for bad in ["ledger:admin", "wechat:order:1", "apple:test", "1 ", "x1", "123456789012345678901", "١"] {
+            for (slot, body) in [
+                ("data.signedTransactionInfo.originalTransactionId", try auth.signNotification(
+                    sample.notification, transaction: sample.transaction, editTransaction: { $0["originalTransactionId"] = bad })),
+                ("data.signedRenewalInfo.originalTransactionId", try auth.signNotification(
+                    sample.notification, renewal: sample.renewal, editRenewal: { $0["originalTransactionId"] = bad })),
+            ] {
+                assertRefused("invalid_original_transaction_id", .malformed) { try ingestor.ingestV2(body: body) }
+                do { _ = try ingestor.ingestV2(body: body) } catch { XCTAssertTrue(error.message.contains(slot), error.message) }
+            }
+        }
+        let twenty = AppleTestAuthority.sample(originalTransactionId: "12345678901234567890")
+        XCTAssertEqual(try ingestor.ingestV2(body: auth.signSample(twenty)).streamId, "12345678901234567890")
+    }
+
+    /// Values that become keys of the projection tables are bounded: a longer one would be stored
+    /// and then stop every projection update on PostgreSQL's btree entry limit.
+    func testProjectionKeysAreBounded() throws {
+        let long = String(repeating: "x", count: Identifier.keyBytes + 1), fits = String(repeating: "x", count: Identifier.keyBytes)
+        for field in ["transactionId", "productId", "appAccountToken"] {
+            assertRefused("malformed", .malformed) {
+                try ingestor.ingestV2(body: auth.signNotification(sample.notification, transaction: sample.transaction,
+                                                                  editTransaction: { $0[field] = long }))
+            }
+            XCTAssertNoThrow(try ingestor.ingestV2(body: auth.signNotification(sample.notification, transaction: sample.transaction,
+                                                                               editTransaction: { $0[field] = fits })))
+        }
+        assertRefused("malformed", .malformed) {
+            try ingestor.ingestV2(body: auth.signNotification(sample.notification, renewal: sample.renewal, editRenewal: { $0["autoRenewProductId"] = long }))
+        }
+    }
+
+    /// What must never be refused: a consistent, verified message the ledger does not fully
+    /// understand. It is stored, and its facts say what the ledger could read.
+    func testUnknownTypesAndFieldsAreAccepted() throws {
+        var s = AppleTestAuthority.sample(type: "SOMETHING_APPLE_ADDS_IN_2027", subtype: "ALSO_NEW")
+        s.transaction.type = "Some New Product Type"
+        let body = try auth.signNotification(
+            s.notification, transaction: s.transaction, renewal: s.renewal,
+            editTransaction: { $0["newTransactionField"] = ["nested": [1, 2]]; $0["transactionReason"] = "GIFT" },
+            editRenewal: { $0["newRenewalField"] = "x"; $0["eligibleWinBackOfferIds"] = [] },
+            editOuter: { o in
+                o["version"] = "3.0"
+                o["newOuterField"] = true
+                var d = o["data"] as! [String: Any]
+                d["newDataField"] = 7
+                d["status"] = 9
+                o["data"] = d
+            })
+        let event = try ingestor.ingestV2(body: body)
+        XCTAssertEqual(event.type, "SOMETHING_APPLE_ADDS_IN_2027/ALSO_NEW")
+        XCTAssertEqual(event.streamId, "1000000000000001")
+        let p = try jsonObject(event.payload)
+        XCTAssertNotNil((p["transactionInfo"] as? [String: Any])?["newTransactionField"], "unknown members are kept")
+        let facts = FactDecoder.facts(of: event)
+        XCTAssertEqual(Set(facts.map(\.kind)), [.transaction, .renewal], "\(facts)")
+        // An unknown notification without nested data is accepted too.
+        var bare = AppleTestAuthority.sample(type: "PRICE_CHANGE", subtype: nil).notification
+        bare.data?.status = nil
+        XCTAssertNoThrow(try ingestor.ingestV2(body: auth.signNotification(bare)))
+    }
+
     // MARK: malformed
 
     func testTruncatedJWS() throws {

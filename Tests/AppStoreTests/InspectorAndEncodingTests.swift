@@ -80,6 +80,12 @@ final class InspectorAndEncodingTests: XCTestCase {
         XCTAssertTrue(report.outcomes.isEmpty)
         XCTAssertFalse(report.allVerified)
         XCTAssertFalse(report.render().contains("s3cret"))
+        // A stored V1 payload (the body under responseBodyV1) reads the same way.
+        let stored = try PayloadInspector(verifier: Fixtures.authority.verifier()).inspect(
+            Data("{\"responseBodyV1\":{\"notification_type\":\"CANCEL\",\"password\":\"s3cret\"}}".utf8))
+        XCTAssertEqual(stored.kind, .v1Notification)
+        XCTAssertFalse(stored.render().contains("s3cret"))
+        XCTAssertTrue(stored.render().contains("\"notification_type\" : \"CANCEL\""), stored.render())
     }
 
     func testInspectorRefusesGarbage() {

@@ -7,19 +7,16 @@ import Foundation
 /// just an unknown V1 member). Events stored before that namespace existed have the body at the
 /// top level; both are read the same way, and only through this decoder.
 ///
-/// Which subscription: the one of `auto_renew_product_id` — the `pending_renewal_info` entry whose
-/// `auto_renew_product_id` it is (a pending crossgrade names a product not bought yet), else the
-/// `latest_receipt_info` entry of that product; without `auto_renew_product_id`, the entry with the
-/// greatest `purchase_date_ms`. Its latest transaction is its entry with the greatest
-/// `purchase_date_ms` (ties: transaction_id).
+/// Which subscription, its latest transaction and the business time: `AppleV1Subscription`, the
+/// rule ingestion also uses for the event's stream, dedupe key and `signedAt`.
 ///
-/// Business time (`signedAt`, V1 carries no signing time): the greatest date the body states for
-/// that subscription — its entries' purchase and cancellation dates and
-/// `auto_renew_status_change_date_ms`.
+/// | body | fact | signedAt | effectiveAt |
+/// |---|---|---|---|
+/// | the subscription's latest entry | `transaction` | business time | its purchase_date_ms |
+/// | each of its entries with `cancellation_date_ms` | `revocation` of that entry | business time | cancellation_date_ms |
+/// | its `pending_renewal_info` entry + top-level `auto_renew_*` | `renewal` | business time | business time |
 ///
-/// Facts: the latest transaction (`transaction`); a `revocation` for each of the subscription's
-/// entries with a `cancellation_date_ms` (effective then); the renewal state from its
-/// `pending_renewal_info` entry and the top-level auto-renew fields (`renewal`).
+/// Facts come in the order of `AppleV1Subscription.entries` (never the array order Apple sent).
 enum AppleV1Facts {
     static func isV1(_ event: NewEvent) -> Bool { event.source == .apple && event.type.hasPrefix("V1/") }
 
@@ -28,45 +25,20 @@ enum AppleV1Facts {
         do { stored = try JSONDecoder().decode(PushValue.self, from: event.payload) } catch {
             throw FactDecodingError("the payload is not JSON: \(error)")
         }
-        let body = stored["responseBodyV1"] ?? stored
+        let body = stored[AppleV1Subscription.payloadKey] ?? stored
         guard body.objectValue != nil else { throw FactDecodingError("the V1 body is not a JSON object") }
         let type = body.text("notification_type") ?? String(event.type.dropFirst(3))
         guard let environment = SubscriptionKey.environment(body.text("environment") ?? event.environment) else {
             throw FactDecodingError("environment is neither PROD/Production nor Sandbox")
         }
-        let receipt = body["unified_receipt"] ?? .null
-        let entries = receipt["latest_receipt_info"]?.arrayValue?.compactMap(\.objectValue) ?? []
-        let pendingAll = receipt["pending_renewal_info"]?.arrayValue?.compactMap(\.objectValue) ?? []
-        guard !entries.isEmpty else { throw FactDecodingError("unified_receipt.latest_receipt_info is empty") }
-
+        let subject: AppleV1Subscription
+        do { subject = try AppleV1Subscription(body: body) } catch { throw FactDecodingError(error.description) }
+        let original = subject.originalTransactionId
+        let current = subject.latest
+        let txId = subject.latestTransactionId
+        let pending = subject.pending
+        let business = subject.businessTime
         let autoRenewProduct = body.text("auto_renew_product_id")
-        let original: String
-        if let p = autoRenewProduct,
-           let pending = pendingAll.first(where: { PushValue.object($0).text("auto_renew_product_id") == p }),
-           let otid = PushValue.object(pending).text("original_transaction_id") {
-            original = otid
-        } else if let p = autoRenewProduct,
-                  let entry = latest(entries.filter { PushValue.object($0).text("product_id") == p }),
-                  let otid = entry.text("original_transaction_id") {
-            original = otid
-        } else if let entry = latest(entries), let otid = entry.text("original_transaction_id") {
-            original = otid
-        } else {
-            throw FactDecodingError("no latest_receipt_info entry names an original_transaction_id")
-        }
-        let mine = entries.map(PushValue.object).filter { $0.text("original_transaction_id") == original }
-        guard let current = latest(mine.compactMap(\.objectValue)), let txId = current.text("transaction_id") else {
-            throw FactDecodingError("the subscription \(original) has no entry with a transaction_id")
-        }
-        let pending = pendingAll.map(PushValue.object).first { $0.text("original_transaction_id") == original }
-        let changed = millis(body.text("auto_renew_status_change_date_ms"))
-        var business = changed ?? .min
-        for e in mine {
-            for f in ["purchase_date_ms", "cancellation_date_ms"] {
-                if let v = millis(e.text(f)) { business = max(business, v) }
-            }
-        }
-        guard business != .min else { throw FactDecodingError("the body states no date for subscription \(original)") }
 
         let key = SubscriptionKey(environment: environment, originalTransactionId: original)
         let message = "V1/" + type
@@ -76,7 +48,7 @@ enum AppleV1Facts {
             subscription: key, kind: .transaction, origin: .appleV1, message: message, signedAt: business,
             effectiveAt: snapshot.purchaseDate ?? business, transactionId: txId, customerId: snapshot.appAccountToken,
             transaction: snapshot))
-        for e in mine {
+        for e in subject.entries {
             guard let id = e.text("transaction_id"), let cancelled = millis(e.text("cancellation_date_ms")) else { continue }
             var revoked = transaction(e, id: id, environment: environment, bundleId: body.text("bid"))
             revoked.revocationDate = cancelled
@@ -105,13 +77,7 @@ enum AppleV1Facts {
         return facts
     }
 
-    /// The entry with the greatest purchase_date_ms (ties: transaction_id), whatever the array order.
-    static func latest(_ entries: [[String: PushValue]]) -> PushValue? {
-        entries.map(PushValue.object).max { a, b in
-            (millis(a.text("purchase_date_ms")) ?? .min, a.text("transaction_id") ?? "")
-                < (millis(b.text("purchase_date_ms")) ?? .min, b.text("transaction_id") ?? "")
-        }
-    }
+    static func millis(_ s: String?) -> EpochMillis? { AppleV1Subscription.millis(s) }
 
     static func transaction(_ e: PushValue, id: String, environment: String, bundleId: String?) -> TransactionFact {
         let expires = millis(e.text("expires_date_ms"))
@@ -124,10 +90,137 @@ enum AppleV1Facts {
             environment: environment, type: expires == nil ? nil : "Auto-Renewable Subscription",
             inAppOwnershipType: e.text("in_app_ownership_type"))
     }
+}
 
-    /// V1 times are decimal strings of milliseconds.
-    static func millis(_ s: String?) -> EpochMillis? {
+/// The subscription a legacy V1 notification concerns, chosen by the one rule that ingestion
+/// (the event's stream, dedupe key and `signedAt`) and the fact decoder (`AppleV1Facts`) share,
+/// so both always name the same subscription. A pure function of the body; Apple does not
+/// promise the order of its arrays, so nothing here depends on it.
+///
+/// A V1 body describes the whole account (`unified_receipt.latest_receipt_info` holds the latest
+/// transactions of every subscription group), while the notification itself is about one group:
+/// the one of the top-level `auto_renew_product_id`. The rule:
+///
+/// 1. Candidates, the first non-empty of: the `original_transaction_id`s of the
+///    `pending_renewal_info` entries whose `auto_renew_product_id` is that product (a pending
+///    crossgrade or downgrade names a product not bought yet); those of the `latest_receipt_info`
+///    entries of that product; every `original_transaction_id` in `latest_receipt_info`. Only
+///    ids that have at least one `latest_receipt_info` entry are candidates.
+/// 2. The subscription is the candidate owning the latest entry.
+/// 3. "Latest" orders entries by `purchase_date_ms`, then `transaction_id`, then the entry's
+///    canonical JSON (so even two entries alike in both are ordered by content, not position).
+/// 4. Its `pending_renewal_info` entry: the one with its `original_transaction_id`, preferring
+///    one whose `auto_renew_product_id` is the notification's, then by canonical JSON.
+/// 5. Business time: the greatest of its entries' `purchase_date_ms` and
+///    `cancellation_date_ms` and the top-level `auto_renew_status_change_date_ms`.
+///
+/// Values are read as text (`PushValue.text`); a date is a decimal string of positive
+/// milliseconds, anything else counts as absent.
+public struct AppleV1Subscription: Sendable, Equatable {
+    /// The member of a stored V1 payload that holds the (redacted) body: `{"responseBodyV1": …}`.
+    public static let payloadKey = "responseBodyV1"
+
+    public let originalTransactionId: String
+    /// Its `latest_receipt_info` entries, oldest first by the order of rule 3.
+    public let entries: [PushValue]
+    /// The last of `entries`: the subscription's latest transaction.
+    public var latest: PushValue { entries[entries.count - 1] }
+    /// `latest`'s `transaction_id` (never empty).
+    public let latestTransactionId: String
+    /// Its `pending_renewal_info` entry, if the body has one.
+    public let pending: PushValue?
+    /// The greatest date the body states for this subscription (rule 5).
+    public let businessTime: EpochMillis
+
+    /// Why a body names no subscription the ledger can file.
+    public enum Problem: Error, Sendable, Equatable, CustomStringConvertible {
+        /// `unified_receipt.latest_receipt_info` is absent, empty or holds no object.
+        case noEntries
+        /// No `latest_receipt_info` entry names an `original_transaction_id`.
+        case noOriginalTransactionId
+        /// The subscription's latest entry has no `transaction_id`.
+        case noTransactionId(originalTransactionId: String)
+        /// The body states no purchase, cancellation or auto-renew change date for it.
+        case noDate(originalTransactionId: String)
+
+        public var description: String {
+            switch self {
+            case .noEntries: "unified_receipt.latest_receipt_info holds no entry"
+            case .noOriginalTransactionId: "no latest_receipt_info entry names an original_transaction_id"
+            case .noTransactionId(let id): "the latest latest_receipt_info entry of subscription \(id) has no transaction_id"
+            case .noDate(let id): "the body states no purchase_date_ms, cancellation_date_ms or auto_renew_status_change_date_ms for subscription \(id)"
+            }
+        }
+    }
+
+    /// `body` is the V1 body itself (not the stored `{"responseBodyV1": …}` wrapper).
+    public init(body: PushValue) throws(Problem) {
+        let receipt = body["unified_receipt"] ?? .null
+        let all = (receipt["latest_receipt_info"]?.arrayValue ?? []).filter { $0.objectValue != nil }
+        let pendingAll = (receipt["pending_renewal_info"]?.arrayValue ?? []).filter { $0.objectValue != nil }
+        guard !all.isEmpty else { throw .noEntries }
+        var byOriginal: [String: [PushValue]] = [:]
+        for e in all {
+            if let id = e.text("original_transaction_id") { byOriginal[id, default: []].append(e) }
+        }
+        guard !byOriginal.isEmpty else { throw .noOriginalTransactionId }
+
+        let product = body.text("auto_renew_product_id")
+        var candidates: Set<String> = []
+        if let product {
+            candidates = Set(pendingAll.filter { $0.text("auto_renew_product_id") == product }
+                .compactMap { $0.text("original_transaction_id") }).filter { byOriginal[$0] != nil }
+            if candidates.isEmpty {
+                candidates = Set(all.filter { $0.text("product_id") == product }.compactMap { $0.text("original_transaction_id") })
+            }
+        }
+        if candidates.isEmpty { candidates = Set(byOriginal.keys) }
+        // Each candidate's entries sorted; the candidate whose last entry is latest wins.
+        var best: (id: String, entries: [PushValue])?
+        for id in candidates {
+            let sorted = byOriginal[id, default: []].sorted(by: Self.precedes)
+            guard let last = sorted.last else { continue }
+            if let b = best, !Self.precedes(b.entries[b.entries.count - 1], last) { continue }
+            best = (id, sorted)
+        }
+        guard let (original, entries) = best else { throw .noOriginalTransactionId }
+        guard let latestId = entries[entries.count - 1].text("transaction_id") else {
+            throw .noTransactionId(originalTransactionId: original)
+        }
+        let pendings = pendingAll.filter { $0.text("original_transaction_id") == original }
+        let pending = pendings.max { a, b in
+            let (aMatch, bMatch) = (a.text("auto_renew_product_id") == product, b.text("auto_renew_product_id") == product)
+            if aMatch != bMatch { return bMatch }
+            return Self.canonical(a) < Self.canonical(b)
+        }
+        var business = Self.millis(body.text("auto_renew_status_change_date_ms")) ?? .min
+        for e in entries {
+            for f in ["purchase_date_ms", "cancellation_date_ms"] {
+                if let v = Self.millis(e.text(f)) { business = max(business, v) }
+            }
+        }
+        guard business != .min else { throw .noDate(originalTransactionId: original) }
+        self.originalTransactionId = original
+        self.entries = entries
+        self.latestTransactionId = latestId
+        self.pending = pending
+        self.businessTime = business
+    }
+
+    /// V1 times are decimal strings of milliseconds; nil for anything else, zero or negative.
+    public static func millis(_ s: String?) -> EpochMillis? {
         guard let s, let v = Int64(s), v > 0 else { return nil }
         return v
     }
+
+    /// Rule 3: purchase_date_ms (absent first), then transaction_id, then canonical JSON.
+    static func precedes(_ a: PushValue, _ b: PushValue) -> Bool {
+        let (pa, pb) = (millis(a.text("purchase_date_ms")) ?? .min, millis(b.text("purchase_date_ms")) ?? .min)
+        if pa != pb { return pa < pb }
+        let (ta, tb) = (a.text("transaction_id") ?? "", b.text("transaction_id") ?? "")
+        if ta != tb { return ta < tb }
+        return canonical(a) < canonical(b)
+    }
+
+    private static func canonical(_ v: PushValue) -> String { String(decoding: v.canonicalJSON(), as: UTF8.self) }
 }
