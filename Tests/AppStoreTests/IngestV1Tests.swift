@@ -267,10 +267,10 @@ final class IngestV1Tests: XCTestCase {
         XCTAssertEqual(view.entitlements(catalog: .productIds).count, 0, "nothing is in force in 2023, let alone until 2100")
         XCTAssertEqual(view.subscription(SubscriptionKey(environment: "Production", originalTransactionId: Self.groupB))?.expiresDate,
                        1_655_200_000_000)
-        // Readers of payload JSON (refund cases decode any Apple payload as V2) find no V2 key:
-        // the V1 body's forged REFUND is no Apple refund case.
+        // Refund cases read facts: the V1 body's forged REFUND keys give no Apple refund case.
         let refund = try ingest(body(extra: forged.replacingOccurrences(of: "SUBSCRIBED", with: "REFUND")))
-        XCTAssertEqual(RefundCaseFold.cases(from: [RecordedEvent(position: 1, recordedAt: 1, event: refund)]).count, 0)
+        let refundFacts = FactDecoder.facts(of: RecordedEvent(position: 1, recordedAt: 1, event: refund))
+        XCTAssertEqual(RefundCaseFold.cases(from: refundFacts).count, 0)
     }
 
     // MARK: originalTransactionId
