@@ -43,6 +43,21 @@ public struct AppleNotification: Sendable, Equatable, Codable {
 
     public init() {}
 
+    /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+    /// making the whole verified message unreadable.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        notificationType = c.lenient(.notificationType)
+        subtype = c.lenient(.subtype)
+        notificationUUID = c.lenient(.notificationUUID)
+        version = c.lenient(.version)
+        signedDate = c.lenient(.signedDate)
+        data = c.lenient(.data)
+        summary = c.lenient(.summary)
+        externalPurchaseToken = c.lenient(.externalPurchaseToken)
+        appData = c.lenient(.appData)
+    }
+
     public struct NotificationData: Sendable, Equatable, Codable {
         public var appAppleId: Int64?
         public var bundleId: String?
@@ -53,6 +68,20 @@ public struct AppleNotification: Sendable, Equatable, Codable {
         public var status: Int?
         public var consumptionRequestReason: String?
         public init() {}
+
+        /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+        /// making the whole verified message unreadable.
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            appAppleId = c.lenient(.appAppleId)
+            bundleId = c.lenient(.bundleId)
+            bundleVersion = c.lenient(.bundleVersion)
+            environment = c.lenient(.environment)
+            signedTransactionInfo = c.lenient(.signedTransactionInfo)
+            signedRenewalInfo = c.lenient(.signedRenewalInfo)
+            status = c.lenient(.status)
+            consumptionRequestReason = c.lenient(.consumptionRequestReason)
+        }
     }
 
     public struct NotificationSummary: Sendable, Equatable, Codable {
@@ -65,6 +94,20 @@ public struct AppleNotification: Sendable, Equatable, Codable {
         public var succeededCount: Int64?
         public var failedCount: Int64?
         public init() {}
+
+        /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+        /// making the whole verified message unreadable.
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            environment = c.lenient(.environment)
+            appAppleId = c.lenient(.appAppleId)
+            bundleId = c.lenient(.bundleId)
+            productId = c.lenient(.productId)
+            requestIdentifier = c.lenient(.requestIdentifier)
+            storefrontCountryCodes = c.lenient(.storefrontCountryCodes)
+            succeededCount = c.lenient(.succeededCount)
+            failedCount = c.lenient(.failedCount)
+        }
     }
 
     public struct ExternalPurchaseToken: Sendable, Equatable, Codable {
@@ -73,6 +116,16 @@ public struct AppleNotification: Sendable, Equatable, Codable {
         public var appAppleId: Int64?
         public var bundleId: String?
         public init() {}
+
+        /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+        /// making the whole verified message unreadable.
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            externalPurchaseId = c.lenient(.externalPurchaseId)
+            tokenCreationDate = c.lenient(.tokenCreationDate)
+            appAppleId = c.lenient(.appAppleId)
+            bundleId = c.lenient(.bundleId)
+        }
     }
 
     public struct AppData: Sendable, Equatable, Codable {
@@ -81,6 +134,16 @@ public struct AppleNotification: Sendable, Equatable, Codable {
         public var environment: String?
         public var signedAppTransactionInfo: String?
         public init() {}
+
+        /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+        /// making the whole verified message unreadable.
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            appAppleId = c.lenient(.appAppleId)
+            bundleId = c.lenient(.bundleId)
+            environment = c.lenient(.environment)
+            signedAppTransactionInfo = c.lenient(.signedAppTransactionInfo)
+        }
     }
 }
 
@@ -118,6 +181,43 @@ public struct AppleTransaction: Sendable, Equatable, Codable {
     public var appTransactionId: String?
     public var billingPlanType: String?
     public init() {}
+
+    /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+    /// making the whole verified message unreadable.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        transactionId = c.lenient(.transactionId)
+        originalTransactionId = c.lenient(.originalTransactionId)
+        webOrderLineItemId = c.lenient(.webOrderLineItemId)
+        bundleId = c.lenient(.bundleId)
+        productId = c.lenient(.productId)
+        subscriptionGroupIdentifier = c.lenient(.subscriptionGroupIdentifier)
+        purchaseDate = c.lenient(.purchaseDate)
+        originalPurchaseDate = c.lenient(.originalPurchaseDate)
+        expiresDate = c.lenient(.expiresDate)
+        quantity = c.lenient(.quantity)
+        type = c.lenient(.type)
+        appAccountToken = c.lenient(.appAccountToken)
+        inAppOwnershipType = c.lenient(.inAppOwnershipType)
+        signedDate = c.lenient(.signedDate)
+        revocationReason = c.lenient(.revocationReason)
+        revocationDate = c.lenient(.revocationDate)
+        revocationType = c.lenient(.revocationType)
+        revocationPercentage = c.lenient(.revocationPercentage)
+        isUpgraded = c.lenient(.isUpgraded)
+        offerType = c.lenient(.offerType)
+        offerIdentifier = c.lenient(.offerIdentifier)
+        offerPeriod = c.lenient(.offerPeriod)
+        offerDiscountType = c.lenient(.offerDiscountType)
+        environment = c.lenient(.environment)
+        storefront = c.lenient(.storefront)
+        storefrontId = c.lenient(.storefrontId)
+        transactionReason = c.lenient(.transactionReason)
+        price = c.lenient(.price)
+        currency = c.lenient(.currency)
+        appTransactionId = c.lenient(.appTransactionId)
+        billingPlanType = c.lenient(.billingPlanType)
+    }
 }
 
 /// JWSRenewalInfoDecodedPayload.
@@ -146,6 +246,34 @@ public struct AppleRenewalInfo: Sendable, Equatable, Codable {
     /// 2026 addition (Advanced Commerce / commitment plans): the billing plan after renewal.
     public var renewalBillingPlanType: String?
     public init() {}
+
+    /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+    /// making the whole verified message unreadable.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        originalTransactionId = c.lenient(.originalTransactionId)
+        productId = c.lenient(.productId)
+        autoRenewProductId = c.lenient(.autoRenewProductId)
+        autoRenewStatus = c.lenient(.autoRenewStatus)
+        expirationIntent = c.lenient(.expirationIntent)
+        isInBillingRetryPeriod = c.lenient(.isInBillingRetryPeriod)
+        gracePeriodExpiresDate = c.lenient(.gracePeriodExpiresDate)
+        priceIncreaseStatus = c.lenient(.priceIncreaseStatus)
+        offerType = c.lenient(.offerType)
+        offerIdentifier = c.lenient(.offerIdentifier)
+        offerPeriod = c.lenient(.offerPeriod)
+        offerDiscountType = c.lenient(.offerDiscountType)
+        signedDate = c.lenient(.signedDate)
+        environment = c.lenient(.environment)
+        recentSubscriptionStartDate = c.lenient(.recentSubscriptionStartDate)
+        renewalDate = c.lenient(.renewalDate)
+        renewalPrice = c.lenient(.renewalPrice)
+        currency = c.lenient(.currency)
+        eligibleWinBackOfferIds = c.lenient(.eligibleWinBackOfferIds)
+        appAccountToken = c.lenient(.appAccountToken)
+        appTransactionId = c.lenient(.appTransactionId)
+        renewalBillingPlanType = c.lenient(.renewalBillingPlanType)
+    }
 }
 
 /// JWSAppTransactionDecodedPayload (nested in RESCIND_CONSENT's appData as signedAppTransactionInfo).
@@ -166,6 +294,26 @@ public struct AppleAppTransaction: Sendable, Equatable, Codable {
     public var originalPlatform: String?
     public var signedDate: AppleTime?
     public init() {}
+
+    /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+    /// making the whole verified message unreadable.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        receiptType = c.lenient(.receiptType)
+        appAppleId = c.lenient(.appAppleId)
+        bundleId = c.lenient(.bundleId)
+        applicationVersion = c.lenient(.applicationVersion)
+        versionExternalIdentifier = c.lenient(.versionExternalIdentifier)
+        receiptCreationDate = c.lenient(.receiptCreationDate)
+        originalPurchaseDate = c.lenient(.originalPurchaseDate)
+        originalApplicationVersion = c.lenient(.originalApplicationVersion)
+        deviceVerification = c.lenient(.deviceVerification)
+        deviceVerificationNonce = c.lenient(.deviceVerificationNonce)
+        preorderDate = c.lenient(.preorderDate)
+        appTransactionId = c.lenient(.appTransactionId)
+        originalPlatform = c.lenient(.originalPlatform)
+        signedDate = c.lenient(.signedDate)
+    }
 }
 
 /// What the ledger stores as an Apple V2 event's `payload`: the verified, decoded notification
@@ -185,4 +333,28 @@ public struct AppleEventPayload: Sendable, Equatable, Codable {
     public var renewalInfo: AppleRenewalInfo?
     public var appTransactionInfo: AppleAppTransaction?
     public init() {}
+
+    /// Field by field: a value of an unexpected type (or out of range) reads as absent instead of
+    /// making the whole verified message unreadable.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        notificationType = c.lenient(.notificationType)
+        subtype = c.lenient(.subtype)
+        notificationUUID = c.lenient(.notificationUUID)
+        signedDate = c.lenient(.signedDate)
+        data = c.lenient(.data)
+        summary = c.lenient(.summary)
+        externalPurchaseToken = c.lenient(.externalPurchaseToken)
+        appData = c.lenient(.appData)
+        transactionInfo = c.lenient(.transactionInfo)
+        renewalInfo = c.lenient(.renewalInfo)
+        appTransactionInfo = c.lenient(.appTransactionInfo)
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// The value at `key`, or nil when it is absent, null, or not decodable as `T`.
+    func lenient<T: Decodable>(_ key: Key) -> T? {
+        (try? decodeIfPresent(T.self, forKey: key)) ?? nil
+    }
 }

@@ -23,17 +23,35 @@ public enum FactDecoder {
     /// recordedAt and stream).
     public static func facts(of event: NewEvent) -> [Fact] {
         do {
+            let facts: [Fact]
             switch event.source {
             case .apple:
-                if AppleV1Facts.isV1(event) { return try AppleV1Facts.facts(of: event) }
-                return try AppleV2Facts.facts(of: event)
+                facts = AppleV1Facts.isV1(event) ? try AppleV1Facts.facts(of: event) : try AppleV2Facts.facts(of: event)
             case .wechat:
-                return try WeChatFacts.facts(of: event)
+                facts = try WeChatFacts.facts(of: event)
             case .ledger:
-                return try LedgerFacts.facts(of: event)
+                facts = try LedgerFacts.facts(of: event)
             }
+            for fact in facts { try checkIdentifiers(fact) }
+            return facts
         } catch {
             return [unreadable(event, reason: error.description)]
+        }
+    }
+
+    /// Longest identifier a fact may carry. Ids become keys of the facts' and projections' indexes,
+    /// whose entries PostgreSQL caps near 2.7 kB: one oversized id would stop every projection at
+    /// that event. Real ids are tens of bytes (ingestion bounds Apple's at 512 and WeChat's at 128).
+    public static let maxIdentifierBytes = 512
+
+    static func checkIdentifiers(_ f: Fact) throws(FactDecodingError) {
+        let ids: [(String, String?)] = [
+            ("originalTransactionId", f.subscription?.originalTransactionId), ("transactionId", f.transactionId),
+            ("order alias", f.orderAlias), ("customer", f.customerId),
+            ("productId", f.transaction?.productId ?? f.renewal?.productId), ("autoRenewProductId", f.renewal?.autoRenewProductId),
+        ]
+        for case let (name, value?) in ids where value.utf8.count > maxIdentifierBytes {
+            throw FactDecodingError("its \(name) is \(value.utf8.count) bytes; identifiers of more than \(maxIdentifierBytes) bytes cannot be indexed")
         }
     }
 
