@@ -32,7 +32,10 @@ struct CopyText {
 
     var count: Int { bounds.count }
 
-    /// Whether field `i` holds exactly `bytes` (false for NULL); no String is made.
+    /// Field `i` exactly as sent (still COPY-escaped), nil for NULL.
+    func rawBytes(_ i: Int) -> [UInt8]? { field(i).map { Array($0) } }
+
+    /// Whether field `i` holds exactly `bytes` as sent (still COPY-escaped; false for NULL).
     func equals(_ i: Int, _ other: [UInt8]) -> Bool {
         guard let f = field(i), f.count == other.count else { return false }
         return other.withUnsafeBytes { memcmp($0.baseAddress!, f.baseAddress!, f.count) == 0 }

@@ -11,6 +11,18 @@ final class AppleModelsTests: XCTestCase {
     }
 
     func testNonFiniteOrHugeTimesAreRefused() {
-        XCTAssertThrowsError(try JSONDecoder().decode(AppleTransaction.self, from: Data(#"{"expiresDate": 1e300}"#.utf8)))
+        XCTAssertThrowsError(try JSONDecoder().decode(AppleTime.self, from: Data("1e300".utf8)))
+    }
+
+    /// One odd value must not make a verified message unreadable: it reads as absent, the rest stays.
+    func testAFieldOfTheWrongTypeOrRangeReadsAsAbsent() throws {
+        let json = #"{"transactionId": "7", "expiresDate": 1e300, "price": 99990.5, "isUpgraded": "yes", "productId": 42, "purchaseDate": 5}"#
+        let tx = try JSONDecoder().decode(AppleTransaction.self, from: Data(json.utf8))
+        XCTAssertEqual(tx.transactionId, "7")
+        XCTAssertEqual(tx.purchaseDate?.millis, 5)
+        XCTAssertNil(tx.expiresDate)
+        XCTAssertNil(tx.price)
+        XCTAssertNil(tx.isUpgraded)
+        XCTAssertNil(tx.productId)
     }
 }

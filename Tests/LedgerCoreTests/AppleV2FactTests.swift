@@ -114,12 +114,13 @@ final class AppleV2FactTests: XCTestCase {
         let cases: [(String, String)] = [
             ("not json", "payload"),
             ("[1,2]", "payload"),
-            (#"{"signedDate":"yesterday","transactionInfo":{"transactionId":"1","originalTransactionId":"2"}}"#, "payload"),
+            // A value of the wrong type reads as absent (field by field): no signedDate anywhere.
+            (#"{"signedDate":"yesterday","transactionInfo":{"transactionId":"1","originalTransactionId":"2"}}"#, "signedDate"),
             (#"{"transactionInfo":{"transactionId":"1","originalTransactionId":"2"}}"#, "signedDate"),
             (#"{"signedDate":1,"transactionInfo":{"originalTransactionId":"2"}}"#, "transactionId"),
             (#"{"signedDate":1,"transactionInfo":{"transactionId":"1"}}"#, "originalTransactionId"),
             (#"{"signedDate":1,"renewalInfo":{"autoRenewStatus":1}}"#, "originalTransactionId"),
-            (#"{"signedDate":1,"transactionInfo":{"transactionId":"1","originalTransactionId":"2","expiresDate":1e300}}"#, "payload"),
+            (#"{"signedDate":1,"transactionInfo":{"transactionId":1,"originalTransactionId":"2"}}"#, "transactionId"),
         ]
         for (payload, mentions) in cases {
             let facts = FactDecoder.facts(of: event(payload, type: "DID_RENEW"))
@@ -129,6 +130,10 @@ final class AppleV2FactTests: XCTestCase {
             XCTAssertNil(facts.first?.subscription, "an unreadable fact belongs to no subscription: \(payload)")
             XCTAssertTrue(facts.first?.details["reason"]?.text?.contains(mentions) ?? false, "\(payload): \(facts)")
         }
+        // An out-of-range expiry reads as absent; the transaction is still a fact.
+        let huge = FactDecoder.facts(of: event(#"{"signedDate":1,"data":{"environment":"Sandbox"},"transactionInfo":{"transactionId":"1","originalTransactionId":"2","expiresDate":1e300}}"#))
+        XCTAssertEqual(huge.map(\.kind), [.transaction], "\(huge)")
+        XCTAssertNil(huge.first?.transaction?.expiresDate)
         // The event's own signed_at stands in for a missing notification signedDate.
         let ok = FactDecoder.facts(of: event(#"{"transactionInfo":{"transactionId":"1","originalTransactionId":"2"}}"#, signedAt: 555))
         XCTAssertEqual(ok.first?.signedAt, 555)

@@ -419,7 +419,8 @@ public struct Rebuilder: Sendable {
                             throw ProjectionError.corrupt("fact subscription '\(raw)' is not <environment>:<id>")
                         }
                         current = key
-                        currentBytes = Array(raw.utf8)
+                        // Compared as sent: a key holding a tab or backslash arrives escaped.
+                        currentBytes = text.rawBytes(FactColumn.subscription.rawValue) ?? []
                     }
                     facts.append(try FactRows.fact(FactCopyRow(text: text), knownSubscription: current))
                 }
