@@ -90,3 +90,74 @@ final class RouterTests: XCTestCase {
         XCTAssertNil(headers["X-Apple-Thin"])
     }
 }
+
+/// Route groups: middleware stated once, applied outermost first, able to answer instead of the
+/// handler; thrown errors render as the API's error shape.
+final class RouteGroupTests: XCTestCase {
+    struct Teapot: HTTPRenderableError {
+        var httpStatus: Int { 418 }
+        var httpCode: String { "teapot" }
+        var httpMessage: String { "short and stout" }
+        var httpHeaders: [(String, String)] { [("Retry-After", "7")] }
+    }
+
+    func testMiddlewareWrapsEveryRouteOfItsGroupOnly() async throws {
+        let log = Log()
+        let tagging: (String) -> Middleware = { tag in
+            { request, next in
+                log.append("\(tag)>")
+                var response = await next(request)
+                response.headers.append(("X-Layer", tag))
+                return response
+            }
+        }
+        let gate: Middleware = { request, next in
+            request.headers["authorization"] == "yes" ? await next(request) : .error(status: 401, code: "no", message: "no")
+        }
+        var router = Router()
+        router.group(tagging("outer"), tagging("inner"), gate, deadline: .seconds(3)) { group in
+            group.add("GET", "/guarded") { _ in .text(200, "in") }
+            group.add("GET", "/teapot") { _ in throw Teapot() }
+            group.add("GET", "/oops", deadline: .seconds(1)) { _ in throw CocoaError(.fileNoSuchFile) }
+        }
+        router.add("GET", "/open") { _ in .text(200, "open") }
+
+        var request = HTTPRequest(method: "GET", path: "/guarded")
+        let refused = await router.respond(to: request)
+        XCTAssertEqual(refused.status, 401)
+        XCTAssertEqual(log.all, ["outer>", "inner>"], "outermost first; the gate answered before the handler")
+        XCTAssertEqual(refused.headers.filter { $0.0 == "X-Layer" }.map(\.1), ["inner", "outer"])
+        request = HTTPRequest(method: "GET", path: "/guarded", headers: HTTPHeaders([("Authorization", "yes")]))
+        let allowed = await router.respond(to: request)
+        XCTAssertEqual(String(decoding: allowed.body, as: UTF8.self), "in")
+
+        request = HTTPRequest(method: "GET", path: "/teapot", headers: HTTPHeaders([("Authorization", "yes")]))
+        let teapot = await router.respond(to: request)
+        XCTAssertEqual(teapot.status, 418)
+        XCTAssertEqual(teapot.header("Retry-After"), "7")
+        XCTAssertEqual(try JSONDecoder().decode(ErrorBody.self, from: teapot.body), ErrorBody(error: "teapot", message: "short and stout"))
+
+        request = HTTPRequest(method: "GET", path: "/oops", headers: HTTPHeaders([("Authorization", "yes")]))
+        let oops = await router.respond(to: request)
+        XCTAssertEqual(oops.status, 500)
+        let body = try JSONDecoder().decode(ErrorBody.self, from: oops.body)
+        XCTAssertEqual(body.error, "internal")
+        XCTAssertFalse(body.message.contains("NSCocoa"), "internals are not echoed: \(body.message)")
+
+        let open = await router.respond(to: HTTPRequest(method: "GET", path: "/open"))
+        XCTAssertEqual(open.status, 200)
+        XCTAssertNil(open.header("X-Layer"), "middleware belongs to its group only")
+
+        let deadlines = Dictionary(uniqueKeysWithValues: router.routes.map { ($0.pattern, $0.deadline) })
+        XCTAssertEqual(deadlines["/guarded"], .seconds(3))
+        XCTAssertEqual(deadlines["/oops"], .seconds(1))
+        XCTAssertEqual(deadlines["/open"], .some(nil))
+    }
+
+    final class Log: @unchecked Sendable {
+        private let lock = NSLock()
+        private var entries: [String] = []
+        func append(_ s: String) { lock.lock(); entries.append(s); lock.unlock() }
+        var all: [String] { lock.lock(); defer { lock.unlock() }; return entries }
+    }
+}
