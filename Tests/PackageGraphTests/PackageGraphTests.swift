@@ -16,7 +16,7 @@ final class PackageGraphTests: XCTestCase {
     static func isTestSupport(_ name: String) -> Bool { testSupport.contains(name) || name.hasSuffix("Testing") }
 
     func testLedgerDependsOnNoTestSupportAndLedgerDevDoes() throws {
-        let graph = try PackageGraph(json: Self.dumpPackage())
+        let graph = try PackageGraph(json: Self.dumped.get())
 
         let ledger = try graph.closure(ofProduct: "ledger")
         // Not vacuous: the product really reaches the service and the C libraries through the graph.
@@ -44,7 +44,7 @@ final class PackageGraphTests: XCTestCase {
     /// built: the sources of the product's closure are read for such imports too, and for the
     /// OpenSSL calls that create keys or certificates (CryptoTesting's job, never the product's).
     func testNoSourceOfLedgersClosureImportsTestSupportOrMints() throws {
-        let graph = try PackageGraph(json: Self.dumpPackage())
+        let graph = try PackageGraph(json: Self.dumped.get())
         let ledger = try graph.closure(ofProduct: "ledger")
         let forbiddenCalls = ["X509_sign", "EVP_PKEY_generate", "EVP_PKEY_keygen", "DROP DATABASE"]
         var offences: [String] = []
@@ -119,6 +119,9 @@ final class PackageGraphTests: XCTestCase {
     }
 
     // MARK: running SwiftPM
+
+    /// Run once per test process: both tests read the same graph.
+    static let dumped = Result { try dumpPackage() }
 
     /// `swift package dump-package` for this package. A scratch path of its own, because the
     /// `swift test` running this holds the lock on .build; manifests are cached by SwiftPM across
