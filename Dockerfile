@@ -7,6 +7,9 @@ COPY Package.swift ./
 COPY Sources ./Sources
 COPY Tests ./Tests
 COPY Resources ./Resources
+# Only the product: `ledger-dev` and the test-support targets (LedgerTesting, CryptoTesting) are
+# not built, so nothing in the image can mint a test root. Tests/ is copied because Package.swift
+# declares the test targets.
 RUN swift build -c release --product ledger --static-swift-stdlib
 
 FROM debian:bookworm-slim

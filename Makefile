@@ -1,6 +1,8 @@
 # Two commands do all set-up on a fresh Debian machine with the Swift toolchain:
 #   make run    install what is missing, start the project-local PostgreSQL, migrate, serve
 #   make test   the same database set-up, then the whole test suite
+# Two executables: `ledger` is the product (serve, migrate, rebuild, project, rederive,
+# verify-payload) and links no test support; `ledger-dev` (simulate, bench, reliability) does.
 SHELL := /bin/bash
 SWIFT_BIN := $(firstword $(wildcard /opt/swift/usr/bin) $(dir $(shell command -v swift 2>/dev/null)))
 export PATH := $(SWIFT_BIN):$(PATH)
@@ -8,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build release db-start db-stop deps migrate demo bench test-api test-reliability clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability clean
 
 deps:
 	@$(DB) deps
@@ -21,6 +23,10 @@ db-stop:
 
 build: deps
 	swift build $(SWIFT_FLAGS) --product ledger
+
+# Development tools (simulate, bench, reliability); never deployed.
+build-dev: deps
+	swift build $(SWIFT_FLAGS) --product ledger-dev
 
 release: deps
 	swift build -c release --product ledger
@@ -48,10 +54,12 @@ test-api: deps
 test-reliability: deps
 	@scripts/test-reliability.sh $(RELIABILITY_FLAGS)
 
-# Every benchmark, in a release build, each printing its same-run baseline and the ratio.
+# Every benchmark, in a release build, each printing its same-run baseline and the ratio
+# (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry).
 bench: release db-start
+	swift build -c release --product ledger-dev
 	@eval "$$($(DB) env)"; for b in verify append ingest read rebuild refund-inquiry; do \
-	  .build/release/ledger bench $$b || exit 1; done
+	  .build/release/ledger-dev bench $$b || exit 1; done
 
 clean: db-stop
 	rm -rf .build .pg

@@ -11,7 +11,10 @@ let package = Package(
     name: "SubscriptionLedger",
     platforms: [.macOS(.v14)],
     products: [
+        // The product: serve, migrate, rebuild, project, rederive, verify-payload. No test support.
         .executable(name: "ledger", targets: ["ledger"]),
+        // Development tools around it: simulate, bench, reliability. Never deployed.
+        .executable(name: "ledger-dev", targets: ["ledger-dev"]),
     ],
     targets: [
         // C libraries from Debian, wrapped once each (module map + one shim header).
@@ -36,26 +39,41 @@ let package = Package(
             dependencies: ["LedgerCore", "LedgerStore", "AppStore", "WeChatPay", "HTTPServer", "Postgres", "Crypto"],
             swiftSettings: swiftSettings
         ),
-        // Test authority (signs Apple notifications with a test PKI) and throw-away databases:
-        // used by the test suites, `ledger simulate` and `ledger bench`.
-        .target(
-            name: "LedgerTesting",
-            dependencies: ["LedgerCore", "AppStore", "WeChatPay", "Crypto", "LedgerStore", "Postgres"],
-            swiftSettings: swiftSettings
-        ),
+        // Option parsing, failures with exit codes and progress bars, shared by both executables
+        // (Foundation only).
+        .target(name: "LedgerCommandLine", swiftSettings: swiftSettings),
         .executableTarget(
             name: "ledger",
-            dependencies: ["LedgerService", "LedgerTesting"],
+            dependencies: ["LedgerService", "LedgerCommandLine"],
             swiftSettings: swiftSettings
         ),
 
-        .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore"], swiftSettings: swiftSettings),
-        .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: swiftSettings),
+        // Test support: never a dependency of `ledger` (PackageGraphTests checks the graph).
+        // Key generation and certificate minting for test PKIs (the only other OpenSSL user).
+        .target(name: "CryptoTesting", dependencies: ["Crypto", "COpenSSL"], swiftSettings: swiftSettings),
+        // Test authority (signs Apple notifications with a test PKI), lifecycle generator,
+        // simulator, benchmarks, reliability scenarios and throw-away databases: used by the test
+        // suites and `ledger-dev`.
+        .target(
+            name: "LedgerTesting",
+            dependencies: ["LedgerCore", "AppStore", "WeChatPay", "Crypto", "CryptoTesting", "LedgerStore", "Postgres"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ledger-dev",
+            dependencies: ["LedgerTesting", "LedgerCommandLine", "LedgerCore"],
+            swiftSettings: swiftSettings
+        ),
+
+        .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore", "LedgerTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "CryptoTests", dependencies: ["Crypto", "CryptoTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "WeChatPayTests", dependencies: ["WeChatPay", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
-        .testTarget(name: "LedgerServiceTests", dependencies: ["LedgerService", "LedgerTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "LedgerServiceTests", dependencies: ["LedgerService", "LedgerTesting", "CryptoTesting"], swiftSettings: swiftSettings),
+        // Reads the package graph (`swift package dump-package`): `ledger` links no test support.
+        .testTarget(name: "PackageGraphTests", swiftSettings: swiftSettings),
     ]
 )

@@ -13,7 +13,9 @@ mkdir -p "$STATE"
 scripts/db.sh start
 eval "$(scripts/db.sh env)"
 swift build --product ledger
+swift build --product ledger-dev
 LEDGER="$(swift build --show-bin-path)/ledger"
+LEDGER_DEV="$(swift build --show-bin-path)/ledger-dev"
 
 # A fresh database for each run, so the answers depend on nothing left over.
 DBNAME=ledger_api_test
@@ -23,7 +25,7 @@ ADMIN_URL="${LEDGER_ADMIN_DATABASE_URL/dbname=ledger/dbname=$DBNAME}"
 SERVICE_URL="${LEDGER_DATABASE_URL/dbname=ledger/dbname=$DBNAME}"
 LEDGER_DATABASE_URL="$ADMIN_URL" "$LEDGER" migrate
 
-ENV_LINE="$("$LEDGER" simulate --mint-root "$STATE/root.der" --seed 7)"
+ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/root.der" --seed 7)"
 read -r -a APPLE_ENV <<<"$ENV_LINE"
 echo '{"products": {"com.example.monthly": {"entitlements": ["pro"]}, "com.example.yearly": {"entitlements": ["pro"]}}}' > "$STATE/config.json"
 env "${APPLE_ENV[@]}" LEDGER_CONFIG="$STATE/config.json" LEDGER_DATABASE_URL="$SERVICE_URL" LEDGER_LISTEN="127.0.0.1:$PORT" \
@@ -38,5 +40,5 @@ for _ in $(seq 1 150); do
   kill -0 $PID 2>/dev/null || { tail -n 20 "$STATE/serve.log"; exit 1; }
   sleep 0.2
 done
-"$LEDGER" simulate --customers 20 --days 60 --seed 7 --url "$BASE" --root-file "$STATE/root.der" >/dev/null
+"$LEDGER_DEV" simulate --customers 20 --days 60 --seed 7 --url "$BASE" --root-file "$STATE/root.der" >/dev/null
 LEDGER_API_URL="$BASE" LEDGER_API_TOKENS="api-app api-auditor api-admin" scripts/test-api.sh

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make demo: real data in the API within a minute of the build.
 #
-# Builds `ledger`, starts the project-local PostgreSQL (scripts/db.sh), migrates, starts
-# `ledger serve` in the background trusting the simulator's seeded test root (Sandbox only), posts
-# a simulated population of subscribers with `ledger simulate`, prints curl commands to look at it,
-# and leaves the server running (its PID and how to stop it are printed at the end).
+# Builds `ledger` and `ledger-dev`, starts the project-local PostgreSQL (scripts/db.sh), migrates,
+# starts `ledger serve` in the background trusting the simulator's seeded test root (Sandbox only:
+# a service accepting Production refuses a test root), posts a simulated population of subscribers
+# with `ledger-dev simulate`, prints curl commands to look at it, and leaves the server running
+# (its PID and how to stop it are printed at the end).
 #
 #   DEMO_CUSTOMERS (50), DEMO_DAYS (120), DEMO_SEED (42)   the simulated population
 #   LEDGER_LISTEN (127.0.0.1:8080)                          where the demo server listens
@@ -33,10 +34,12 @@ fail() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 command -v curl >/dev/null || fail "curl is needed to talk to the demo server (apt-get install curl)"
 mkdir -p "$STATE"
 
-say "building ledger"
+say "building ledger and ledger-dev"
 scripts/db.sh deps
 swift build --product ledger
+swift build --product ledger-dev
 LEDGER="$(swift build --show-bin-path)/ledger"
+LEDGER_DEV="$(swift build --show-bin-path)/ledger-dev"
 
 # A previous demo's server is ours to replace (by its recorded PID, and only if it is `ledger`).
 if [ -s "$PIDFILE" ]; then
@@ -71,7 +74,7 @@ JSON
 
 say "minting the simulator's test root (seed $SEED)"
 # One line of NAME=value words (paths and ids without spaces): the service's Apple settings.
-ENV_LINE="$("$LEDGER" simulate --mint-root "$STATE/simulator-root.der" --seed "$SEED")"
+ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/simulator-root.der" --seed "$SEED")"
 read -r -a APPLE_ENV <<<"$ENV_LINE"
 
 say "starting ledger serve on $LISTEN (log: $LOG)"
@@ -91,7 +94,7 @@ curl -fs -o /dev/null --max-time 1 "$BASE/readyz" || { tail -n 20 "$LOG" >&2; fa
 
 say "posting $CUSTOMERS simulated customers over $DAYS days"
 OUT="$STATE/simulate.txt"
-"$LEDGER" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" \
+"$LEDGER_DEV" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" \
   --root-file "$STATE/simulator-root.der" | tee "$OUT"
 
 # The sample table's rows: appAccountToken, originalTransactionId, events, last notification.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `make test-reliability`: builds the ledger binary, starts the project-local PostgreSQL, and runs
-# every reliability scenario against the real service binary (`ledger reliability all`), which
-# prints one loss table (sent, acknowledged, stored, duplicates, lost) and exits non-zero on any
-# loss or failed check.
+# `make test-reliability`: builds the ledger binary (the product) and ledger-dev (the tools),
+# starts the project-local PostgreSQL, and runs every reliability scenario against the real service
+# binary (`ledger-dev reliability all --ledger .build/…/ledger`), which prints one loss table (sent,
+# acknowledged, stored, duplicates, lost) and exits non-zero on any loss or failed check.
 #
 #   scripts/test-reliability.sh [--quick] [--debug] [scenario…]
 #
@@ -25,9 +25,12 @@ for a in "$@"; do
 done
 
 scripts/db.sh deps
-echo "building ledger ($CONFIG)…" >&2
+echo "building ledger and ledger-dev ($CONFIG)…" >&2
 swift build -c "$CONFIG" --product ledger
-LEDGER="$(swift build -c "$CONFIG" --show-bin-path)/ledger"
+swift build -c "$CONFIG" --product ledger-dev
+BIN="$(swift build -c "$CONFIG" --show-bin-path)"
+LEDGER="$BIN/ledger"
+LEDGER_DEV="$BIN/ledger-dev"
 
 scripts/db.sh start
 eval "$(scripts/db.sh env)"
@@ -35,5 +38,5 @@ eval "$(scripts/db.sh env)"
 # The outage scenario stops and starts this cluster; whatever happens, leave it running.
 trap 'scripts/db.sh start >/dev/null 2>&1 || true' EXIT
 
-# No scenario named: all of them.
-"$LEDGER" reliability ${ARGS[@]+"${ARGS[@]}"} --ledger "$LEDGER"
+# No scenario named: all of them. The service under test is the product binary itself.
+"$LEDGER_DEV" reliability ${ARGS[@]+"${ARGS[@]}"} --ledger "$LEDGER"

@@ -1,6 +1,8 @@
-/// Crypto owns every call into OpenSSL: digests, HMAC, random bytes, AES-CBC, and (for Apple's
-/// signed data) ECDSA and X.509. Nothing outside this module imports COpenSSL, and no OpenSSL type
-/// appears in its public API.
+/// Crypto owns every call into OpenSSL the product makes: digests, HMAC, random bytes, AES-CBC,
+/// and (for Apple's signed data) ECDSA verification and X.509. No OpenSSL type appears in its
+/// public API. Signing and certificate minting exist only for test PKIs and live in the
+/// test-support target CryptoTesting (the one other importer of COpenSSL), which reaches the
+/// handles below through `package` members: nothing the shipped `ledger` links can mint a root.
 import COpenSSL
 import Foundation
 
@@ -18,7 +20,7 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
         }
     }
 
-    static func fromQueue(_ operation: String) -> CryptoError {
+    package static func fromQueue(_ operation: String) -> CryptoError {
         var parts: [String] = []
         while case let code = ERR_get_error(), code != 0 {
             var buf = [CChar](repeating: 0, count: 256)

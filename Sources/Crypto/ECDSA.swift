@@ -12,7 +12,8 @@ public enum ECCurve: String, Sendable {
 /// An EC public key (from a certificate or generated). Immutable once made, so it is shared across
 /// threads; OpenSSL's EVP_PKEY is safe for concurrent verifies.
 public final class ECPublicKey: @unchecked Sendable {
-    let pkey: OpaquePointer
+    /// `package`: CryptoTesting mints certificates for these keys.
+    package let pkey: OpaquePointer
     /// The curve, or nil when the key is not an EC key on a curve the ledger knows. Read once:
     /// verifying checks it every time.
     public let curve: ECCurve?
@@ -38,15 +39,6 @@ public final class ECPublicKey: @unchecked Sendable {
         }
     }
 
-    /// The SubjectPublicKeyInfo DER, e.g. to use as an (insecure) HMAC secret in hostile tests.
-    public var subjectPublicKeyInfoDER: [UInt8] {
-        var out: UnsafeMutablePointer<UInt8>? = nil
-        let n = i2d_PUBKEY(pkey, &out)
-        guard n > 0, let p = out else { return [] }
-        defer { CRYPTO_free(p, #file, #line) }
-        return Array(UnsafeBufferPointer(start: p, count: Int(n)))
-    }
-
     /// ES256 (JOSE): `signature` is the raw 64-byte r‖s, not DER. Only a P-256 key verifies ES256;
     /// any other key, length or encoding answers false rather than throwing, because to the caller
     /// every such case means the same thing: the signature does not hold.
@@ -69,23 +61,15 @@ public final class ECPublicKey: @unchecked Sendable {
     }
 }
 
-/// An EC private key: signs ES256 (the test authority, API bearer tokens) and certificates.
+/// An EC private key the operator hands over (a .p8): signs ES256, e.g. the bearer tokens of the
+/// App Store Server API. Generating keys and exporting them, like minting certificates, is only
+/// for test PKIs and lives in CryptoTesting.
 public final class ECPrivateKey: @unchecked Sendable {
-    let pkey: OpaquePointer
+    /// `package`: CryptoTesting generates keys and signs certificates with them.
+    package let pkey: OpaquePointer
 
-    init(owning pkey: OpaquePointer) { self.pkey = pkey }
+    package init(owning pkey: OpaquePointer) { self.pkey = pkey }
     deinit { EVP_PKEY_free(pkey) }
-
-    public static func generate(curve: ECCurve) throws(CryptoError) -> ECPrivateKey {
-        guard let ctx = EVP_PKEY_CTX_new_from_name(nil, "EC", nil) else { throw .fromQueue("EVP_PKEY_CTX_new_from_name") }
-        defer { EVP_PKEY_CTX_free(ctx) }
-        guard EVP_PKEY_keygen_init(ctx) == 1, EVP_PKEY_CTX_set_group_name(ctx, curve.rawValue) == 1 else {
-            throw .fromQueue("EC keygen init")
-        }
-        var key: OpaquePointer? = nil
-        guard EVP_PKEY_generate(ctx, &key) == 1, let key else { throw .fromQueue("EVP_PKEY_generate") }
-        return ECPrivateKey(owning: key)
-    }
 
     /// Reads "EC PRIVATE KEY" (SEC1) or "PRIVATE KEY" (PKCS#8, e.g. a .p8) PEM; leading text is skipped.
     public convenience init(pem: [UInt8]) throws(CryptoError) {
@@ -108,16 +92,6 @@ public final class ECPrivateKey: @unchecked Sendable {
     }
 
     public var curve: ECCurve? { publicKey.curve }
-
-    /// PKCS#8 PEM ("PRIVATE KEY"), unencrypted: only for test authorities written to disk.
-    public func pkcs8PEM() throws(CryptoError) -> String {
-        guard let bio = BIO_new(BIO_s_mem()) else { throw .fromQueue("BIO_new") }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PKCS8PrivateKey(bio, pkey, nil, nil, 0, nil, nil) == 1 else {
-            throw .fromQueue("PEM_write_bio_PKCS8PrivateKey")
-        }
-        return String(decoding: BIOBytes.drain(bio), as: UTF8.self)
-    }
 
     /// ES256 over `message`; returns raw r‖s (64 bytes) as JOSE wants it.
     public func signES256<M: ContiguousBytes>(_ message: M) throws(CryptoError) -> [UInt8] {
@@ -178,8 +152,9 @@ enum FetchedDigest {
     nonisolated(unsafe) static let sha256: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
 }
 
-enum BIOBytes {
-    static func drain(_ bio: OpaquePointer) -> [UInt8] {
+/// `package`: CryptoTesting exports test keys as PEM.
+package enum BIOBytes {
+    package static func drain(_ bio: OpaquePointer) -> [UInt8] {
         var out = [UInt8]()
         var buf = [UInt8](repeating: 0, count: 4096)
         while true {

@@ -4,11 +4,12 @@ import Foundation
 /// A parsed X.509 certificate. Immutable after parsing, so instances are shared across threads
 /// (OpenSSL locks its own lazily cached extension data).
 public final class X509Certificate: @unchecked Sendable, Equatable, CustomStringConvertible {
-    let x509: OpaquePointer
+    /// `package`: CryptoTesting mints certificates under these.
+    package let x509: OpaquePointer
     /// The exact DER bytes, so a certificate can be compared, cached and re-emitted unchanged.
     public let der: [UInt8]
 
-    init(owning x509: OpaquePointer) {
+    package init(owning x509: OpaquePointer) {
         self.x509 = x509
         var out: UnsafeMutablePointer<UInt8>? = nil
         let n = i2d_X509(x509, &out)

@@ -1,4 +1,5 @@
 import AppStore
+import Crypto
 import Foundation
 import HTTPServer
 import LedgerCore
@@ -12,12 +13,25 @@ struct AppleWebhook: Sendable {
     let ingestor: AppleNotificationIngestor?
     let refusal: String
     let sharedSecret: Secret?
+    /// Trusted roots that are not Apple's while Production is accepted, tolerated only because
+    /// LEDGER_APPLE_ALLOW_TEST_ROOTS=true (logged at start-up); empty otherwise.
+    let allowedTestRoots: [AppleRootPolicy.Root]
 
-    init(configuration: LedgerConfiguration.Apple) throws(AppleConfigurationError) {
+    /// - Parameter allowTestRoots: LEDGER_APPLE_ALLOW_TEST_ROOTS; see `AppleRootPolicy`.
+    init(configuration: LedgerConfiguration.Apple, allowTestRoots: Bool = false) throws(AppleWebhookConfigurationError) {
         sharedSecret = configuration.sharedSecret
-        let roots = configuration.rootCertificatePaths.isEmpty
-            ? [AppleTrustedRoots.bundledAppleRootCAG3]
-            : try AppleTrustedRoots.load(paths: configuration.rootCertificatePaths)
+        // Loaded file by file so that a refusal can name the file holding the wrong root.
+        var configured: [AppleRootPolicy.Root] = []
+        for path in configuration.rootCertificatePaths {
+            do {
+                configured += try AppleTrustedRoots.load(paths: [path]).map { AppleRootPolicy.Root(path: path, certificate: $0) }
+            } catch {
+                throw .apple(error)
+            }
+        }
+        allowedTestRoots = try AppleRootPolicy.check(configured, environments: configuration.environments,
+                                                     allowTestRoots: allowTestRoots)
+        let roots = configured.isEmpty ? [AppleTrustedRoots.bundledAppleRootCAG3] : configured.map(\.certificate)
         do {
             let acceptance = try AppleAcceptance(
                 bundleIds: configuration.bundleIds, appAppleIds: configuration.appAppleIds,
@@ -28,7 +42,73 @@ struct AppleWebhook: Sendable {
             // A ledger with no Apple app configured still serves WeChat and queries.
             ingestor = nil
             refusal = AppleConfigurationError.noBundleIds.description
+        } catch {
+            throw .apple(error)
         }
+    }
+}
+
+/// Why the Apple webhook cannot be configured as given; `ledger serve` does not start.
+enum AppleWebhookConfigurationError: Error, CustomStringConvertible {
+    case apple(AppleConfigurationError)
+    /// Production is accepted and a trusted root is not Apple's.
+    case testRootForProduction(AppleRootPolicy.Root)
+
+    var description: String {
+        switch self {
+        case .apple(let error): return error.description
+        case .testRootForProduction(let root):
+            return "refusing to accept Production notifications under a trusted root that is not Apple's: \(root.path) holds "
+                + "'\(root.certificate.subject)' (SHA-256 \(AppleRootPolicy.fingerprint(root.certificate))), and whoever holds its "
+                + "key could sign Production purchases. Apple's root is Apple Root CA - G3 (SHA-256 "
+                + "\(AppleRootPolicy.fingerprint(AppleTrustedRoots.bundledAppleRootCAG3))), bundled and used when no root is "
+                + "configured. Fix: remove \(root.path) from LEDGER_APPLE_ROOT_CERTS (apple.rootCertificates), or stop accepting "
+                + "Production (LEDGER_APPLE_ENVIRONMENTS=Sandbox); for a test set-up only, set LEDGER_APPLE_ALLOW_TEST_ROOTS=true"
+        }
+    }
+}
+
+/// Production purchases grant real entitlements, so a Production-accepting service trusts only
+/// Apple's roots. A test authority (LedgerTesting's, or anyone's minted from a public seed) makes
+/// chains shaped exactly like Apple's; the only thing that tells them apart is the root itself.
+/// Roots are compared by the SHA-256 of their DER, computed from the bundled Apple Root CA - G3
+/// rather than typed in. Sandbox-only deployments may trust any root (test PKIs are their point).
+enum AppleRootPolicy {
+    struct Root: Sendable {
+        /// The configured file the certificate came from.
+        var path: String
+        var certificate: X509Certificate
+    }
+
+    /// Apple's root for signed App Store data; the one Apple documents (apple.md §1.2).
+    static let appleRootFingerprints: Set<[UInt8]> = [Digest.sha256(AppleTrustedRoots.bundledAppleRootCAG3.der)]
+
+    /// Throws for the first configured root that is not Apple's when Production is accepted, unless
+    /// `allowTestRoots`; returns the roots so tolerated (to be logged), empty when none.
+    static func check(_ roots: [Root], environments: Set<String>, allowTestRoots: Bool)
+        throws(AppleWebhookConfigurationError) -> [Root] {
+        guard environments.contains("Production") else { return [] }
+        let foreign = roots.filter { !appleRootFingerprints.contains(Digest.sha256($0.certificate.der)) }
+        if let first = foreign.first, !allowTestRoots { throw .testRootForProduction(first) }
+        return foreign
+    }
+
+    /// `63:34:3A:…` as certificate tools print it.
+    static func fingerprint(_ certificate: X509Certificate) -> String {
+        Hex.encode(Digest.sha256(certificate.der)).uppercased().chunked(2).joined(separator: ":")
+    }
+}
+
+private extension String {
+    func chunked(_ n: Int) -> [String] {
+        var out: [String] = []
+        var i = startIndex
+        while i < endIndex {
+            let j = index(i, offsetBy: n, limitedBy: endIndex) ?? endIndex
+            out.append(String(self[i..<j]))
+            i = j
+        }
+        return out
     }
 }
 

@@ -25,10 +25,21 @@ public final class LedgerApp: Sendable {
     /// Unmapped products already logged (each is logged once per process).
     let unmappedLogged = Mutex<Set<String>>([])
 
-    public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) throws(LedgerAppError) {
+    /// - Parameter environment: where LEDGER_APPLE_ALLOW_TEST_ROOTS is read (the process's own by
+    ///   default): a service accepting Production refuses to start under a trusted root that is not
+    ///   Apple's unless it is `true` (`AppleRootPolicy`).
+    public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil,
+                environment: [String: String] = ProcessInfo.processInfo.environment) throws(LedgerAppError) {
         self.configuration = configuration
-        do { self.apple = try AppleWebhook(configuration: configuration.apple) } catch {
+        let allowTestRoots = try Self.allowTestRoots(environment)
+        let apple: AppleWebhook
+        do { apple = try AppleWebhook(configuration: configuration.apple, allowTestRoots: allowTestRoots) } catch {
             throw .configuration("Apple: \(error)")
+        }
+        self.apple = apple
+        for root in apple.allowedTestRoots {
+            log.warn("accepting Production under a trusted root that is not Apple's (LEDGER_APPLE_ALLOW_TEST_ROOTS=true): never in a real deployment",
+                     ["root": root.certificate.subject, "file": root.path, "sha256": AppleRootPolicy.fingerprint(root.certificate)])
         }
         self.wechat = try WeChatWebhook(configuration: configuration.wechat)
         self.log = log
@@ -50,6 +61,17 @@ public final class LedgerApp: Sendable {
         })
         self.tokens = TokenAuthority(tokens: configuration.tokens)
         describeMetrics()
+    }
+
+    /// LEDGER_APPLE_ALLOW_TEST_ROOTS: `true` (or `1`) allows; unset, empty, `false` or `0` does not;
+    /// anything else is refused rather than guessed, since it decides whether test roots count.
+    static func allowTestRoots(_ environment: [String: String]) throws(LedgerAppError) -> Bool {
+        switch environment["LEDGER_APPLE_ALLOW_TEST_ROOTS"] ?? "" {
+        case "true", "1": return true
+        case "", "false", "0": return false
+        case let other:
+            throw .configuration("LEDGER_APPLE_ALLOW_TEST_ROOTS='\(other)' is not a boolean: set it to true (test set-ups only) or unset it")
+        }
     }
 
     private func describeMetrics() {

@@ -3,7 +3,7 @@ import LedgerCore
 import LedgerStore
 import Postgres
 
-/// `ledger bench append`: how fast `EventStore.append` ingests realistic events with C concurrent
+/// `ledger-dev bench append`: how fast `EventStore.append` ingests realistic events with C concurrent
 /// writers, next to what PostgreSQL itself does for single-row INSERT transactions of the same
 /// shape (pgbench, same server, same concurrency, same number of rows, same run). The ratio says
 /// what group commit buys over one commit per event.

@@ -1,5 +1,6 @@
 import AppStore
 import Crypto
+import CryptoTesting
 import Foundation
 import LedgerCore
 
@@ -58,7 +59,7 @@ public enum AppleVectors {
 /// A signing authority shaped like Apple's: root → intermediate (OID …100.6.2.1) → P-256 leaf
 /// (OID …100.6.11.1). It signs V2 notification bodies with nested transaction / renewal / app
 /// transaction JWS, and has a knob for every hostile variant the verifier must refuse. Used by the
-/// test suites, `ledger simulate` and `ledger bench`. Never trust its root in production.
+/// test suites, `ledger-dev simulate` and `ledger-dev bench`. Never trust its root in production.
 public final class AppleTestAuthority: Sendable {
     public let root: X509Certificate
     public let intermediate: X509Certificate

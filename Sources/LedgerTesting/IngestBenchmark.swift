@@ -40,7 +40,7 @@ func requireAllOK(_ load: LoadReport, fix: String) throws(BenchmarkError) {
     if load.transportErrors > 0 { throw .transport("\(load.transportErrors) transport errors \(load.transportErrorKinds)") }
 }
 
-/// `ledger bench ingest`: posts pre-minted, distinct V2 notifications (outer, transaction and
+/// `ledger-dev bench ingest`: posts pre-minted, distinct V2 notifications (outer, transaction and
 /// renewal JWS each, one production-like chain) to a running service over C keep-alive
 /// connections, and puts notifications/s next to a same-run baseline (pgbench single-row inserts
 /// at the same concurrency). Issue 3's target: ratio ≥ 1.0 at C = 32.

@@ -1,6 +1,6 @@
 import Foundation
 
-/// `ledger bench read`: `GET /v1/subscriptions/{id}` over C keep-alive connections against a
+/// `ledger-dev bench read`: `GET /v1/subscriptions/{id}` over C keep-alive connections against a
 /// running service with a populated database. Two runs: closed loop (each connection sends as
 /// fast as answers come: the maximum req/s) and open loop at a fixed rate (issue 4's target:
 /// p99 < 2 ms at 2,000 req/s, latency measured from when each request was due).
@@ -73,7 +73,7 @@ public enum ReadBenchmark {
     }
 
     public static func run(_ options: Options, log: @Sendable (String) -> Void = { _ in }) async throws -> Report {
-        guard !options.ids.isEmpty else { throw BenchmarkError.invalid("no subscription ids: populate the database first (ledger simulate) and pass its ids") }
+        guard !options.ids.isEmpty else { throw BenchmarkError.invalid("no subscription ids: populate the database first (ledger-dev simulate) and pass its ids") }
         let target = try LoopbackTarget(url: options.baseURL)
         let requests = requests(options)
         let fix = "check the ids exist and the token has the app role (LEDGER_TOKENS)"

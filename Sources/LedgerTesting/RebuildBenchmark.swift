@@ -6,7 +6,7 @@ import LedgerCore
 import LedgerStore
 import Postgres
 
-/// `ledger bench rebuild`: seeds a scratch database with N events carrying realistic decoded
+/// `ledger-dev bench rebuild`: seeds a scratch database with N events carrying realistic decoded
 /// payloads (the LifecycleGenerator's notifications), derives their facts (`ledger rederive`'s
 /// work, timed), rebuilds every projection from the facts, and reports the rebuild's events/s and
 /// peak RSS next to a plain `COPY (SELECT …) TO STDOUT` of the same fact rows (the rebuild's own

@@ -3,7 +3,7 @@ import Foundation
 import LedgerCore
 import WeChatPay
 
-/// `ledger bench refund-inquiry`: WeChat refund inquiries in secure mode against a spawned
+/// `ledger-dev bench refund-inquiry`: WeChat refund inquiries in secure mode against a spawned
 /// `ledger serve`, each for an order whose delivery was stored first, so every inquiry takes the
 /// whole path: decrypt, find the delivery, gather the evidence, decide, append inquiry and answer
 /// in one transaction, encrypt the reply. The baseline is the same service answering the URL

@@ -1,5 +1,6 @@
 import AppStore
 import Crypto
+import CryptoTesting
 import Foundation
 import LedgerCore
 import Synchronization
@@ -65,7 +66,7 @@ public struct SimulatedCustomer: Sendable, Equatable {
 }
 
 /// Turns generated subscription lifecycles into signed App Store Server Notifications V2 and posts
-/// them to a running ledger, like the App Store would (`ledger simulate`, `make demo`).
+/// them to a running ledger, like the App Store would (`ledger-dev simulate`, `make demo`).
 /// The lifecycles come from `LifecycleGenerator`; the signatures from a seeded
 /// `AppleTestAuthority`, whose root the service must trust (`serviceEnvironment`).
 public struct Simulator: Sendable {
@@ -92,12 +93,15 @@ public struct Simulator: Sendable {
     public func lifecycles() -> [SimulatedLifecycle] { generator.lifecycles() }
 
     /// The environment a `ledger serve` needs to accept this simulation, given where the root was
-    /// written (`writeRoot`).
+    /// written (`writeRoot`). A simulated Production also needs LEDGER_APPLE_ALLOW_TEST_ROOTS,
+    /// because the service refuses a non-Apple root for Production without it.
     public func serviceEnvironment(rootPath: String) -> [(name: String, value: String)] {
-        [("LEDGER_APPLE_ROOT_CERTS", rootPath),
-         ("LEDGER_APPLE_BUNDLE_IDS", options.bundleId),
-         ("LEDGER_APPLE_ENVIRONMENTS", options.environment),
-         ("LEDGER_APPLE_APP_APPLE_IDS", String(options.appAppleId))]
+        var environment = [("LEDGER_APPLE_ROOT_CERTS", rootPath),
+                           ("LEDGER_APPLE_BUNDLE_IDS", options.bundleId),
+                           ("LEDGER_APPLE_ENVIRONMENTS", options.environment),
+                           ("LEDGER_APPLE_APP_APPLE_IDS", String(options.appAppleId))]
+        if options.environment == "Production" { environment.append(("LEDGER_APPLE_ALLOW_TEST_ROOTS", "true")) }
+        return environment
     }
 
     /// Writes the authority's root certificate (DER). An existing file holding a root with the same

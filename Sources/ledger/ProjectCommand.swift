@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import LedgerCommandLine
 import LedgerCore
 import LedgerService
 import LedgerStore

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCommandLine
 import LedgerCore
 import LedgerService
 import LedgerStore
@@ -69,27 +70,5 @@ enum RebuildCommand {
 
     static func line(_ c: EntitlementChange) -> String {
         "customer \(c.customerId) \(c.entitlement) (product \(c.productId), subscription \(c.originalTransactionId))"
-    }
-}
-
-/// A progress bar whose total is known only once the rebuild has its snapshot.
-final class LazyProgressBar: @unchecked Sendable {
-    private let label: String
-    private let lock = NSLock()
-    private var bar: ProgressBar?
-    private var last = 0
-
-    init(label: String) { self.label = label }
-
-    func update(_ done: Int, _ total: Int) {
-        lock.lock(); defer { lock.unlock() }
-        if bar == nil { bar = ProgressBar(total: total, label: label) }
-        last = done
-        bar?.update(done)
-    }
-
-    func finish() {
-        lock.lock(); defer { lock.unlock() }
-        bar?.finish(last)
     }
 }

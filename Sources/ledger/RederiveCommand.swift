@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCommandLine
 import LedgerCore
 import LedgerStore
 

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import LedgerCommandLine
 import LedgerService
 import LedgerStore
 import Synchronization

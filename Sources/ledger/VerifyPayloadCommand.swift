@@ -1,6 +1,7 @@
 import AppStore
 import Crypto
 import Foundation
+import LedgerCommandLine
 
 /// `ledger verify-payload`: an auditor's tool for raw evidence, offline (no service, no database).
 enum VerifyPayloadCommand {

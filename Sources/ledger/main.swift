@@ -1,8 +1,10 @@
 import Foundation
+import LedgerCommandLine
 import LedgerService
-import LedgerTesting
 
-// The `ledger` executable: one sub-command per operator task. Each prints its own --help.
+// The `ledger` executable, the product: one sub-command per operator task, each with its own
+// --help. It links no test support (no test authority, certificate minting, simulator or scratch
+// databases); those are in `ledger-dev`, and a test reads the package graph to keep it so.
 
 let usage = """
 usage: ledger <command> [options]
@@ -14,12 +16,10 @@ commands:
   project          run the catch-up worker that advances projection checkpoints
   rederive         derive the facts of this build's fact schema version for every event
   verify-payload   verify an Apple JWS or notification body offline and print it decoded
-  simulate         post realistic signed subscription lifecycles to a running service
-  bench            benchmarks: append | ingest | read | rebuild | refund-inquiry | verify | fold
-  reliability      crash, outage, duplicate-storm, slowloris and shutdown scenarios (make test-reliability)
 
 Run `ledger <command> --help` for a command's options. Configuration comes from LEDGER_CONFIG
-(a JSON file) and the LEDGER_* environment variables listed in README.md.
+(a JSON file) and the LEDGER_* environment variables listed in README.md. The development tools
+(simulate, bench, reliability) are the separate `ledger-dev` executable.
 """
 
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -37,9 +37,9 @@ do {
     case "project": try await ProjectCommand.run(rest)
     case "rederive": try await RederiveCommand.run(rest)
     case "verify-payload": try await VerifyPayloadCommand.run(rest)
-    case "simulate": try await SimulateCommand.run(rest)
-    case "bench": try await BenchCommand.run(rest)
-    case "reliability": exit(await ReliabilitySuite.main(rest))
+    case "simulate", "bench", "reliability":
+        FileHandle.standardError.write(Data("ledger: '\(command)' is a development tool: run `ledger-dev \(command)` (swift build --product ledger-dev)\n".utf8))
+        exit(2)
     default:
         FileHandle.standardError.write(Data("ledger: unknown command '\(command)'\n\n\(usage)\n".utf8))
         exit(2)

@@ -1,3 +1,4 @@
+import CryptoTesting
 import Foundation
 import XCTest
 @testable import Crypto

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerTesting
 import XCTest
 @testable import LedgerCore
 

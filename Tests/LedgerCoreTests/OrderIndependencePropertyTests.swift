@@ -1,3 +1,4 @@
+import LedgerTesting
 import XCTest
 @testable import LedgerCore
 

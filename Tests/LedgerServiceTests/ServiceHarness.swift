@@ -39,6 +39,8 @@ final class ServiceHarness: @unchecked Sendable {
             "LEDGER_APPLE_BUNDLE_IDS": "com.example",
             "LEDGER_APPLE_APP_APPLE_IDS": "1234",
             "LEDGER_APPLE_ENVIRONMENTS": "Sandbox,Production",
+            // Production under the test authority's root: refused unless a test set-up says so.
+            "LEDGER_APPLE_ALLOW_TEST_ROOTS": "true",
             "LEDGER_APPLE_SHARED_SECRET": "v1-shared-secret",
             "LEDGER_TOKENS": Self.tokens,
         ]
@@ -49,7 +51,7 @@ final class ServiceHarness: @unchecked Sendable {
         }
         env.merge(extra) { $1 }
         let configuration = try LedgerConfiguration.load(environment: env)
-        app = try LedgerApp(configuration: configuration, log: Log(minimum: .error))
+        app = try LedgerApp(configuration: configuration, log: Log(minimum: .error), environment: env)
         server = HTTPServer(configuration: app.httpConfiguration(), router: app.makeRouter())
         server.observer = { [app] in app.observe($0) }
         try server.start()

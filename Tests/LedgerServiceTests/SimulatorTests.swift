@@ -1,4 +1,5 @@
 import AppStore
+import CryptoTesting
 import Foundation
 import HTTPServer
 import LedgerCore

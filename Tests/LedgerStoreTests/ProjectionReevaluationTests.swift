@@ -1,4 +1,5 @@
 import LedgerCore
+import LedgerTesting
 import XCTest
 
 /// `SubscriptionState.reevaluated(at:)` is what lets the stored rows answer for any time: it must

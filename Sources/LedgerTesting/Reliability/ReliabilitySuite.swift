@@ -23,7 +23,8 @@ public enum ReliabilityError: Error, CustomStringConvertible {
 
 /// What a scenario needs; `quick` shortens every phase to a few seconds for CI.
 public struct ReliabilityOptions: Sendable {
-    /// The `ledger` executable started as `ledger serve`; by default the running executable itself.
+    /// The `ledger` executable started as `ledger serve`; by default the `ledger` next to the
+    /// running executable (SwiftPM builds `ledger-dev` and `ledger` into the same directory).
     public var ledgerBinary: String
     /// Superuser connection to the project cluster, from which each scenario creates its scratch database.
     public var serverConninfo: String
@@ -54,7 +55,7 @@ public struct ReliabilityOptions: Sendable {
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws(ReliabilityError) {
         let own = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        self.ledgerBinary = ledgerBinary ?? own
+        self.ledgerBinary = ledgerBinary ?? URL(fileURLWithPath: own).deletingLastPathComponent().appendingPathComponent("ledger").path
         guard let server = serverConninfo ?? environment["LEDGER_TEST_DATABASE_URL"], !server.isEmpty else {
             throw .setup("LEDGER_TEST_DATABASE_URL is not set: run scripts/db.sh start && eval \"$(scripts/db.sh env)\" first")
         }
@@ -104,7 +105,7 @@ public struct ReliabilityReport: Sendable {
         checks.append(Check(name: name, passed: passed, detail: detail))
     }
 
-    /// The table row plus checks and notes, as printed by `ledger reliability`.
+    /// The table row plus checks and notes, as printed by `ledger-dev reliability`.
     public var text: String {
         var lines = [ReliabilitySuite.table([self])]
         for c in checks { lines.append("  [\(c.passed ? "ok" : "FAIL")] \(c.name): \(c.detail)") }
@@ -113,7 +114,7 @@ public struct ReliabilityReport: Sendable {
     }
 }
 
-/// `ledger reliability <scenario>`: scripted failures against the real service binary and the
+/// `ledger-dev reliability <scenario>`: scripted failures against the real service binary and the
 /// real PostgreSQL, each proving that nothing acknowledged is ever lost or stored twice.
 public enum ReliabilitySuite {
     public static let scenarios = ["kill9", "postgres-outage", "duplicate-storm", "slowloris", "graceful-shutdown"]
@@ -162,7 +163,7 @@ public enum ReliabilitySuite {
         return ([line(header), line(widths.map { String(repeating: "-", count: $0) })] + rows.map(line)).joined(separator: "\n")
     }
 
-    /// The whole command: `ledger reliability <scenario|all> [--quick] [--ledger PATH] [--keep-databases]`.
+    /// The whole command: `ledger-dev reliability <scenario|all> [--quick] [--ledger PATH] [--keep-databases]`.
     /// Prints the tables; returns the exit status (0 only when every scenario passed).
     public static func main(_ arguments: [String]) async -> Int32 {
         var names: [String] = []
@@ -183,7 +184,7 @@ public enum ReliabilitySuite {
             case "all": names += scenarios
             case let name where scenarios.contains(name): names.append(name)
             default:
-                FileHandle.standardError.write(Data("ledger reliability: unknown argument '\(arguments[i])'\n\n\(help)\n".utf8))
+                FileHandle.standardError.write(Data("ledger-dev reliability: unknown argument '\(arguments[i])'\n\n\(help)\n".utf8))
                 return 2
             }
             i += 1
@@ -196,7 +197,7 @@ public enum ReliabilitySuite {
             o.projectionCheck = { database in try await ProjectionConsistency.compareWithRebuild(conninfo: database.adminConninfo) }
             options = o
         } catch {
-            FileHandle.standardError.write(Data("ledger reliability: \(error)\n".utf8))
+            FileHandle.standardError.write(Data("ledger-dev reliability: \(error)\n".utf8))
             return 2
         }
         let reports = await runAll(names, options)
@@ -209,12 +210,13 @@ public enum ReliabilitySuite {
     }
 
     public static let help = """
-    usage: ledger reliability <scenario…|all> [--quick] [--ledger PATH] [--keep-databases]
+    usage: ledger-dev reliability <scenario…|all> [--quick] [--ledger PATH] [--keep-databases]
 
-    Starts the real service (PATH, default this executable) as `ledger serve` on a free loopback
-    port against a scratch database on the project cluster (LEDGER_TEST_DATABASE_URL;
-    LEDGER_TEST_DB_SCRIPT for the outage), attacks it, and prints a table of notifications sent,
-    acknowledged (200), stored, duplicated and lost. Exits 1 on any loss or failed check.
+    Starts the real service (PATH, default the `ledger` next to this executable) as `ledger serve`
+    on a free loopback port against a scratch database on the project cluster
+    (LEDGER_TEST_DATABASE_URL; LEDGER_TEST_DB_SCRIPT for the outage), attacks it, and prints a table
+    of notifications sent, acknowledged (200), stored, duplicated and lost. Exits 1 on any loss or
+    failed check.
 
     scenarios: \(scenarios.joined(separator: ", "))
       --quick            a few seconds per scenario (CI)
@@ -260,6 +262,9 @@ final class Harness {
         environment["LEDGER_APPLE_BUNDLE_IDS"] = "com.example"
         environment["LEDGER_APPLE_ENVIRONMENTS"] = "Sandbox,Production"
         environment["LEDGER_APPLE_APP_APPLE_IDS"] = "1234"
+        // Production with the test authority's root: `ledger serve` refuses that unless told
+        // this is a test set-up.
+        environment["LEDGER_APPLE_ALLOW_TEST_ROOTS"] = "true"
         environment.merge(extra) { $1 }
         service = ServiceProcess(binary: options.ledgerBinary, environment: environment,
                                  target: try LoopbackTarget(host: "127.0.0.1", port: port),
@@ -322,7 +327,7 @@ final class Harness {
 
 /// `ledger serve` started as a child on a free loopback port over a fresh scratch database,
 /// trusting `authority`'s root and accepting com.example (Sandbox, Production with appAppleId
-/// 1234): what `ledger bench ingest|read` need when no service is given. Call `stop()`.
+/// 1234): what `ledger-dev bench ingest|read` need when no service is given. Call `stop()`.
 public final class SpawnedService: @unchecked Sendable {
     // Used from one task at a time (start, benchmark, stop); not shared concurrently.
     private let harness: Harness

@@ -1,10 +1,11 @@
 import AppStore
 import Crypto
+import CryptoTesting
 import Foundation
 
 extension AppleTestAuthority {
     /// A test authority whose keys, names, serials and validity follow from `seed` alone, so a
-    /// service started with the root written by one `ledger simulate` run keeps trusting the
+    /// service started with the root written by one `ledger-dev simulate` run keeps trusting the
     /// notifications of any later run with the same seed. (Certificate signatures are ECDSA and so
     /// differ byte for byte between runs; path validation only needs the same names and keys.)
     /// Anyone who knows the seed can sign as this authority: trust its root only in tests and demos.

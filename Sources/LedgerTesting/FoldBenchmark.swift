@@ -1,6 +1,7 @@
 import Foundation
+import LedgerCore
 
-/// How fast the pure folds run, for `ledger bench` (never a timed unit test: timings belong to a
+/// How fast the pure folds run, for `ledger-dev bench fold` (never a timed unit test: timings belong to a
 /// release build on a quiet machine, not to a pass/fail check).
 public enum FoldBenchmark {
     public struct Result: Sendable, Equatable, CustomStringConvertible {

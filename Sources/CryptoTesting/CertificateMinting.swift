@@ -1,5 +1,10 @@
-import COpenSSL
+internal import COpenSSL
+import Crypto
 import Foundation
+
+// Test PKIs only: nothing in the shipped `ledger` can mint a certificate, so no code path of the
+// product can make itself a root that looks like Apple's. Linked by LedgerTesting, `ledger-dev`
+// and the test targets (a test reads the package graph to keep it that way).
 
 /// What to put in a certificate minted for a test PKI (the Apple test authority, hostile variants).
 /// Defaults produce certificates that pass OpenSSL's X509_STRICT profile.

@@ -1,14 +1,12 @@
 import Foundation
-import LedgerCore
-import LedgerService
-import LedgerStore
+import LedgerCommandLine
 import LedgerTesting
 
-/// `ledger bench <name>`: each benchmark prints its figure next to a baseline measured in the
+/// `ledger-dev bench <name>`: each benchmark prints its figure next to a baseline measured in the
 /// same run, and the ratio, so a result means something on any machine.
 enum BenchCommand {
     static let help = """
-    usage: ledger bench <append|ingest|read|rebuild|refund-inquiry|verify|fold> [options]
+    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|verify|fold> [options]
 
       append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
                       inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
@@ -25,6 +23,7 @@ enum BenchCommand {
 
     Needs the project cluster (make db-start; the LEDGER_TEST_DATABASE_URL superuser URL from
     `eval "$(scripts/db.sh env)"`), creates scratch databases and drops them afterwards.
+    ingest, read and refund-inquiry spawn the `ledger` executable next to this one.
     Build with `swift build -c release` first: debug figures are not meaningful.
     """
 

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 
 /// A product of the simulated subscription group. Lower `level` is the higher tier, as in
 /// App Store Connect: moving to a lower level number is an upgrade (immediate), to a higher one a
@@ -109,7 +110,7 @@ public struct SimulatedLifecycle: Sendable, Equatable {
 /// renewals, billing failures with grace and recovery or expiry after retry, voluntary churn,
 /// resubscribes, refunds of any period and their reversals, upgrades (immediate) and
 /// downgrades/crossgrades (at the next renewal), auto-renew toggles, price increases, late
-/// and duplicated deliveries. Used by the property tests, `ledger simulate` and `ledger bench`.
+/// and duplicated deliveries. Used by the property tests, `ledger-dev simulate` and `ledger-dev bench`.
 public struct LifecycleGenerator: Sendable {
     public var customers: Int
     public var days: Int

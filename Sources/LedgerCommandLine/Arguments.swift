@@ -1,18 +1,18 @@
 import Foundation
 
 /// `--name value`, `--name=value` and bare `--flag` options after a command, plus positionals.
-struct Arguments {
-    var options: [String: String] = [:]
-    var flags: Set<String> = []
-    var positionals: [String] = []
+public struct Arguments: Sendable {
+    public var options: [String: String] = [:]
+    public var flags: Set<String> = []
+    public var positionals: [String] = []
 
-    enum Failure: Error, CustomStringConvertible {
+    public enum Failure: Error, CustomStringConvertible {
         case unknownOption(String, command: String)
         case missingValue(String)
         case invalidValue(String, String)
-        var description: String {
+        public var description: String {
             switch self {
-            case .unknownOption(let o, let c): return "unknown option \(o) for '\(c)' (see: ledger \(c) --help)"
+            case .unknownOption(let o, let c): return "unknown option \(o) for '\(c)' (see: \(programName) \(c) --help)"
             case .missingValue(let o): return "option \(o) needs a value"
             case .invalidValue(let o, let why): return "option \(o): \(why)"
             }
@@ -20,7 +20,7 @@ struct Arguments {
     }
 
     /// `valued` are options that take a value; `boolean` are flags.
-    init(_ args: [String], command: String, valued: Set<String>, boolean: Set<String>) throws {
+    public init(_ args: [String], command: String, valued: Set<String>, boolean: Set<String>) throws {
         var i = 0
         while i < args.count {
             let a = args[i]
@@ -50,7 +50,7 @@ struct Arguments {
         }
     }
 
-    func int(_ name: String, default d: Int) throws -> Int {
+    public func int(_ name: String, default d: Int) throws -> Int {
         guard let v = options[name] else { return d }
         guard let n = Int(v.replacingOccurrences(of: "_", with: "")), n >= 0 else {
             throw Failure.invalidValue("--" + name, "'\(v)' is not a non-negative integer")
@@ -58,5 +58,10 @@ struct Arguments {
         return n
     }
 
-    func has(_ flag: String) -> Bool { flags.contains(flag) }
+    public func has(_ flag: String) -> Bool { flags.contains(flag) }
+}
+
+/// The executable's name as invoked (`ledger` or `ledger-dev`), for messages that say what to run.
+public var programName: String {
+    URL(fileURLWithPath: CommandLine.arguments.first ?? "ledger").lastPathComponent
 }

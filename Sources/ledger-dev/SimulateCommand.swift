@@ -1,12 +1,13 @@
 import Foundation
+import LedgerCommandLine
 import LedgerCore
 import LedgerTesting
 
-/// `ledger simulate`: feeds a running service realistic, signed App Store notifications.
+/// `ledger-dev simulate`: feeds a running service realistic, signed App Store notifications.
 enum SimulateCommand {
     static let help = """
-    usage: ledger simulate [--customers N] [--days D] [options]
-           ledger simulate --mint-root PATH [--seed S] [--bundle-id ID] [--environment E]
+    usage: ledger-dev simulate [--customers N] [--days D] [options]
+           ledger-dev simulate --mint-root PATH [--seed S] [--bundle-id ID] [--environment E]
 
     Generates realistic subscription lifecycles (monthly and yearly products, trials, renewals,
     billing failures with grace and recovery, voluntary churn, refunds and reversals, upgrades and
@@ -43,7 +44,7 @@ enum SimulateCommand {
                      "environment", "app-apple-id", "root-file", "mint-root"],
             boolean: ["shuffle", "allow-remote", "dry-run"], help: help)
         guard args.positionals.isEmpty else {
-            throw CommandFailure(message: "unexpected argument \(args.positionals[0]); see ledger simulate --help", exitCode: 2)
+            throw CommandFailure(message: "unexpected argument \(args.positionals[0]); see ledger-dev simulate --help", exitCode: 2)
         }
         func int(_ name: String, _ d: Int) throws -> Int {
             do { return try args.int(name, default: d) } catch { throw CommandFailure(message: "\(error)", exitCode: 2) }
