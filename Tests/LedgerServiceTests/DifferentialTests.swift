@@ -1,10 +1,6 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import LedgerCore
 import LedgerTesting
-import Synchronization
 import XCTest
 
 /// The differential test (issue 9 item 2): generated Apple and WeChat lifecycles are delivered
@@ -16,7 +12,9 @@ import XCTest
 ///
 /// Environment: `LEDGER_DIFF_SEED` reruns one seed; `LEDGER_DIFF_APPLE` / `LEDGER_DIFF_WECHAT`
 /// change the counts (default 1000 / 500); `LEDGER_DIFF_SHUFFLES` picks the delivery orders
-/// (default `1,2`: reverse business order and a random permutation, both with retries).
+/// (default `2,1`: a random permutation of every lifecycle's messages, then the reverse business
+/// order of `LEDGER_DIFF_LATER_FRACTION` (default 0.5) of them, each into a fresh service and
+/// database, both with retries); `LEDGER_DIFF_STRICT=1` fails on known (reported) disagreements too.
 final class DifferentialTests: XCTestCase {
     static let defaultSeed: UInt64 = 20_260_409
 
@@ -27,14 +25,16 @@ final class DifferentialTests: XCTestCase {
         var shuffles: [Int]
         var workers: Int
         var strict: Bool
+        var laterFraction: Double
 
         static func fromEnvironment() -> Settings {
             let env = ProcessInfo.processInfo.environment
             func int(_ name: String, _ fallback: Int) -> Int { env[name].flatMap { Int($0) } ?? fallback }
             let seed = env["LEDGER_DIFF_SEED"].flatMap { UInt64($0) } ?? DifferentialTests.defaultSeed
-            let shuffles = env["LEDGER_DIFF_SHUFFLES"].map { $0.split(separator: ",").compactMap { Int($0) } } ?? [1, 2]
+            let shuffles = env["LEDGER_DIFF_SHUFFLES"].map { $0.split(separator: ",").compactMap { Int($0) } } ?? [2, 1]
             return Settings(seed: seed, apple: int("LEDGER_DIFF_APPLE", 1000), wechat: int("LEDGER_DIFF_WECHAT", 500),
-                            shuffles: shuffles, workers: int("LEDGER_DIFF_WORKERS", 12), strict: env["LEDGER_DIFF_STRICT"] == "1")
+                            shuffles: shuffles, workers: int("LEDGER_DIFF_WORKERS", 12), strict: env["LEDGER_DIFF_STRICT"] == "1",
+                            laterFraction: env["LEDGER_DIFF_LATER_FRACTION"].flatMap { Double($0) } ?? 0.5)
         }
     }
 
@@ -64,8 +64,8 @@ final class DifferentialTests: XCTestCase {
 
         var findings: [Finding] = []
         var orders: [Int: [[DiffDelivery]]] = [:]
-        for shuffle in settings.shuffles {
-            let plan = run.plan(shuffle: shuffle)
+        for (i, shuffle) in settings.shuffles.enumerated() {
+            let plan = run.plan(shuffle: shuffle, fraction: i == 0 ? 1 : settings.laterFraction)
             orders[shuffle] = plan
             try await withService(authority: authority, environment: DifferentialRun.serviceEnvironment) { h in
                 findings += try await self.check(run: run, plan: plan, shuffle: shuffle, harness: h, workers: settings.workers)
@@ -92,84 +92,81 @@ final class DifferentialTests: XCTestCase {
     // MARK: one delivery order
 
     func check(run: DifferentialRun, plan: [[DiffDelivery]], shuffle: Int, harness h: ServiceHarness, workers: Int) async throws -> [Finding] {
-        let client = HTTPClient(base: h.baseURL, concurrency: workers + 4)
+        let client = try DiffLoopbackClient(port: h.baseURL.port!)
         var findings: [Finding] = []
         var t0 = Date()
 
-        // 1. Deliver: each unit in its planned order, units concurrently.
-        let answers = await Self.concurrently(plan.count, workers: workers) { u in
-            var out: [(DiffDelivery, Int, String)] = []
-            for d in plan[u] {
-                let a = await client.send("POST", d.path, body: d.body, contentType: d.contentType)
-                out.append((d, a.status, a.status == 200 ? (Self.json(a.body)?["status"] as? String ?? "ok") : a.text))
-            }
-            return out
-        }.flatMap { $0 }
+        // 1. Deliver: each unit in its planned order on one connection, units concurrently.
+        let replies = await client.run(plan.map { unit in
+            unit.map { DiffRequest(method: "POST", path: $0.path, body: $0.body, contentType: $0.contentType) }
+        }, workers: workers)
         var stored: [String: Int] = [:]
-        for (d, status, text) in answers {
-            let msg = run.lifecycles[d.lifecycle].messages[d.message]
-            if status != 200 {
-                findings.append(Finding(shuffle: shuffle, lifecycle: d.lifecycle, customer: nil,
-                                        question: "POST \(msg.label)\(d.isRetry ? " (retry)" : "")", expected: "200", actual: "\(status) \(text)"))
+        for (unit, answers) in zip(plan, replies) {
+            for (d, a) in zip(unit, answers) {
+                let msg = run.lifecycles[d.lifecycle].messages[d.message]
+                if a.status != 200 {
+                    findings.append(Finding(shuffle: shuffle, lifecycle: d.lifecycle, customer: nil,
+                                            question: "POST \(msg.label)\(d.isRetry ? " (retry)" : "")", expected: "200",
+                                            actual: "\(a.status) \(a.text.prefix(300))"))
+                }
+                if msg.source != "wechat" && Self.json(a.body)?["status"] as? String == "stored" {
+                    stored["\(d.lifecycle)/\(d.message)", default: 0] += 1
+                }
             }
-            if msg.source != "wechat" && text == "stored" { stored["\(d.lifecycle)/\(d.message)", default: 0] += 1 }
         }
-        for l in run.lifecycles where l.source != .wechat {
+        let included = Set(plan.flatMap { $0.map(\.lifecycle) })
+        for l in run.lifecycles where l.source != .wechat && included.contains(l.index) {
             for (m, msg) in l.messages.enumerated() where stored["\(l.index)/\(m)"] != 1 {
                 findings.append(Finding(shuffle: shuffle, lifecycle: l.index, customer: nil, question: "POST \(msg.label)",
                                         expected: "answered \"stored\" exactly once (a distinct notification)",
                                         actual: "stored \(stored["\(l.index)/\(m)"] ?? 0) times (the ledger took it for a duplicate of another)"))
             }
         }
-        let delivered = answers.count
-        print("differential[\(shuffle)]: \(delivered) deliveries (\(answers.filter { $0.0.isRetry }.count) retries) in \(Self.seconds(since: t0))")
+        let deliveries = plan.reduce(0) { $0 + $1.count }
+        print("differential[\(shuffle)]: \(deliveries) deliveries (\(plan.reduce(0) { $0 + $1.filter(\.isRetry).count }) retries) in \(Self.seconds(since: t0))")
 
         // 2. Ask: live tables, ?at=now and ?at= each probe, for every subscription; entitlements for every customer.
         t0 = Date()
         let now = EpochMillis(Date().timeIntervalSince1970 * 1000)
         XCTAssertLessThan(now, run.anchor + DifferentialRun.guardAfter, "the run outlived the guard band around its anchor")
-        let customers = run.customers
-        let owned = run.lifecyclesByCustomer
-        @Sendable func subscriptionPath(_ l: DiffLifecycle, at: EpochMillis?) -> String {
-            "/v1/subscriptions/\(l.originalTransactionId)?environment=\(l.environment)" + (at.map { "&at=\($0)" } ?? "")
+        // Only what this plan delivered is asked about (a later order delivers a share of the units).
+        let lifecycles = run.lifecycles.filter { included.contains($0.index) }
+        let owned = run.lifecyclesByCustomer.mapValues { $0.filter { included.contains($0.index) } }.filter { !$0.value.isEmpty }
+        let customers = run.customers.filter { owned[$0] != nil }
+        func subscription(_ l: DiffLifecycle, at: EpochMillis?) -> DiffRequest {
+            DiffRequest(method: "GET", path: "/v1/subscriptions/\(l.originalTransactionId)?environment=\(l.environment)" + (at.map { "&at=\($0)" } ?? ""),
+                        token: "app-token")
         }
-        @Sendable func entitlementsPath(_ c: DiffCustomer, at: EpochMillis?) -> String {
-            "/v1/customers/\(c.queryId)/entitlements?environment=\(c.environment)" + (at.map { "&at=\($0)" } ?? "")
+        func entitlements(_ c: DiffCustomer, at: EpochMillis?) -> DiffRequest {
+            DiffRequest(method: "GET", path: "/v1/customers/\(c.queryId)/entitlements?environment=\(c.environment)" + (at.map { "&at=\($0)" } ?? ""),
+                        token: "app-token")
         }
-        @Sendable func customerProbe(_ c: DiffCustomer) -> EpochMillis? { owned[c]?.first?.probes.first }
-
-        let live = await Self.concurrently(run.lifecycles.count, workers: workers) { i in
-            let l = run.lifecycles[i]
-            var out = [await client.send("GET", subscriptionPath(l, at: nil)), await client.send("GET", subscriptionPath(l, at: now))]
-            for p in l.probes { out.append(await client.send("GET", subscriptionPath(l, at: p))) }
-            return out
-        }
-        let liveGrants = await Self.concurrently(customers.count, workers: workers) { i in
-            let c = customers[i]
-            var out = [await client.send("GET", entitlementsPath(c, at: nil)), await client.send("GET", entitlementsPath(c, at: now))]
-            if let p = customerProbe(c) { out.append(await client.send("GET", entitlementsPath(c, at: p))) }
-            return out
-        }
-        print("differential[\(shuffle)]: \(live.reduce(0) { $0 + $1.count } + liveGrants.reduce(0) { $0 + $1.count }) questions in \(Self.seconds(since: t0))")
+        func customerProbe(_ c: DiffCustomer) -> EpochMillis? { owned[c]?.first?.probes.first }
+        var asked = await client.run(
+            lifecycles.map { l in [subscription(l, at: nil), subscription(l, at: now)] + l.probes.map { subscription(l, at: $0) } }
+                + customers.map { c in [entitlements(c, at: nil), entitlements(c, at: now)] + (customerProbe(c).map { [entitlements(c, at: $0)] } ?? []) },
+            workers: workers)
+        let live = Array(asked.prefix(lifecycles.count))
+        let liveGrants = Array(asked.dropFirst(lifecycles.count))
+        print("differential[\(shuffle)]: \(asked.reduce(0) { $0 + $1.count }) questions in \(Self.seconds(since: t0))")
 
         // 3. Rebuild every projection from the log, then ask the live tables again.
         t0 = Date()
-        let rebuild = await client.send("POST", "/v1/admin/rebuild", body: Data("{}".utf8), contentType: "application/json", token: "admin-token")
+        let rebuild = await client.run([[DiffRequest(method: "POST", path: "/v1/admin/rebuild", body: Data("{}".utf8),
+                                                     contentType: "application/json", token: "admin-token")]], workers: 1)[0][0]
         XCTAssertEqual(rebuild.status, 200, "rebuild: \(rebuild.text)")
-        let rebuilt = await Self.concurrently(run.lifecycles.count, workers: workers) { i in
-            await client.send("GET", subscriptionPath(run.lifecycles[i], at: nil))
-        }
-        let rebuiltGrants = await Self.concurrently(customers.count, workers: workers) { i in
-            await client.send("GET", entitlementsPath(customers[i], at: nil))
-        }
+        asked = await client.run(lifecycles.map { [subscription($0, at: nil)] } + customers.map { [entitlements($0, at: nil)] },
+                                 workers: workers)
+        let rebuilt = asked.prefix(lifecycles.count).map { $0[0] }
+        let rebuiltGrants = asked.dropFirst(lifecycles.count).map { $0[0] }
         print("differential[\(shuffle)]: rebuilt and asked again in \(Self.seconds(since: t0))")
 
         // 4. Compare with the model.
-        for l in run.lifecycles {
+        for (i, l) in lifecycles.enumerated() {
             let expectedNow = l.expected(at: now)
-            let answers = live[l.index]
-            var questions: [(String, EpochMillis, HTTPClient.Answer)] = [("live", now, answers[0]), ("at=now", now, answers[1]),
-                                                                         ("rebuilt", now, rebuilt[l.index])]
+            let answers = live[i]
+            var questions: [(String, EpochMillis, DiffAnswer)] = [("live", now, answers[0]), ("at=now", now, answers[1]),
+                                                                  ("rebuilt", now, rebuilt[i])]
             for (p, a) in zip(l.probes, answers.dropFirst(2)) { questions.append(("at=\(p) (\(Self.iso(p)))", p, a)) }
             for (question, at, answer) in questions {
                 let expected = at == now ? expectedNow : l.expected(at: at)
@@ -185,8 +182,8 @@ final class DifferentialTests: XCTestCase {
         for (i, c) in customers.enumerated() {
             let mine = owned[c] ?? []
             let expectedNow = DifferentialRun.grants(of: mine, at: now)
-            var questions: [(String, EpochMillis, HTTPClient.Answer)] = [("live", now, liveGrants[i][0]), ("at=now", now, liveGrants[i][1]),
-                                                                         ("rebuilt", now, rebuiltGrants[i])]
+            var questions: [(String, EpochMillis, DiffAnswer)] = [("live", now, liveGrants[i][0]), ("at=now", now, liveGrants[i][1]),
+                                                                  ("rebuilt", now, rebuiltGrants[i])]
             if let p = customerProbe(c), liveGrants[i].count > 2 { questions.append(("at=\(p) (\(Self.iso(p)))", p, liveGrants[i][2])) }
             for (question, at, answer) in questions {
                 let expected = at == now ? expectedNow : DifferentialRun.grants(of: mine, at: at)
@@ -200,7 +197,7 @@ final class DifferentialTests: XCTestCase {
                 }
             }
         }
-        print("differential[\(shuffle)]: \(run.lifecycles.count) subscriptions, \(customers.count) customers compared; \(findings.count) disagreements")
+        print("differential[\(shuffle)]: \(lifecycles.count) subscriptions, \(customers.count) customers compared; \(findings.count) disagreements")
         return findings
     }
 
@@ -210,7 +207,7 @@ final class DifferentialTests: XCTestCase {
 
     static func int64(_ v: Any?) -> EpochMillis? { (v as? NSNumber)?.int64Value }
 
-    static func subscription(_ a: HTTPClient.Answer) -> (state: ExpectedSubscription?, error: String?) {
+    static func subscription(_ a: DiffAnswer) -> (state: ExpectedSubscription?, error: String?) {
         if a.status == 404 { return (nil, nil) }
         guard a.status == 200, let o = json(a.body) else { return (nil, "HTTP \(a.status): \(a.text.prefix(300))") }
         let customer = (o["customer"] as? [String: Any])?["id"] as? String
@@ -220,7 +217,7 @@ final class DifferentialTests: XCTestCase {
             latestTransactionId: o["latestTransactionId"] as? String), nil)
     }
 
-    static func grants(_ a: HTTPClient.Answer) -> (grants: [ExpectedGrant], error: String?) {
+    static func grants(_ a: DiffAnswer) -> (grants: [ExpectedGrant], error: String?) {
         guard a.status == 200, let o = json(a.body), let list = o["entitlements"] as? [[String: Any]] else {
             return ([], "HTTP \(a.status): \(a.text.prefix(300))")
         }
@@ -273,70 +270,5 @@ final class DifferentialTests: XCTestCase {
             out += "=== customer \(f.customer ?? "?") [order \(f.shuffle)] \(f.question)\n    expected \(f.expected)\n    actual   \(f.actual)\n"
         }
         return out
-    }
-
-    // MARK: concurrency
-
-    /// Runs `body` for 0..<count with at most `workers` in flight; results in index order.
-    static func concurrently<T: Sendable>(_ count: Int, workers: Int, _ body: @escaping @Sendable (Int) async -> T) async -> [T] {
-        let next = Cursor()
-        return await withTaskGroup(of: [(Int, T)].self) { group in
-            for _ in 0..<max(1, min(workers, count)) {
-                group.addTask {
-                    var done: [(Int, T)] = []
-                    while true {
-                        let i = next.take()
-                        guard i < count else { return done }
-                        done.append((i, await body(i)))
-                    }
-                }
-            }
-            var all: [(Int, T)] = []
-            for await part in group { all += part }
-            return all.sorted { $0.0 < $1.0 }.map(\.1)
-        }
-    }
-}
-
-/// The next index to work on, shared by a task group's workers.
-final class Cursor: Sendable {
-    private let next = Mutex(0)
-    func take() -> Int { next.withLock { n in defer { n += 1 }; return n } }
-}
-
-/// A keep-alive HTTP client for the test's many small requests.
-final class HTTPClient: Sendable {
-    struct Answer: Sendable {
-        var status: Int
-        var body: Data
-        var text: String { String(decoding: body, as: UTF8.self) }
-    }
-
-    let base: URL
-    let session: URLSession
-
-    init(base: URL, concurrency: Int) {
-        self.base = base
-        let c = URLSessionConfiguration.ephemeral
-        c.httpMaximumConnectionsPerHost = concurrency
-        c.timeoutIntervalForRequest = 60
-        c.requestCachePolicy = .reloadIgnoringLocalCacheData
-        session = URLSession(configuration: c)
-    }
-
-    deinit { session.finishTasksAndInvalidate() }
-
-    func send(_ method: String, _ path: String, body: Data? = nil, contentType: String? = nil, token: String = "app-token") async -> Answer {
-        var r = URLRequest(url: URL(string: path, relativeTo: base)!)
-        r.httpMethod = method
-        r.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
-        if let contentType { r.setValue(contentType, forHTTPHeaderField: "Content-Type") }
-        do {
-            let (data, response): (Data, URLResponse)
-            if let body { (data, response) = try await session.upload(for: r, from: body) } else { (data, response) = try await session.data(for: r) }
-            return Answer(status: (response as? HTTPURLResponse)?.statusCode ?? 0, body: data)
-        } catch {
-            return Answer(status: 0, body: Data("transport error: \(error)".utf8))
-        }
     }
 }
