@@ -42,6 +42,10 @@ public struct DiffMessage: Sendable {
     /// WeChat: the order a delivery pays (`deliver`), or that a refund/inquiry names (`names`).
     var delivers: String?
     var names: String?
+    /// The retry states something else than the original (a delivery without PaidTime is timed by
+    /// the push's CreateTime, new on each re-push), and the ledger keeps the first copy it gets:
+    /// the retry is delivered only after the original, as WeChat sends it.
+    var retryFollowsOriginal = false
 }
 
 /// One generated lifecycle: its script (what happened, for the report), the messages the stores
@@ -79,20 +83,6 @@ public struct DiffLifecycle: Sendable {
         case .apple(let w): w.customerId
         case .wechat(let w): w.openId
         }
-    }
-
-    /// Known disagreements between the model and the ledger, reported to the lead rather than
-    /// failed on (unless `LEDGER_DIFF_STRICT=1`): their id when the answer at `t` is one.
-    ///
-    /// - `wechat-signing-before-payment`: at T after a WeChat signing but before the delivery that
-    ///   paid the signed period, the model (each fact in effect from its own business time, and
-    ///   "WeChat opens the benefit on signing") expects the signing's period; the fold drops a
-    ///   signing as soon as any delivery — even one paid after T — paid that period, so `?at=T`
-    ///   answers 404 (or the previous period). `SubscriptionFold.periodInEffect` builds `paid`
-    ///   from every slot instead of the slots purchased by T.
-    public func knownDisagreement(at t: EpochMillis) -> String? {
-        if case .wechat(let w) = model, w.inSigningWindow(at: t) { return "wechat-signing-before-payment" }
-        return nil
     }
 
     public func grants(at t: EpochMillis) -> [ExpectedGrant] {

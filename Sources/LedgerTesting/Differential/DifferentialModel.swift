@@ -277,18 +277,6 @@ struct WeChatWorld: Sendable {
     }
 }
 
-extension WeChatWorld {
-    /// True when T falls after a signing and before the delivery that paid the signed period:
-    /// the window in which the model counts the signing as the period in effect (each fact in
-    /// effect from its own business time) while the ledger's fold, knowing the later payment,
-    /// does not (reported to the lead; see `DiffLifecycle.isInKnownDisagreement`).
-    func inSigningWindow(at t: EpochMillis) -> Bool {
-        signings.contains { s in
-            s.at <= t && orders.contains { $0.renewalDate == s.renewalDate && $0.paid > t }
-        }
-    }
-}
-
 enum DiffModel: Sendable {
     case apple(AppleWorld)
     case wechat(WeChatWorld)

@@ -223,8 +223,10 @@ public struct DifferentialRun: Sendable {
                 var m = DiffMessage(label: "\(s.label(note)) at \(DiffTime.iso(note.at)) (\(note.mode.rawValue))", at: note.at,
                                     path: path, body: body, contentType: type, retryPath: rpath, retryBody: rbody, source: "wechat")
                 switch note.kind {
-                case .deliver(let k): m.delivers = s.orderIds[k]
-                case .refund(let k, _, _, _), .inquiry(let k): m.names = s.orderIds[k]
+                case .deliver(let k):
+                    m.delivers = s.orderIds[k]
+                    m.retryFollowsOriginal = !s.payInfo[k]
+                case .refund(let k, _, _, _, _), .inquiry(let k, _): m.names = s.orderIds[k]
                 default: break
                 }
                 messages.append(m)
@@ -287,7 +289,8 @@ public struct DifferentialRun: Sendable {
                 let retry = DiffDelivery(lifecycle: l, message: m, isRetry: true, path: msg.retryPath, body: msg.retryBody,
                                          contentType: msg.contentType)
                 // A random permutation may deliver the retry first; business order retries right after.
-                let position = k == 0 ? (out.firstIndex { $0.lifecycle == l && $0.message == m }! + 1) : rng.int(0...out.count)
+                let original = out.firstIndex { $0.lifecycle == l && $0.message == m }!
+                let position = k == 0 ? original + 1 : msg.retryFollowsOriginal ? rng.int((original + 1)...out.count) : rng.int(0...out.count)
                 out.insert(retry, at: min(position, out.count))
                 _ = i
             }

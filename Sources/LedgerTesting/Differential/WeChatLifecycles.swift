@@ -52,8 +52,11 @@ struct WxNote: Sendable {
         case signing(renewalDate: EpochMillis, product: String)
         case deliver(order: Int)
         case unsigning(renewalDate: EpochMillis, product: String)
-        case refund(order: Int, ok: Bool, refundId: String, wxOrderId: String)
-        case inquiry(order: Int)
+        /// `byAlias`: MchOrderId states the delivery's WeChatPayInfo.MchOrderNo rather than its
+        /// OutTradeNo (the xpay documents do not say which; the ledger must join either).
+        case refund(order: Int, ok: Bool, refundId: String, wxOrderId: String, byAlias: Bool)
+        /// `byAlias`: pay_order_id names WeChatPayInfo.TransactionId.
+        case inquiry(order: Int, byAlias: Bool)
     }
 
     var kind: Kind
@@ -76,6 +79,7 @@ struct WeChatScript {
     var orderIds: [String] = []
     var mchOrderNos: [String] = []
     var payTransactionIds: [String] = []
+    var payInfo: [Bool] = []
     var products: [String] = []
     let otid: String
 
@@ -100,16 +104,24 @@ struct WeChatScript {
         script.append("\(DiffTime.iso(at)) \(line) (\(m.rawValue))")
     }
 
-    mutating func order(product: String, paid: EpochMillis, renewalDate: EpochMillis) -> Int {
+    /// A paid order. Sometimes the push has no WeChatPayInfo (no PaidTime, no MchOrderNo or
+    /// TransactionId): the order then starts at the first push's CreateTime (one second after the
+    /// payment here), and WeChat's re-push, sent later with a later CreateTime, must not move it.
+    mutating func order(product: String, paid: EpochMillis, renewalDate: EpochMillis, mayOmitPayInfo: Bool = true) -> Int {
         let k = world.orders.count
         let id = "WX\(otid)T\(k + 1)"
-        world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: paid, renewalDate: renewalDate))
+        let withPay = !mayOmitPayInfo || !rng.chance(0.1)
+        let start = withPay ? paid : paid + 1000
+        world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: start, renewalDate: renewalDate))
         orderIds.append(id)
+        payInfo.append(withPay)
         mchOrderNos.append("M" + rng.digits(18))
         payTransactionIds.append("4200" + rng.digits(24))
         products.append(product)
-        world.contract.append(WeChatWorld.ContractChange(at: paid, autoRenew: 1))
-        push(.deliver(order: k), at: paid, "deliver \(id) \(product) paid → \(DiffTime.iso(renewalDate))")
+        world.contract.append(WeChatWorld.ContractChange(at: start, autoRenew: 1))
+        push(.deliver(order: k), at: paid,
+             "deliver \(id) \(product) paid → \(DiffTime.iso(renewalDate))\(withPay ? "" : " (no WeChatPayInfo: starts at its CreateTime)")")
+        if !withPay { tags.insert("delivery-without-paid-time") }
         return k
     }
 
@@ -130,7 +142,7 @@ struct WeChatScript {
         } else {
             // PaidTime is whole seconds: the same instant as the signing, or up to 5 s around it.
             let paid = tie ? signed : Self.seconds(signed) + rng.int(0...5) * 1000
-            _ = order(product: product, paid: paid, renewalDate: renewalDate)
+            _ = order(product: product, paid: paid, renewalDate: renewalDate, mayOmitPayInfo: !tie)
             if tie { tags.insert("tie:signing=delivery") }
             if paid < signed { tags.insert("paid-before-signing") }
             t = max(t, paid)
@@ -187,22 +199,26 @@ struct WeChatScript {
         let askings = rng.int(0...3)
         for _ in 0..<askings {
             guard t + DiffTime.minute < limit, t <= horizon else { break }
-            push(.inquiry(order: k), at: t, "refund inquiry for \(orderIds[k])")
+            let alias = payInfo[k] && rng.chance(0.25)
+            push(.inquiry(order: k, byAlias: alias), at: t, "refund inquiry for \(alias ? payTransactionIds[k] + " (its WeChatPayInfo.TransactionId)" : orderIds[k])")
             tags.insert("inquiry")
             t += rng.int(1...30) * DiffTime.minute
         }
         let refundId = "WXR" + rng.digits(16)
         let wxOrderId = "WXO" + rng.digits(16)
+        let byAlias = payInfo[k] && rng.chance(0.3)
+        let named = byAlias ? "\(mchOrderNos[k]) (MchOrderNo of \(orderIds[k]))" : orderIds[k]
+        if byAlias { tags.insert("refund-by-alias") }
         if rng.chance(0.25), t + DiffTime.minute < limit, t <= horizon {
-            push(.refund(order: k, ok: false, refundId: refundId, wxOrderId: wxOrderId), at: t, "refund of \(orderIds[k]) FAILED")
+            push(.refund(order: k, ok: false, refundId: refundId, wxOrderId: wxOrderId, byAlias: byAlias), at: t, "refund of \(named) FAILED")
             tags.insert("refund-failed")
             t += rng.int(1...60) * DiffTime.minute
             if rng.chance(0.4) { return }
         }
         guard t < limit, t <= horizon else { return }
         world.orders[k].refundedAt = t
-        push(.refund(order: k, ok: true, refundId: refundId, wxOrderId: wxOrderId), at: t,
-             "refund of \(orderIds[k])\(k == world.orders.count - 1 ? "" : " (an earlier order)") succeeded")
+        push(.refund(order: k, ok: true, refundId: refundId, wxOrderId: wxOrderId, byAlias: byAlias), at: t,
+             "refund of \(named)\(k == world.orders.count - 1 ? "" : " (an earlier order)") succeeded")
         tags.insert(k == world.orders.count - 1 ? "refund" : "refund-older")
     }
 
@@ -235,26 +251,26 @@ struct WeChatScript {
                 ("OpenId", .s(world.openId)), ("OutTradeNo", .s(o.id)), ("Env", .i(0)),
                 ("GoodsInfo", .o([("ProductId", .s(o.productId)), ("Quantity", .i(1)), ("OrigPrice", .i(3000)),
                                   ("ActualPrice", .i(k == 0 ? 990 : 3000)), ("Attach", .s("uid=\(otid)"))])),
-                ("WeChatPayInfo", .o([("MchOrderNo", .s(mchOrderNos[k])), ("TransactionId", .s(payTransactionIds[k])),
-                                      ("PaidTime", .i(o.paid / 1000))])),
+            ] + (payInfo[k] ? [("WeChatPayInfo", .o([("MchOrderNo", .s(mchOrderNos[k])), ("TransactionId", .s(payTransactionIds[k])),
+                                                    ("PaidTime", .i(o.paid / 1000))]))] : []) + [
                 ("AppleSubscriptionInfo", .o([("OriginalTransactionId", .s(otid)), ("AutoRenewStatus", .i(1)),
                                               ("RenewalDate", .i(o.renewalDate))])),
             ]
-        case .refund(let k, let ok, let refundId, let wxOrderId):
+        case .refund(let k, let ok, let refundId, let wxOrderId, let byAlias):
             return header(XPayEventName.refundNotify, create: create) + [
                 ("OpenId", .s(world.openId)), ("WxRefundId", .s(refundId)), ("MchRefundId", .s("MR" + refundId.dropFirst(3))),
-                ("WxOrderId", .s(wxOrderId)), ("MchOrderId", .s(orderIds[k])), ("RefundFee", .i(k == 0 ? 990 : 3000)),
+                ("WxOrderId", .s(wxOrderId)), ("MchOrderId", .s(byAlias ? mchOrderNos[k] : orderIds[k])), ("RefundFee", .i(k == 0 ? 990 : 3000)),
                 ("RetCode", .i(ok ? 0 : 268_490_001)), ("RetMsg", .s(ok ? "" : "refund failed")),
                 ("RefundStartTimestamp", .i(note.at / 1000 - 60)), ("RefundSuccTimestamp", .i(ok ? note.at / 1000 : 0)),
                 ("RetryTimes", .i(retry ? 1 : 0)),
             ]
-        case .inquiry(let k):
+        case .inquiry(let k, let byAlias):
             let o = world.orders[k]
             return header(XPayEventName.refundInquiry, create: create) + [
                 ("refund_time", .s(String(note.at / 1000))), ("order_time", .s(String(o.paid / 1000))),
                 ("channel_bill", .s(payTransactionIds[k])), ("bundleid", .s("com.tencent.xin")),
                 ("product_id", .s(o.productId)), ("p_count", .s("1")), ("refund_request_reason", .s("UNINTENDED_PURCHASE")),
-                ("provide_status", .s("1")), ("pay_order_id", .s(o.id)), ("service_type", .s("unipdt")),
+                ("provide_status", .s("1")), ("pay_order_id", .s(byAlias ? payTransactionIds[k] : o.id)), ("service_type", .s("unipdt")),
                 ("consumption_status", .s("0")),
             ]
         }
@@ -287,8 +303,8 @@ struct WeChatScript {
         case .signing: "signing"
         case .unsigning: "unsigning"
         case .deliver(let k): "deliver \(orderIds[k])"
-        case .refund(let k, let ok, _, _): "refund \(ok ? "ok" : "failed") \(orderIds[k])"
-        case .inquiry(let k): "inquiry \(orderIds[k])"
+        case .refund(let k, let ok, _, _, let alias): "refund \(ok ? "ok" : "failed") \(orderIds[k])\(alias ? " by MchOrderNo" : "")"
+        case .inquiry(let k, let alias): "inquiry \(orderIds[k])\(alias ? " by TransactionId" : "")"
         }
     }
 
