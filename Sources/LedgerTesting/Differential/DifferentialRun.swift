@@ -2,6 +2,21 @@ import Crypto
 import Foundation
 import LedgerCore
 
+/// Why a differential run could not be generated; each says what to change.
+public enum DifferentialError: Error, CustomStringConvertible {
+    case guardBand(String)
+    case sender(String)
+
+    public var description: String {
+        switch self {
+        case .guardBand(let what):
+            return "\(what) was redrawn 30 times and still scripted a change within the guard band around now; widen the horizon in DifferentialRun or pick another LEDGER_DIFF_SEED"
+        case .sender(let why):
+            return "the differential test could not build a message: \(why)"
+        }
+    }
+}
+
 /// One request of a delivery plan.
 public struct DiffDelivery: Sendable {
     public var lifecycle: Int
@@ -60,18 +75,18 @@ public struct DifferentialRun: Sendable {
             var rng = DiffRandom(seed: seed, stream: 1_000_000 + n)
             let roll = rng.int(0...99)
             if roll < 8 {
-                try run.addV1Account(n: n, unit: unit, rng: &rng, tokens: tokens)
+                try run.addV1Account(n: n, unit: unit, tokens: tokens)
             } else if roll < 16 {
-                try run.addOneTime(n: n, unit: unit, rng: &rng, tokens: tokens, signer: signer)
+                try run.addOneTime(n: n, unit: unit, tokens: tokens, signer: signer)
             } else if roll < 22 {
                 // The same originalTransactionId in Production and Sandbox: two subscriptions.
-                try run.addAppleV2(n: n, unit: unit, environment: SubscriptionKey.production, rng: &rng, tokens: tokens,
+                try run.addAppleV2(n: n, unit: unit, environment: SubscriptionKey.production, tokens: tokens,
                                    signer: signer, tag: "sandbox-twin")
-                try run.addAppleV2(n: n, unit: unit, environment: SubscriptionKey.sandbox, rng: &rng, tokens: tokens,
+                try run.addAppleV2(n: n, unit: unit, environment: SubscriptionKey.sandbox, tokens: tokens,
                                    signer: signer, tag: "sandbox-twin", twinOf: run.lifecycles.count - 1)
             } else {
                 let env = roll < 27 ? SubscriptionKey.sandbox : SubscriptionKey.production
-                try run.addAppleV2(n: n, unit: unit, environment: env, rng: &rng, tokens: tokens, signer: signer)
+                try run.addAppleV2(n: n, unit: unit, environment: env, tokens: tokens, signer: signer)
             }
             unit += 1
             apple = run.lifecycles.count
@@ -79,8 +94,7 @@ public struct DifferentialRun: Sendable {
         var w: UInt64 = 0
         while run.lifecycles.count < apple + wechatCount {
             w += 1
-            var rng = DiffRandom(seed: seed, stream: 5_000_000 + w)
-            try run.addWeChat(n: w, unit: unit, rng: &rng, openIds: openIds, crypto: crypto)
+            try run.addWeChat(n: w, unit: unit, openIds: openIds, crypto: crypto)
             unit += 1
         }
         return run
@@ -90,7 +104,7 @@ public struct DifferentialRun: Sendable {
         times.contains { $0 >= anchor - Self.guardBefore && $0 <= anchor + Self.guardAfter }
     }
 
-    mutating func pickProbes(_ candidates: [EpochMillis], rng: inout DiffRandom, count: Int = 3) -> [EpochMillis] {
+    func pickProbes(_ candidates: [EpochMillis], rng: inout DiffRandom, count: Int = 3) -> [EpochMillis] {
         var c = Array(Set(candidates.filter { $0 > 0 && $0 < anchor - Self.guardBefore })).sorted()
         rng.shuffle(&c)
         return Array(c.prefix(count)).sorted()
@@ -98,7 +112,7 @@ public struct DifferentialRun: Sendable {
 
     // MARK: Apple V2
 
-    mutating func addAppleV2(n: UInt64, unit: Int, environment: String, rng: inout DiffRandom, tokens: [String],
+    mutating func addAppleV2(n: UInt64, unit: Int, environment: String, tokens: [String],
                              signer: DiffSigner, tag: String? = nil, twinOf: Int? = nil) throws {
         let otid: UInt64 = 100_000_000_000_000 + n * 1000
         for attempt in 0..<30 {
@@ -131,10 +145,10 @@ public struct DifferentialRun: Sendable {
                 queryCustomerId: s.world.token.map { pr.chance(0.3) ? $0.uppercased() : $0 }, model: .apple(s.world)))
             return
         }
-        throw AppleTestAuthorityError.encoding("lifecycle \(n) kept falling in the guard band around now")
+        throw DifferentialError.guardBand("lifecycle \(n)")
     }
 
-    mutating func addOneTime(n: UInt64, unit: Int, rng: inout DiffRandom, tokens: [String], signer: DiffSigner) throws {
+    mutating func addOneTime(n: UInt64, unit: Int, tokens: [String], signer: DiffSigner) throws {
         let otid: UInt64 = 400_000_000_000_000 + n * 1000
         for attempt in 0..<30 {
             var r = DiffRandom(seed: seed, stream: 30_000_000 + n * 64 + UInt64(attempt))
@@ -157,12 +171,12 @@ public struct DifferentialRun: Sendable {
                 queryCustomerId: s.world.token, model: .apple(s.world)))
             return
         }
-        throw AppleTestAuthorityError.encoding("one-time purchase \(n) kept falling in the guard band around now")
+        throw DifferentialError.guardBand("one-time purchase \(n)")
     }
 
     // MARK: Apple V1
 
-    mutating func addV1Account(n: UInt64, unit: Int, rng: inout DiffRandom, tokens: [String]) throws {
+    mutating func addV1Account(n: UInt64, unit: Int, tokens: [String]) throws {
         for attempt in 0..<30 {
             var r = DiffRandom(seed: seed, stream: 40_000_000 + n * 64 + UInt64(attempt))
             let env = r.chance(0.15) ? SubscriptionKey.sandbox : SubscriptionKey.production
@@ -201,12 +215,12 @@ public struct DifferentialRun: Sendable {
             }
             return
         }
-        throw AppleTestAuthorityError.encoding("V1 account \(n) kept falling in the guard band around now")
+        throw DifferentialError.guardBand("V1 account \(n)")
     }
 
     // MARK: WeChat
 
-    mutating func addWeChat(n: UInt64, unit: Int, rng: inout DiffRandom, openIds: [String], crypto: WxCrypto) throws {
+    mutating func addWeChat(n: UInt64, unit: Int, openIds: [String], crypto: WxCrypto) throws {
         let otid = String(200_000_000_000_000 + n * 1000)
         for attempt in 0..<30 {
             var r = DiffRandom(seed: seed, stream: 50_000_000 + n * 64 + UInt64(attempt))
@@ -240,7 +254,7 @@ public struct DifferentialRun: Sendable {
                 refundsFirst: refundsFirst, queryCustomerId: openId, model: .wechat(s.world)))
             return
         }
-        throw AppleTestAuthorityError.encoding("WeChat lifecycle \(n) kept falling in the guard band around now")
+        throw DifferentialError.guardBand("WeChat lifecycle \(n)")
     }
 
     // MARK: delivery
@@ -284,7 +298,7 @@ public struct DifferentialRun: Sendable {
                 let msg = lifecycles[l].messages[m]
                 return DiffDelivery(lifecycle: l, message: m, isRetry: false, path: msg.path, body: msg.body, contentType: msg.contentType)
             }
-            for (i, (l, m)) in order.enumerated() where rng.chance(retryRate) {
+            for (l, m) in order where rng.chance(retryRate) {
                 let msg = lifecycles[l].messages[m]
                 let retry = DiffDelivery(lifecycle: l, message: m, isRetry: true, path: msg.retryPath, body: msg.retryBody,
                                          contentType: msg.contentType)
@@ -292,7 +306,6 @@ public struct DifferentialRun: Sendable {
                 let original = out.firstIndex { $0.lifecycle == l && $0.message == m }!
                 let position = k == 0 ? original + 1 : msg.retryFollowsOriginal ? rng.int((original + 1)...out.count) : rng.int(0...out.count)
                 out.insert(retry, at: min(position, out.count))
-                _ = i
             }
             return out
         }

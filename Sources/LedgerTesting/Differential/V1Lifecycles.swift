@@ -144,7 +144,7 @@ struct V1Script {
         let env = w.environment == SubscriptionKey.production ? "PROD" : "Sandbox"
         var entries: [[String: Any]] = []
         var pending: [[String: Any]] = []
-        for (i, world) in worlds.enumerated() {
+        for world in worlds {
             let known = world.transactions.filter { $0.purchase <= note.at }
             guard !known.isEmpty else { continue }
             for tx in known {
@@ -169,7 +169,6 @@ struct V1Script {
                 "original_transaction_id": world.originalTransactionId, "product_id": known.last!.productId,
                 "is_in_billing_retry_period": "0",
             ])
-            _ = i
         }
         // Apple lists the newest first; nothing may depend on the order.
         entries.sort { ($0["purchase_date_ms"] as! String).count != ($1["purchase_date_ms"] as! String).count

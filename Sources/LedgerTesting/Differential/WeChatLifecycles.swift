@@ -341,7 +341,7 @@ struct WxCrypto: Sendable {
     func encrypt(_ plain: String, nonce: String, timestamp: Int64) throws -> String {
         let sealed = try sender.encryptReply(Array(plain.utf8), format: .json, timestamp: timestamp, nonce: nonce)
         guard let o = try JSONSerialization.jsonObject(with: sealed) as? [String: Any], let e = o["Encrypt"] as? String else {
-            throw AppleTestAuthorityError.encoding("the WeChat sender produced no Encrypt member")
+            throw DifferentialError.sender("WeChat's sender side produced no Encrypt member")
         }
         return e
     }
