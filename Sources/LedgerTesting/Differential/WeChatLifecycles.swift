@@ -1,0 +1,348 @@
+import Crypto
+import Foundation
+import LedgerCore
+import WeChatPay
+
+/// A push message value as WeChat writes it: JSON numbers and strings, or XML text.
+indirect enum WxValue: Sendable {
+    case s(String)
+    case i(Int64)
+    case o([(String, WxValue)])
+
+    func json() -> String {
+        switch self {
+        case .s(let v): return "\"" + Self.escape(v) + "\""
+        case .i(let v): return String(v)
+        case .o(let members): return "{" + members.map { "\"\(Self.escape($0.0))\":" + $0.1.json() }.joined(separator: ",") + "}"
+        }
+    }
+
+    func xml(_ name: String) -> String {
+        switch self {
+        case .s(let v): return "<\(name)><![CDATA[\(v)]]></\(name)>"
+        case .i(let v): return "<\(name)>\(v)</\(name)>"
+        case .o(let members): return "<\(name)>" + members.map { $0.1.xml($0.0) }.joined() + "</\(name)>"
+        }
+    }
+
+    static func escape(_ s: String) -> String {
+        var out = ""
+        for c in s.unicodeScalars {
+            switch c {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where c.value < 0x20: out += String(format: "\\u%04x", c.value)
+            default: out.unicodeScalars.append(c)
+            }
+        }
+        return out
+    }
+}
+
+/// How a push reaches the ledger: secure mode (AES) with a JSON or an XML envelope, or plaintext XML.
+enum WxMode: String, Sendable, CaseIterable {
+    case jsonSecure = "json-aes"
+    case xmlSecure = "xml-aes"
+    case xmlPlain = "xml-plain"
+}
+
+/// One scripted WeChat push.
+struct WxNote: Sendable {
+    enum Kind: Sendable {
+        case signing(renewalDate: EpochMillis, product: String)
+        case deliver(order: Int)
+        case unsigning(renewalDate: EpochMillis, product: String)
+        /// `byAlias`: MchOrderId states the delivery's WeChatPayInfo.MchOrderNo rather than its
+        /// OutTradeNo (the xpay documents do not say which; the ledger must join either).
+        case refund(order: Int, ok: Bool, refundId: String, wxOrderId: String, byAlias: Bool)
+        /// `byAlias`: pay_order_id names WeChatPayInfo.TransactionId.
+        case inquiry(order: Int, byAlias: Bool)
+    }
+
+    var kind: Kind
+    /// Business time (ms): SignedTime, PaidTime, UnsignedTime, RefundSuccTimestamp, refund_time.
+    var at: EpochMillis
+    var mode: WxMode
+}
+
+/// Scripts one WeChat xpay Apple subscription: signing, the first delivery (paid around the
+/// signing, sometimes at the very same instant), a delivery per renewal, unsigning and re-signing,
+/// refund inquiries (one to three askings) and refund outcomes (a failure, then maybe a success)
+/// for the current or an earlier order, and sometimes a contract no delivery has paid yet.
+struct WeChatScript {
+    var rng: DiffRandom
+    let horizon: EpochMillis
+    var world: WeChatWorld
+    var notes: [WxNote] = []
+    var script: [String] = []
+    var tags: Set<String> = []
+    var orderIds: [String] = []
+    var mchOrderNos: [String] = []
+    var payTransactionIds: [String] = []
+    var payInfo: [Bool] = []
+    var products: [String] = []
+    let otid: String
+
+    static let weekly = ("wx_vip_weekly", 7 * DiffTime.day)
+    static let monthly = ("wx_vip_monthly", 30 * DiffTime.day)
+
+    init(rng: DiffRandom, horizon: EpochMillis, otid: String, openId: String) {
+        self.rng = rng
+        self.horizon = horizon
+        self.otid = otid
+        world = WeChatWorld(originalTransactionId: otid, openId: openId)
+    }
+
+    mutating func mode() -> WxMode {
+        let d = rng.int(0...3)
+        return d < 2 ? .jsonSecure : d == 2 ? .xmlSecure : .xmlPlain
+    }
+
+    mutating func push(_ kind: WxNote.Kind, at: EpochMillis, _ line: String) {
+        let m = mode()
+        notes.append(WxNote(kind: kind, at: at, mode: m))
+        script.append("\(DiffTime.iso(at)) \(line) (\(m.rawValue))")
+    }
+
+    /// A paid order. Sometimes the push has no WeChatPayInfo (no PaidTime, no MchOrderNo or
+    /// TransactionId): the order then starts at the first push's CreateTime (one second after the
+    /// payment here), and WeChat's re-push, sent later with a later CreateTime, must not move it.
+    mutating func order(product: String, paid: EpochMillis, renewalDate: EpochMillis, mayOmitPayInfo: Bool = true) -> Int {
+        let k = world.orders.count
+        let id = "WX\(otid)T\(k + 1)"
+        let withPay = !mayOmitPayInfo || !rng.chance(0.1)
+        let start = withPay ? paid : paid + 1000
+        world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: start, renewalDate: renewalDate))
+        orderIds.append(id)
+        payInfo.append(withPay)
+        mchOrderNos.append("M" + rng.digits(18))
+        payTransactionIds.append("4200" + rng.digits(24))
+        products.append(product)
+        world.contract.append(WeChatWorld.ContractChange(at: start, autoRenew: 1))
+        push(.deliver(order: k), at: paid,
+             "deliver \(id) \(product) paid → \(DiffTime.iso(renewalDate))\(withPay ? "" : " (no WeChatPayInfo: starts at its CreateTime)")")
+        if !withPay { tags.insert("delivery-without-paid-time") }
+        return k
+    }
+
+    static func seconds(_ t: EpochMillis) -> EpochMillis { t / 1000 * 1000 }
+
+    mutating func run(start: EpochMillis) {
+        let (product, period) = rng.chance(0.5) ? Self.weekly : Self.monthly
+        let tie = rng.chance(0.15)
+        let signed = tie ? Self.seconds(start) : start
+        var renewalDate = signed + period
+        world.signings.append(WeChatWorld.Signing(at: signed, renewalDate: renewalDate, productId: product))
+        world.contract.append(WeChatWorld.ContractChange(at: signed, autoRenew: 1))
+        push(.signing(renewalDate: renewalDate, product: product), at: signed, "signing \(product) → \(DiffTime.iso(renewalDate))")
+        var t = signed
+        var on = true
+        if rng.chance(0.05) {
+            tags.insert("signed-not-delivered")
+        } else {
+            // PaidTime is whole seconds: the same instant as the signing, or up to 5 s around it.
+            let paid = tie ? signed : Self.seconds(signed) + rng.int(0...5) * 1000
+            _ = order(product: product, paid: paid, renewalDate: renewalDate, mayOmitPayInfo: !tie)
+            if tie { tags.insert("tie:signing=delivery") }
+            if paid < signed { tags.insert("paid-before-signing") }
+            t = max(t, paid)
+        }
+        var periods = 0
+        outer: while periods < 40 {
+            periods += 1
+            var actions = 0
+            while actions < 2 {
+                let room = renewalDate - DiffTime.hour - t
+                guard room > 2 * DiffTime.hour, rng.chance(0.5) else { break }
+                let u = Self.seconds(t + rng.int(DiffTime.hour...room))
+                if u > horizon { break outer }
+                actions += 1
+                t = u
+                let refundable = world.orders.indices.filter { world.orders[$0].refundedAt == nil }
+                if !refundable.isEmpty && rng.chance(0.45) {
+                    let k = rng.chance(0.7) ? refundable.last! : rng.pick(refundable)
+                    refund(k, at: &t, limit: renewalDate - DiffTime.hour)
+                    if rng.chance(0.4) && on, t + DiffTime.minute < renewalDate - DiffTime.hour {
+                        t += DiffTime.minute
+                        on = false
+                        unsign(at: t, renewalDate: renewalDate, product: product)
+                    }
+                } else if on {
+                    on = false
+                    unsign(at: t, renewalDate: renewalDate, product: product)
+                } else {
+                    on = true
+                    world.signings.append(WeChatWorld.Signing(at: u, renewalDate: renewalDate, productId: product))
+                    world.contract.append(WeChatWorld.ContractChange(at: u, autoRenew: 1))
+                    push(.signing(renewalDate: renewalDate, product: product), at: u, "signing again (auto-renew on)")
+                    tags.insert("re-signed")
+                }
+            }
+            guard on, !tags.contains("signed-not-delivered") else { break }
+            let paid = Self.seconds(renewalDate) + rng.int(0...600) * 1000
+            if paid > horizon { break }
+            _ = order(product: product, paid: paid, renewalDate: renewalDate + period)
+            renewalDate += period
+            t = paid
+        }
+        if world.orders.count > 1 { tags.insert("renewed") }
+    }
+
+    mutating func unsign(at u: EpochMillis, renewalDate: EpochMillis, product: String) {
+        world.contract.append(WeChatWorld.ContractChange(at: u, autoRenew: 0))
+        push(.unsigning(renewalDate: renewalDate, product: product), at: u, "unsigning (auto-renew off) until \(DiffTime.iso(renewalDate))")
+        tags.insert("unsigned")
+    }
+
+    /// Apple asks (through WeChat) one to three times, then WeChat reports the outcome.
+    mutating func refund(_ k: Int, at t: inout EpochMillis, limit: EpochMillis) {
+        let askings = rng.int(0...3)
+        for _ in 0..<askings {
+            guard t + DiffTime.minute < limit, t <= horizon else { break }
+            let alias = payInfo[k] && rng.chance(0.25)
+            push(.inquiry(order: k, byAlias: alias), at: t, "refund inquiry for \(alias ? payTransactionIds[k] + " (its WeChatPayInfo.TransactionId)" : orderIds[k])")
+            tags.insert("inquiry")
+            t += rng.int(1...30) * DiffTime.minute
+        }
+        let refundId = "WXR" + rng.digits(16)
+        let wxOrderId = "WXO" + rng.digits(16)
+        let byAlias = payInfo[k] && rng.chance(0.3)
+        let named = byAlias ? "\(mchOrderNos[k]) (MchOrderNo of \(orderIds[k]))" : orderIds[k]
+        if byAlias { tags.insert("refund-by-alias") }
+        if rng.chance(0.25), t + DiffTime.minute < limit, t <= horizon {
+            push(.refund(order: k, ok: false, refundId: refundId, wxOrderId: wxOrderId, byAlias: byAlias), at: t, "refund of \(named) FAILED")
+            tags.insert("refund-failed")
+            t += rng.int(1...60) * DiffTime.minute
+            if rng.chance(0.4) { return }
+        }
+        guard t < limit, t <= horizon else { return }
+        world.orders[k].refundedAt = t
+        push(.refund(order: k, ok: true, refundId: refundId, wxOrderId: wxOrderId, byAlias: byAlias), at: t,
+             "refund of \(named)\(k == world.orders.count - 1 ? "" : " (an earlier order)") succeeded")
+        tags.insert(k == world.orders.count - 1 ? "refund" : "refund-older")
+    }
+
+    // MARK: rendering
+
+    func header(_ event: String, create: Int64) -> [(String, WxValue)] {
+        [("ToUserName", .s("gh_97417a04a28d")), ("FromUserName", .s("o_wechat_official")),
+         ("CreateTime", .i(create)), ("MsgType", .s("event")), ("Event", .s(event))]
+    }
+
+    /// The decrypted message of `note`; `retry` re-sends it later (CreateTime moves, the rest does not).
+    func message(_ note: WxNote, retry: Bool) -> [(String, WxValue)] {
+        let create = note.at / 1000 + (retry ? 7 : 1)
+        switch note.kind {
+        case .signing(let rd, let product):
+            return header(XPayEventName.signingResult, create: create) + [
+                ("OpenId", .s(world.openId)), ("Attach", .s("uid=\(otid)")),
+                ("AppleSubscriptionInfo", .o([("OriginalTransactionId", .s(otid)), ("ProductId", .s(product)),
+                                              ("AutoRenewStatus", .i(1)), ("RenewalDate", .i(rd)), ("SignedTime", .i(note.at))])),
+            ]
+        case .unsigning(let rd, let product):
+            return header(XPayEventName.unsigning, create: create) + [
+                ("OpenId", .s(world.openId)), ("Attach", .s("uid=\(otid)")), ("Action", .s("unsubscribe")),
+                ("AppleSubscriptionInfo", .o([("OriginalTransactionId", .s(otid)), ("ProductId", .s(product)),
+                                              ("AutoRenewStatus", .i(0)), ("RenewalDate", .i(rd)), ("UnsignedTime", .i(note.at))])),
+            ]
+        case .deliver(let k):
+            let o = world.orders[k]
+            return header(XPayEventName.goodsDeliver, create: create) + [
+                ("OpenId", .s(world.openId)), ("OutTradeNo", .s(o.id)), ("Env", .i(0)),
+                ("GoodsInfo", .o([("ProductId", .s(o.productId)), ("Quantity", .i(1)), ("OrigPrice", .i(3000)),
+                                  ("ActualPrice", .i(k == 0 ? 990 : 3000)), ("Attach", .s("uid=\(otid)"))])),
+            ] + (payInfo[k] ? [("WeChatPayInfo", .o([("MchOrderNo", .s(mchOrderNos[k])), ("TransactionId", .s(payTransactionIds[k])),
+                                                    ("PaidTime", .i(o.paid / 1000))]))] : []) + [
+                ("AppleSubscriptionInfo", .o([("OriginalTransactionId", .s(otid)), ("AutoRenewStatus", .i(1)),
+                                              ("RenewalDate", .i(o.renewalDate))])),
+            ]
+        case .refund(let k, let ok, let refundId, let wxOrderId, let byAlias):
+            return header(XPayEventName.refundNotify, create: create) + [
+                ("OpenId", .s(world.openId)), ("WxRefundId", .s(refundId)), ("MchRefundId", .s("MR" + refundId.dropFirst(3))),
+                ("WxOrderId", .s(wxOrderId)), ("MchOrderId", .s(byAlias ? mchOrderNos[k] : orderIds[k])), ("RefundFee", .i(k == 0 ? 990 : 3000)),
+                ("RetCode", .i(ok ? 0 : 268_490_001)), ("RetMsg", .s(ok ? "" : "refund failed")),
+                ("RefundStartTimestamp", .i(note.at / 1000 - 60)), ("RefundSuccTimestamp", .i(ok ? note.at / 1000 : 0)),
+                ("RetryTimes", .i(retry ? 1 : 0)),
+            ]
+        case .inquiry(let k, let byAlias):
+            let o = world.orders[k]
+            return header(XPayEventName.refundInquiry, create: create) + [
+                ("refund_time", .s(String(note.at / 1000))), ("order_time", .s(String(o.paid / 1000))),
+                ("channel_bill", .s(payTransactionIds[k])), ("bundleid", .s("com.tencent.xin")),
+                ("product_id", .s(o.productId)), ("p_count", .s("1")), ("refund_request_reason", .s("UNINTENDED_PURCHASE")),
+                ("provide_status", .s("1")), ("pay_order_id", .s(byAlias ? payTransactionIds[k] : o.id)), ("service_type", .s("unipdt")),
+                ("consumption_status", .s("0")),
+            ]
+        }
+    }
+
+    /// (path with query, body, content type) for `note`, as WeChat would push it.
+    func render(_ note: WxNote, retry: Bool, crypto: WxCrypto, nonce: String) throws -> (String, Data, String) {
+        let members = message(note, retry: retry)
+        let ts = String(note.at / 1000 + (retry ? 9 : 2))
+        let signature = PushSignature.compute([WxCrypto.token, ts, nonce])
+        switch note.mode {
+        case .xmlPlain:
+            let xml = "<xml>" + members.map { $0.1.xml($0.0) }.joined() + "</xml>"
+            return ("/v1/wechat/notifications?signature=\(signature)&timestamp=\(ts)&nonce=\(nonce)", Data(xml.utf8), "text/xml")
+        case .jsonSecure, .xmlSecure:
+            let inner = note.mode == .jsonSecure ? WxValue.o(members).json()
+                : "<xml>" + members.map { $0.1.xml($0.0) }.joined() + "</xml>"
+            let encrypt = try crypto.encrypt(inner, nonce: nonce, timestamp: Int64(ts)!)
+            let msgSignature = PushSignature.compute([WxCrypto.token, ts, nonce, encrypt])
+            let path = "/v1/wechat/notifications?signature=\(signature)&timestamp=\(ts)&nonce=\(nonce)&encrypt_type=aes&msg_signature=\(msgSignature)"
+            if note.mode == .jsonSecure {
+                return (path, Data(WxValue.o([("ToUserName", .s("gh_97417a04a28d")), ("Encrypt", .s(encrypt))]).json().utf8), "application/json")
+            }
+            return (path, Data("<xml><ToUserName><![CDATA[gh_97417a04a28d]]></ToUserName><Encrypt><![CDATA[\(encrypt)]]></Encrypt></xml>".utf8), "text/xml")
+        }
+    }
+
+    func label(_ note: WxNote) -> String {
+        switch note.kind {
+        case .signing: "signing"
+        case .unsigning: "unsigning"
+        case .deliver(let k): "deliver \(orderIds[k])"
+        case .refund(let k, let ok, _, _, let alias): "refund \(ok ? "ok" : "failed") \(orderIds[k])\(alias ? " by MchOrderNo" : "")"
+        case .inquiry(let k, let alias): "inquiry \(orderIds[k])\(alias ? " by TransactionId" : "")"
+        }
+    }
+
+    func boundaries() -> [EpochMillis] {
+        var out: [EpochMillis] = []
+        if let s = world.signings.first { out += [s.at - 1, s.at] }
+        for s in world.signings.dropFirst() { out += [s.at, s.at - 1] }
+        for o in world.orders {
+            out += [o.paid, o.paid - 1, o.renewalDate, o.renewalDate - 1]
+            if let r = o.refundedAt { out += [r, r - 1] }
+        }
+        for c in world.contract { out.append(c.at) }
+        return out
+    }
+
+    func criticalTimes() -> [EpochMillis] {
+        boundaries() + world.signings.map(\.renewalDate) + notes.map { $0.at + 10_000 }
+    }
+}
+
+/// WeChat's message-push settings of the differential test and the sender side of its crypto.
+struct WxCrypto: Sendable {
+    static let appId = "wxba5fad812f8e6fb9"
+    static let token = "t0kenForTests"
+    static let aesKey = "kWxPEV2UEDyxWpmPdKC3F4dgPDmOvfKX1HGnEUDS1aR"
+
+    let sender: PushReceiver
+
+    init() throws {
+        sender = PushReceiver(config: try WeChatPushConfig(appId: Self.appId, token: Self.token, aesKey: try EncodingAESKey(Self.aesKey)))
+    }
+
+    /// The `Encrypt` value of a secure-mode push carrying `plain`.
+    func encrypt(_ plain: String, nonce: String, timestamp: Int64) throws -> String {
+        let sealed = try sender.encryptReply(Array(plain.utf8), format: .json, timestamp: timestamp, nonce: nonce)
+        guard let o = try JSONSerialization.jsonObject(with: sealed) as? [String: Any], let e = o["Encrypt"] as? String else {
+            throw DifferentialError.sender("WeChat's sender side produced no Encrypt member")
+        }
+        return e
+    }
+}
