@@ -40,7 +40,7 @@ let package = Package(
         // used by the test suites, `ledger simulate` and `ledger bench`.
         .target(
             name: "LedgerTesting",
-            dependencies: ["LedgerCore", "AppStore", "WeChatPay", "Crypto", "LedgerStore", "Postgres"],
+            dependencies: ["LedgerCore", "AppStore", "WeChatPay", "Crypto", "LedgerStore", "Postgres", "HTTPServer"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

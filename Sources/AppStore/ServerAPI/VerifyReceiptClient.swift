@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 
 /// Where verifyReceipt is and what to send it (reference/apple.md §4.3).
 public struct VerifyReceiptConfiguration: Sendable {
@@ -13,6 +14,10 @@ public struct VerifyReceiptConfiguration: Sendable {
     /// true: only the latest renewal of each subscription; false (default): every transaction, so
     /// refunds of earlier periods are seen.
     public var excludeOldTransactions = false
+    /// Where the first request goes. Apple's advice is Production first (a Sandbox receipt then
+    /// answers 21007 and is re-sent to Sandbox); a Sandbox-only deployment may start there (a
+    /// Production receipt then answers 21008 and is re-sent to Production).
+    public var startWith = AppStoreEnvironment.production
     public var requestTimeoutSeconds: Double = 30
     public var retry = RetryPolicy()
     /// Attempts for Apple's "temporary" statuses (21002 may be temporary, 21005, 21009, 211xx
@@ -87,8 +92,8 @@ public enum VerifyReceiptError: Error, Equatable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// The legacy verifyReceipt endpoint: production first, Sandbox on 21007, Production on 21008
-/// (at most one switch), the shared secret as `password`, Apple's temporary statuses retried
+/// The legacy verifyReceipt endpoint: Production first (`startWith`), Sandbox on 21007,
+/// Production on 21008 (at most one switch, so two endpoints cannot bounce a receipt forever), the shared secret as `password`, Apple's temporary statuses retried
 /// with backoff. Apple deprecated verifyReceipt; it is kept for apps that still send receipts.
 public struct VerifyReceiptClient: Sendable {
     public let configuration: VerifyReceiptConfiguration
@@ -113,7 +118,7 @@ public struct VerifyReceiptClient: Sendable {
         do { body = try JSONSerialization.data(withJSONObject: request, options: [.sortedKeys, .withoutEscapingSlashes]) } catch {
             throw .invalidRequest("the request could not be encoded")
         }
-        var environment = AppStoreEnvironment.production
+        var environment = configuration.startWith
         var switched = false
         var statusAttempts = 0
         while true {
@@ -153,14 +158,15 @@ public struct VerifyReceiptClient: Sendable {
             do {
                 let response = try await transport.send(request)
                 if response.status == 200 {
-                    guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
-                          let status = JSONValue.int64(object["status"]) else {
+                    // A tree, not JSONSerialization: on Linux an NSNumber 0 also reads as a Bool.
+                    guard let object = (try? JSONDecoder().decode(PushValue.self, from: response.body))?.objectValue,
+                          case .integer(let status)? = object["status"] else {
                         throw VerifyReceiptError.transport("the answer is not JSON with a numeric status")
                     }
                     let retryable: Bool = switch object["is-retryable"] {
-                    case let b as Bool: b
-                    case let n as NSNumber: n.intValue == 1
-                    case let s as String: s == "1" || s == "true"
+                    case .bool(let b)?: b
+                    case .integer(let n)?: n == 1
+                    case .string(let s)?: s == "1" || s == "true"
                     default: false
                     }
                     return (Int(clamping: status), retryable, response.body)
