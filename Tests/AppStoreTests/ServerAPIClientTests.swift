@@ -684,9 +684,9 @@ final class ServerAPIClientTests: XCTestCase {
     static let receiptA = Data("receipt-a".utf8).base64EncodedString()
     static let receiptS = Data("receipt-sandbox".utf8).base64EncodedString()
 
-    static func receiptAnswer(expires: Int64 = 1_769_904_000_000, autoRenew: String = "1") -> PushValue {
+    static func receiptAnswer(expires: Int64 = 1_769_904_000_000, autoRenew: String = "1", appItemId: Int64 = 1234) -> PushValue {
         let json: [String: Any] = [
-            "receipt": ["bundle_id": "com.example", "receipt_creation_date_ms": "1767225600000"],
+            "receipt": ["bundle_id": "com.example", "receipt_creation_date_ms": "1767225600000", "app_item_id": appItemId],
             "latest_receipt": "MIIblob==",
             "latest_receipt_info": [
                 ["transaction_id": "1000000000000001", "original_transaction_id": "1000000000000001", "product_id": "com.example.monthly",
@@ -818,6 +818,9 @@ final class ServerAPIClientTests: XCTestCase {
             try AppleAPIAnswerEvents(verifier: Fixtures.authority.verifier(), acceptance: acceptance).verifyReceiptEvent(answer)
         }
         assertRefused("environment_mismatch", .notAccepted) { try self.events.verifyReceiptEvent(answer) }
+        f.register(receiptData: Self.receiptA, .init(environment: .production, answer: Self.receiptAnswer(appItemId: 999)))
+        let foreign = try await c.verify(receiptData: Self.receiptA)
+        assertRefused("app_mismatch", .notAccepted) { try builder.verifyReceiptEvent(foreign) }
     }
 }
 

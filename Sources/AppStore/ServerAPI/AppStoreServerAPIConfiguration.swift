@@ -145,7 +145,8 @@ public struct RetryPolicy: Sendable {
     public var maxRetryAfter: Duration = .seconds(60)
     /// How the client waits; tests record the waits instead of sleeping.
     public var sleep: @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) }
-    /// The clock `Retry-After` times are compared with (ms since the epoch).
+    /// The client's clock (ms since the epoch): each token's `iat`, and what `Retry-After` times
+    /// are compared with.
     public var now: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
     /// A number in 0..<1 for the jitter; tests may fix it.
     public var random: @Sendable () -> Double = { Double.random(in: 0..<1) }

@@ -128,6 +128,11 @@ public struct AppleAPIAnswerEvents: Sendable {
         guard acceptance.environments.contains(environment) else {
             throw .environmentMismatch("environment \"\(environment)\" is not accepted here")
         }
+        // The receipt's app_item_id is the appAppleId (0 in Sandbox).
+        if environment == SubscriptionKey.production, let item = root["receipt"]?.int64("app_item_id"), item != 0,
+           !acceptance.appAppleIds.contains(item) {
+            throw .appMismatch("app_item_id \(item) is not an accepted app")
+        }
         let entries = (root["latest_receipt_info"]?.arrayValue ?? []).filter {
             $0.objectValue != nil && AppleV1Subscription.millis($0.text("expires_date_ms")) != nil
         }
