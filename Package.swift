@@ -56,7 +56,7 @@ let package = Package(
         // suites and `ledger-dev`.
         .target(
             name: "LedgerTesting",
-            dependencies: ["LedgerCore", "AppStore", "WeChatPay", "Crypto", "CryptoTesting", "LedgerStore", "Postgres"],
+            dependencies: ["LedgerCore", "AppStore", "WeChatPay", "Crypto", "CryptoTesting", "LedgerStore", "Postgres", "HTTPServer"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

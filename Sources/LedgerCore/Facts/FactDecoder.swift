@@ -6,6 +6,7 @@ import Foundation
 /// | source | events | decoder |
 /// |---|---|---|
 /// | `apple`, type `V1/…` | legacy V1 notifications (shared secret) | `AppleV1Facts` |
+/// | `apple`, type `API/…` | Apple's answers to the ledger's requests (`AppleAPIEvents`) | `AppleAPIFacts` |
 /// | `apple`, other types | V2 notifications (verified JWS, nested JWS decoded) | `AppleV2Facts` |
 /// | `wechat` | xpay pushes | `WeChatFacts` |
 /// | `ledger` | the ledger's own decisions and records | `LedgerFacts` |
@@ -26,7 +27,9 @@ public enum FactDecoder {
             let facts: [Fact]
             switch event.source {
             case .apple:
-                facts = AppleV1Facts.isV1(event) ? try AppleV1Facts.facts(of: event) : try AppleV2Facts.facts(of: event)
+                facts = AppleV1Facts.isV1(event) ? try AppleV1Facts.facts(of: event)
+                    : AppleAPIEvents.isAPI(event) ? try AppleAPIFacts.facts(of: event)
+                    : try AppleV2Facts.facts(of: event)
             case .wechat:
                 facts = try WeChatFacts.facts(of: event)
             case .ledger:
@@ -64,7 +67,7 @@ public enum FactDecoder {
 
     static func unreadable(_ event: NewEvent, reason: String) -> Fact {
         let origin: FactOrigin = switch event.source {
-        case .apple: AppleV1Facts.isV1(event) ? .appleV1 : .appleV2
+        case .apple: AppleV1Facts.isV1(event) ? .appleV1 : AppleAPIEvents.isAPI(event) ? .appleAPI : .appleV2
         case .wechat: .wechat
         case .ledger: .ledger
         }
