@@ -108,14 +108,21 @@ extension [UInt8] {
 
     mutating func field(_ value: String?, last: Bool = false) {
         defer { endField(last) }
-        guard let value else { append(0x5C); append(0x4E); return }
-        for byte in value.utf8 {
-            switch byte {
-            case 0x5C: append(0x5C); append(0x5C)
-            case 0x09: append(0x5C); append(UInt8(ascii: "t"))
-            case 0x0A: append(0x5C); append(UInt8(ascii: "n"))
-            case 0x0D: append(0x5C); append(UInt8(ascii: "r"))
-            default: append(byte)
+        guard var value else { append(0x5C); append(0x4E); return }
+        value.withUTF8 { bytes in
+            // Almost no value needs escaping: copy it whole unless it holds one of the four bytes.
+            if !bytes.contains(where: { $0 == 0x5C || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }) {
+                append(contentsOf: bytes)
+                return
+            }
+            for byte in bytes {
+                switch byte {
+                case 0x5C: append(0x5C); append(0x5C)
+                case 0x09: append(0x5C); append(UInt8(ascii: "t"))
+                case 0x0A: append(0x5C); append(UInt8(ascii: "n"))
+                case 0x0D: append(0x5C); append(UInt8(ascii: "r"))
+                default: append(byte)
+                }
             }
         }
     }

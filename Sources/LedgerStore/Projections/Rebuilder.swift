@@ -391,6 +391,7 @@ public struct Rebuilder: Sendable {
             }
             var current: SubscriptionKey?
             var currentBytes: [UInt8] = []
+            let repeated = RepeatedStrings()
             var facts: [Fact] = []
             var rows = 0
             var reported = 0
@@ -422,7 +423,7 @@ public struct Rebuilder: Sendable {
                         // Compared as sent: a key holding a tab or backslash arrives escaped.
                         currentBytes = text.rawBytes(FactColumn.subscription.rawValue) ?? []
                     }
-                    facts.append(try FactRows.fact(FactCopyRow(text: text), knownSubscription: current))
+                    facts.append(try FactRows.fact(FactCopyRow(text: text, strings: repeated), knownSubscription: current))
                 }
                 rows += 1
                 if rows & 0x3FFF == 0 {
