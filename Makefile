@@ -32,7 +32,8 @@ release: deps
 	swift build -c release --product ledger
 
 # Migrations run as the cluster's superuser (they create the schema and grant the restricted
-# role); the service then connects as ledger_service, which may only INSERT and SELECT events.
+# role); the service then connects as ledger_service, which appends only through append_events()
+# and reads.
 migrate: db-start build
 	@eval "$$($(DB) env)"; LEDGER_DATABASE_URL="$$LEDGER_ADMIN_DATABASE_URL" $(LEDGER) migrate
 

@@ -135,7 +135,7 @@ public final class SignedDataVerifier: Sendable {
         if let forced = options.validationTimeOverride { return forced }
         for field in kind.timeFields {
             guard let value = payload[field] else { continue }
-            guard let ms = JSONValue.millis(value) else { throw .malformed("\(field) is not a millisecond timestamp") }
+            guard let ms = JSONNumbers.millis(value) else { throw .malformed("\(field) is not a millisecond timestamp") }
             return ms
         }
         return options.now()
@@ -268,7 +268,7 @@ struct CompactJWS {
 }
 
 /// Reading values out of JSONSerialization results.
-enum JSONValue {
+enum JSONNumbers {
     /// PostgreSQL's `timestamptz` range (4713 BC … 294276 AD) in ms. A time outside it is no date
     /// any document means, and the event could not be stored: the append would fail after the
     /// notification was accepted (found by the fuzz tests).

@@ -43,6 +43,9 @@ public struct LedgerConfiguration: Sendable {
         public var appAppleIds: Set<Int64> = []
         public var environments: Set<String> = ["Production"]
         public var sharedSecret: Secret?
+        /// LEDGER_APPLE_ALLOW_TEST_ROOTS: lets a Production-accepting service trust a root that is
+        /// not Apple's (test set-ups only; logged as a warning at start).
+        public var allowTestRoots = false
     }
 
     public struct WeChat: Sendable {
@@ -65,9 +68,17 @@ public struct LedgerConfiguration: Sendable {
     public struct HTTP: Sendable {
         public var maxBodyBytes: Int = 1 << 20
         public var connectionLimit: Int = 1024
-        public var perIPConnectionLimit: Int = 0
+        /// Connections one client address may hold open. On by default: one client cannot take
+        /// every connection. Set 0 behind a trusted load balancer, where every request comes from
+        /// the balancer's few addresses (the balancer then enforces per-client limits).
+        public var perIPConnectionLimit: Int = 64
         public var connectionTimeoutSeconds: Int = 30
         public var threadPoolSize: Int = 4
+        /// Whole-request deadline for handlers: a handler still running after it is answered 503
+        /// `handler_timeout` (Apple and WeChat retry) and cancelled.
+        public var requestDeadlineSeconds: Int = 10
+        /// Deadline for the admin routes that legitimately run long (rebuild, exports).
+        public var adminDeadlineSeconds: Int = 3600
     }
 
     /// A bearer token, kept only as the SHA-256 of its bytes.
@@ -87,6 +98,10 @@ public struct LedgerConfiguration: Sendable {
     }()
     public var listenHost: String = "127.0.0.1"
     public var listenPort: Int = 8080
+    /// LEDGER_ADMIN_LISTEN: a second listener serving only `/metrics` and the detailed `/readyz`
+    /// without a token, for a scraper on a private network. Nil: those need the admin token on
+    /// the main listener.
+    public var adminListen: (host: String, port: Int)?
     public var databasePoolSize: Int = 16
     public var apple = Apple()
     public var wechat = WeChat()
@@ -172,6 +187,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let s = try string(object["databaseURL"], "databaseURL") { databaseURL = s }
         if let s = try string(object["listen"], "listen") { try setListen(s, name: "listen") }
+        if let s = try string(object["adminListen"], "adminListen") { adminListen = try Self.hostPort(s, name: "adminListen") }
         if let apple = object["apple"] as? [String: Any] {
             if let a = try strings(apple["rootCertificates"], "apple.rootCertificates") { self.apple.rootCertificatePaths = a }
             if let a = try strings(apple["bundleIds"], "apple.bundleIds") { self.apple.bundleIds = Set(a) }
@@ -201,6 +217,8 @@ public struct LedgerConfiguration: Sendable {
             if let n = h["perIPConnectionLimit"] as? Int { http.perIPConnectionLimit = n }
             if let n = h["connectionTimeoutSeconds"] as? Int { http.connectionTimeoutSeconds = n }
             if let n = h["threadPoolSize"] as? Int { http.threadPoolSize = n }
+            if let n = h["requestDeadlineSeconds"] as? Int { http.requestDeadlineSeconds = n }
+            if let n = h["adminDeadlineSeconds"] as? Int { http.adminDeadlineSeconds = n }
         }
         if let n = object["databasePoolSize"] as? Int { databasePoolSize = n }
         if let list = object["tokens"] {
@@ -229,6 +247,28 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = env["LEDGER_DATABASE_URL"], !v.isEmpty { databaseURL = v }
         if let v = env["LEDGER_LISTEN"], !v.isEmpty { try setListen(v, name: "LEDGER_LISTEN") }
+        if let v = env["LEDGER_ADMIN_LISTEN"], !v.isEmpty { adminListen = try Self.hostPort(v, name: "LEDGER_ADMIN_LISTEN") }
+        if let v = env["LEDGER_PER_IP_CONNECTION_LIMIT"] {
+            http.perIPConnectionLimit = try Self.integer(v, name: "LEDGER_PER_IP_CONNECTION_LIMIT", in: 0...1_000_000,
+                                                         example: "64, or 0 behind a trusted load balancer")
+        }
+        if let v = env["LEDGER_REQUEST_DEADLINE_SECONDS"] {
+            http.requestDeadlineSeconds = try Self.integer(v, name: "LEDGER_REQUEST_DEADLINE_SECONDS", in: 1...3600, example: "10")
+        }
+        if let v = env["LEDGER_ADMIN_DEADLINE_SECONDS"] {
+            http.adminDeadlineSeconds = try Self.integer(v, name: "LEDGER_ADMIN_DEADLINE_SECONDS", in: 1...86_400, example: "3600")
+        }
+        if let v = env["LEDGER_APPLE_ALLOW_TEST_ROOTS"] {
+            // It decides whether test roots count for Production: anything but a clear boolean is
+            // refused rather than guessed.
+            switch v {
+            case "true", "1": apple.allowTestRoots = true
+            case "", "false", "0": apple.allowTestRoots = false
+            default:
+                throw .invalidValue(name: "LEDGER_APPLE_ALLOW_TEST_ROOTS",
+                                    reason: "'\(v)' is not a boolean: set it to true (test set-ups only) or unset it")
+            }
+        }
         if let v = env["LEDGER_APPLE_ROOT_CERTS"], !v.isEmpty {
             apple.rootCertificatePaths = v.split(separator: ":").map(String.init).filter { !$0.isEmpty }
         }
@@ -266,13 +306,23 @@ public struct LedgerConfiguration: Sendable {
     }
 
     private mutating func setListen(_ s: String, name: String) throws(ConfigurationError) {
+        (listenHost, listenPort) = try Self.hostPort(s, name: name)
+    }
+
+    private static func hostPort(_ s: String, name: String) throws(ConfigurationError) -> (host: String, port: Int) {
         guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port) else {
             throw .invalidValue(name: name, reason: "'\(s)' must be host:port, e.g. 127.0.0.1:8080")
         }
         var host = String(s[..<colon])
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        listenHost = host.isEmpty ? "0.0.0.0" : host
-        listenPort = port
+        return (host.isEmpty ? "0.0.0.0" : host, port)
+    }
+
+    private static func integer(_ s: String, name: String, in range: ClosedRange<Int>, example: String) throws(ConfigurationError) -> Int {
+        guard let n = Int(s.trimmingCharacters(in: .whitespaces)), range.contains(n) else {
+            throw .invalidValue(name: name, reason: "'\(s)' must be an integer from \(range.lowerBound) to \(range.upperBound), e.g. \(example)")
+        }
+        return n
     }
 
     private static func environments(_ values: [String], name: String) throws(ConfigurationError) -> Set<String> {

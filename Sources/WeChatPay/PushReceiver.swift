@@ -71,8 +71,8 @@ public struct PushQuery: Sendable, Equatable {
     }
 
     /// The parameters that re-verify the message later (echostr is only for GET).
-    var stored: [String: PushValue] {
-        var o: [String: PushValue] = [:]
+    var stored: [String: JSONValue] {
+        var o: [String: JSONValue] = [:]
         for (k, v) in [("signature", signature), ("timestamp", timestamp), ("nonce", nonce), ("encrypt_type", encryptType),
                        ("msg_signature", msgSignature), ("openid", openid)] {
             if let v { o[k] = .string(v) }
@@ -93,7 +93,7 @@ public struct ReceivedPush: Sendable, Equatable {
     public var format: PushFormat
     public var mode: PushMode
     /// The decrypted (or plaintext) message.
-    public var message: PushValue
+    public var message: JSONValue
     /// The message as stored in the event's `payload`: the decrypted JSON bytes as received, or the
     /// XML converted to a JSON object (every XML value is a string).
     public var payload: Data
@@ -121,18 +121,18 @@ public struct ReceivedPush: Sendable, Equatable {
 /// appear; keys are sorted.
 public enum RawPush {
     public static func encode(query: PushQuery, body: [UInt8], format: PushFormat) -> Data {
-        var o: [String: PushValue] = ["v": .integer(1), "format": .string(format.rawValue), "query": .object(query.stored)]
+        var o: [String: JSONValue] = ["v": .integer(1), "format": .string(format.rawValue), "query": .object(query.stored)]
         if let s = String(validating: body, as: UTF8.self) {
             o["body"] = .string(s)
         } else {
             o["body_base64"] = .string(Data(body).base64EncodedString())
         }
-        return PushValue.object(o).canonicalJSON()
+        return JSONValue.object(o).canonicalJSON()
     }
 
     /// The exact body bytes back from a stored `raw`.
     public static func body(of raw: Data) -> [UInt8]? {
-        guard let v = try? JSONDecoder().decode(PushValue.self, from: raw) else { return nil }
+        guard let v = try? JSONDecoder().decode(JSONValue.self, from: raw) else { return nil }
         if case .string(let s)? = v["body"] { return Array(s.utf8) }
         if case .string(let s)? = v["body_base64"], let d = Data(base64Encoded: s) { return Array(d) }
         return nil
@@ -223,7 +223,7 @@ public struct PushReceiver: Sendable {
     }
 
     /// JSON messages are stored byte for byte; XML messages as the equivalent JSON object.
-    private func payloadJSON(original: [UInt8], message: PushValue, format: PushFormat) throws(WeChatPushError) -> Data {
+    private func payloadJSON(original: [UInt8], message: JSONValue, format: PushFormat) throws(WeChatPushError) -> Data {
         format == .json ? Data(original) : message.canonicalJSON()
     }
 

@@ -9,7 +9,7 @@ import LedgerCore
 /// the service first looks for an event with that key (`caseKey`) and, when it exists, answers
 /// again with `RefundInquiryAnswer.decision(fromPayload:)` instead of deciding anew.
 public enum RefundInquiryAnswer {
-    public static func caseKey(payOrderId: String) -> String { "refund-decision:" + payOrderId }
+    public static func caseKey(payOrderId: String) -> String { DedupeKey.refundDecision(payOrderId: payOrderId) }
 
     /// The inquiry's own facts, to be completed with the ledger's (delivery, use, earlier refunds).
     public static func facts(for notification: XPayNotification, customer: String? = nil,
@@ -38,7 +38,7 @@ public enum RefundInquiryAnswer {
     public static func event(_ decision: RefundDecision, for notification: XPayNotification, streamId: String) -> NewEvent {
         let q: XPayRefundInquiry? = if case .refundInquiry(let q) = notification.message { q } else { nil }
         let order = q?.payOrderId ?? ""
-        var o: [String: PushValue] = [
+        var o: [String: JSONValue] = [
             "pay_order_id": .string(order),
             "result_code": .integer(Int64(decision.resultCode)),
             "result_info": .string(decision.resultInfo),
@@ -50,13 +50,13 @@ public enum RefundInquiryAnswer {
         if let p = q?.productId { o["product_id"] = .string(p) }
         return NewEvent(streamId: streamId, dedupeKey: caseKey(payOrderId: order), source: .ledger,
                         type: XPayEventName.refundInquiryAnswer, environment: "Production",
-                        payload: PushValue.object(o).canonicalJSON(),
+                        payload: JSONValue.object(o).canonicalJSON(),
                         raw: PushReply.refundAnswer(decision).plaintext(format: notification.push.format))
     }
 
     /// The stored answer, to repeat it word for word for a later asking.
     public static func decision(fromPayload payload: Data) -> RefundDecision? {
-        guard let v = try? JSONDecoder().decode(PushValue.self, from: payload),
+        guard let v = try? JSONDecoder().decode(JSONValue.self, from: payload),
               let code = v.int64("result_code"), let verdict = RefundDecision.Verdict(rawValue: Int(code)),
               case .string(let info)? = v["result_info"], let evidence = v.text("evidence") else { return nil }
         return RefundDecision(verdict: verdict, rule: v.text("rule") ?? "", resultInfo: info, evidence: evidence)

@@ -3,16 +3,6 @@ import Foundation
 import LedgerCore
 
 /// Streams for WeChat pushes that belong to no subscription.
-public enum WeChatStreams {
-    /// Authentic pushes the ledger does not model (other xpay events such as coin pay, complaints
-    /// and Android subscriptions; debug_demo; customer-service messages). They are stored verbatim
-    /// rather than refused, because the URL is shared by every push type and a refusal would only
-    /// make WeChat retry; keeping them keeps the promise that every accepted push is on record.
-    public static func other(event: String?, msgType: String?) -> String {
-        "wechat:other:\(event ?? msgType ?? "unknown")"
-    }
-}
-
 /// Where an event goes.
 public enum StreamTarget: Sendable, Equatable {
     /// A known stream: the subscription's OriginalTransactionId, or a fixed WeChat stream.
@@ -37,8 +27,10 @@ public enum StreamTarget: Sendable, Equatable {
 /// The content hash is SHA-256 of the message as canonical JSON without CreateTime and RetryTimes.
 ///
 /// Streams: the AppleSubscriptionInfo.OriginalTransactionId; a delivery without it (an ordinary
-/// purchase) goes to `StreamNames.wechatProvisional(orderId: OutTradeNo)`; refund inquiries and
-/// refund notifies are `StreamTarget.byOrder`; others go to `WeChatStreams.other`.
+/// purchase) goes to `StreamId.wechatOrder(OutTradeNo)`; refund inquiries and
+/// refund notifies are `StreamTarget.byOrder`; others go to `StreamId.wechatOther` (authentic pushes the ledger does not model — other xpay
+/// events, debug_demo, customer-service messages — stored verbatim rather than refused: the URL
+/// is shared by every push type and a refusal would only make WeChat retry).
 public struct XPayNotification: Sendable {
     public let push: ReceivedPush
     public let message: XPayMessage
@@ -61,12 +53,12 @@ public struct XPayNotification: Sendable {
             orderIds = []
         case .goodsDelivery(let d):
             let order = try Self.required(d.outTradeNo, XPayEventName.goodsDeliver, "OutTradeNo")
-            dedupeKey = "deliver:" + order
+            dedupeKey = DedupeKey.wechatDelivery(order)
             if let sub = d.subscription {
                 stream = .known(try Self.required(sub.originalTransactionId, XPayEventName.goodsDeliver,
                                                   "AppleSubscriptionInfo.OriginalTransactionId"))
             } else {
-                stream = .known(StreamNames.wechatProvisional(orderId: order))
+                stream = .known(StreamId.wechatOrder(order).text)
             }
             orderIds = [order, d.mchOrderNo, d.transactionId].compactMap { $0 }
         case .unsigning(let u):
@@ -80,7 +72,7 @@ public struct XPayNotification: Sendable {
             let asked = try Self.required(q.refundTime.map(String.init), XPayEventName.refundInquiry, "refund_time")
             dedupeKey = "refund-inquiry:\(order):\(asked)"
             orderIds = [order, q.channelBill].compactMap { $0 }
-            stream = .byOrder(orderIds: orderIds, provisional: StreamNames.wechatProvisional(orderId: order))
+            stream = .byOrder(orderIds: orderIds, provisional: StreamId.wechatOrder(order).text)
         case .refundOutcome(let r):
             let ret = r.retCode.map(String.init) ?? "none"
             if let id = r.wxRefundId {
@@ -94,10 +86,10 @@ public struct XPayNotification: Sendable {
             guard let first = orderIds.first else {
                 throw .missingField(event: XPayEventName.refundNotify, field: "MchOrderId or WxOrderId")
             }
-            stream = .byOrder(orderIds: orderIds, provisional: StreamNames.wechatProvisional(orderId: first))
+            stream = .byOrder(orderIds: orderIds, provisional: StreamId.wechatOrder(first).text)
         case .other(let event, let msgType):
             dedupeKey = push.message.text("MsgId").map { "msg:" + $0 } ?? "sha256:" + hash
-            stream = .known(WeChatStreams.other(event: event, msgType: msgType))
+            stream = .known(StreamId.wechatOther(event: event, msgType: msgType).text)
             orderIds = []
         }
         if let long = orderIds.first(where: { $0.utf8.count > 128 }) {
@@ -164,7 +156,7 @@ public struct XPayNotification: Sendable {
         return v
     }
 
-    static func contentHash(_ message: PushValue) -> String {
+    static func contentHash(_ message: JSONValue) -> String {
         Hex.encode(Digest.sha256(message.removing(["CreateTime", "RetryTimes"]).canonicalJSON()))
     }
 }
@@ -182,14 +174,14 @@ func epochMillis(seconds: Int64) -> EpochMillis? {
 public enum OrderLink {
     public static func event(orderId: String, provisionalStream: String, subscriptionStream: String,
                              at: EpochMillis? = nil, evidence: String? = nil) -> NewEvent {
-        var o: [String: PushValue] = [
+        var o: [String: JSONValue] = [
             "order_id": .string(orderId),
             "provisional_stream": .string(provisionalStream),
             "subscription_stream": .string(subscriptionStream),
         ]
         if let evidence { o["evidence"] = .string(evidence) }
-        let payload = PushValue.object(o).canonicalJSON()
-        return NewEvent(streamId: subscriptionStream, dedupeKey: "link:" + provisionalStream, source: .ledger,
+        let payload = JSONValue.object(o).canonicalJSON()
+        return NewEvent(streamId: subscriptionStream, dedupeKey: DedupeKey.orderLink(StreamId(provisionalStream)), source: .ledger,
                         type: XPayEventName.orderLinked, signedAt: at, payload: payload, raw: payload)
     }
 }

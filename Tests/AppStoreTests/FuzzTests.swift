@@ -363,12 +363,12 @@ final class AppleTally: CustomStringConvertible {
     func storeSample() async throws {
         guard !sample.isEmpty else { return }
         let database = try TestDatabase.create()
-        let pool = ConnectionPool(conninfo: database.serviceConninfo, maxConnections: 2)
+        let ledger = Store(.init(databaseURL: database.serviceConninfo, poolSize: 2, liveProjections: false))
         defer {
-            pool.close()
+            ledger.close()
             try? database.drop()
         }
-        let store = EventStore(pool: pool)
+        let store = ledger.events
         var stored: [(Int64, NewEvent)] = []
         // Each sampled event gets its own dedupe key (its index, then the key cut to fit), so every one is
         // inserted and read back rather than answered as a duplicate of an earlier mutation.

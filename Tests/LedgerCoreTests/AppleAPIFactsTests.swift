@@ -334,7 +334,7 @@ final class AppleAPIFactsTests: XCTestCase {
 
     func testDedupeContentIgnoresWhatAppleChangesPerCallAndNothingElse() throws {
         func content(_ e: NewEvent) throws -> Data {
-            let tree = try JSONDecoder().decode(PushValue.self, from: e.payload)
+            let tree = try JSONDecoder().decode(JSONValue.self, from: e.payload)
             return try XCTUnwrap(AppleAPIEvents.dedupeContent(type: e.type, payload: tree))
         }
         let tx = Self.tx("1002", purchase: Self.d(30), expires: Self.d(60), signed: Self.d(40))
@@ -355,11 +355,11 @@ final class AppleAPIFactsTests: XCTestCase {
         let entries = [Self.entry("1", Self.a, purchase: 0, expires: 30)]
         let r1 = Self.receipt(entries: entries, pending: [], requested: Self.d(50))
         var r2 = Self.receipt(entries: entries, pending: [], requested: Self.d(51))
-        var tree = try JSONDecoder().decode(PushValue.self, from: r2.payload).objectValue!
+        var tree = try JSONDecoder().decode(JSONValue.self, from: r2.payload).objectValue!
         var body = tree[AppleAPIEvents.verifyReceiptKey]!.objectValue!
         body["latest_receipt"] = .string("MIIT…another blob")
         tree[AppleAPIEvents.verifyReceiptKey] = .object(body)
-        r2.payload = PushValue.object(tree).canonicalJSON()
+        r2.payload = JSONValue.object(tree).canonicalJSON()
         XCTAssertEqual(try content(r2), try content(r1))
         XCTAssertNotEqual(try content(Self.receipt(entries: [Self.entry("1", Self.a, purchase: 0, expires: 31)], pending: [])), try content(r1))
         XCTAssertNil(AppleAPIEvents.dedupeContent(type: AppleAPIEvents.transaction, payload: .object([:])))

@@ -136,7 +136,7 @@ final class RefundCaseEvidenceTests: XCTestCase {
     func testAStoredAnswerFactGivesTheDecisionBack() throws {
         let decision = RefundPolicy.default.decide(try RefundEvidence.facts(for: inquiry("O2", asked: 30.5), known: W.facts(stream),
                                                                             customerRefundCases: []))
-        let payload: PushValue = .object([
+        let payload: JSONValue = .object([
             "pay_order_id": .string("O2"), "result_code": .integer(Int64(decision.resultCode)),
             "result_info": .string(decision.resultInfo), "evidence": .string(decision.evidence),
             "rule": .string(decision.rule), "decision": .string("allow"),

@@ -8,7 +8,7 @@ import XCTest
 final class WeChatFactTests: XCTestCase {
     typealias W = WX
 
-    func facts(_ payload: PushValue, position: Int64 = 1, xml: Bool = false, signedAt: EpochMillis? = nil) -> [Fact] {
+    func facts(_ payload: JSONValue, position: Int64 = 1, xml: Bool = false, signedAt: EpochMillis? = nil) -> [Fact] {
         FactDecoder.facts(of: W.event(xml ? W.xmlStyle(payload) : payload, position: position, signedAt: signedAt))
     }
 
@@ -107,7 +107,7 @@ final class WeChatFactTests: XCTestCase {
         refundNoOrder["WxOrderId"] = nil
         var inquiryNoTime = W.inquiry(order: "O1", asked: 2).objectValue!
         inquiryNoTime["refund_time"] = .string("0")
-        let cases: [(String, [String: PushValue], String)] = [
+        let cases: [(String, [String: JSONValue], String)] = [
             ("signing without SignedTime", noSignedTime, "SignedTime"),
             ("unsigning without UnsignedTime", noUnsignedTime, "UnsignedTime"),
             ("delivery without OutTradeNo", noOrder, "OutTradeNo"),
@@ -182,8 +182,8 @@ final class WeChatFactTests: XCTestCase {
             W.event(W.signing(signed: 0, renewal: 30), position: 1),
             W.event(W.deliver(order: "O1", paid: 0.0001, renewal: 30), position: 2),
             W.event(W.deliver(order: "O2", paid: 30, renewal: 60), position: 3),
-            W.event(.object(refund), position: 4, stream: StreamNames.wechatProvisional(orderId: "tx-O2")),
-            W.event(W.inquiry(order: "WX-77", asked: 44), position: 5, stream: StreamNames.wechatProvisional(orderId: "WX-77")),
+            W.event(.object(refund), position: 4, stream: StreamId.wechatOrder("tx-O2").text),
+            W.event(W.inquiry(order: "WX-77", asked: 44), position: 5, stream: StreamId.wechatOrder("WX-77").text),
         ]
         let facts = W.facts(events)
         for order in [facts, facts.reversed(), Array(facts[3...] + facts[..<3])] {

@@ -37,7 +37,7 @@ final class WeChatLifecyclePropertyTests: XCTestCase {
         let otid = String(3_000_000_000 + index)
         let openId = "o\(index)"
         let period = Double(rng.pick([7, 30, 30, 365]))
-        var payloads: [PushValue] = []
+        var payloads: [JSONValue] = []
         var periods: [Period] = []
         var statements: [Statement] = []
         var refunds: [String: EpochMillis] = [:]

@@ -51,7 +51,7 @@ final class ServiceHarness: @unchecked Sendable {
         }
         env.merge(extra) { $1 }
         let configuration = try LedgerConfiguration.load(environment: env)
-        app = try LedgerApp(configuration: configuration, log: Log(minimum: .error), environment: env)
+        app = try LedgerApp(configuration: configuration, log: Log(minimum: .error))
         server = HTTPServer(configuration: app.httpConfiguration(), router: app.makeRouter())
         server.observer = { [app] in app.observe($0) }
         try server.start()

@@ -235,14 +235,14 @@ final class WeChatWebhookTests: XCTestCase {
             let (path, body) = try secure(inquiry(order: "ORDER-LATE"))
             let posted2 = try await h.post(path, body)
             XCTAssertEqual(posted2.status, 200)
-            XCTAssertEqual(try h.events(stream: StreamNames.wechatProvisional(orderId: "ORDER-LATE")).count, 2,
+            XCTAssertEqual(try h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).count, 2,
                            "the inquiry and its answer wait in the provisional stream")
             let (p2, b2) = try secure(deliver(order: "ORDER-LATE"))
             let posted3 = try await h.post(p2, b2)
             XCTAssertEqual(posted3.status, 200)
             let linked = try h.events(stream: otid).map(\.type)
             XCTAssertTrue(linked.contains(XPayEventName.orderLinked), "\(linked)")
-            XCTAssertEqual(try h.events(stream: StreamNames.wechatProvisional(orderId: "ORDER-LATE")).count, 2, "never rewritten")
+            XCTAssertEqual(try h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).count, 2, "never rewritten")
             // The case found its delivery and subscription through the order id, and lists the link.
             let list = try await cases(h)
             XCTAssertEqual(list.count, 1)
@@ -261,7 +261,7 @@ final class WeChatWebhookTests: XCTestCase {
             // WeChat re-pushes the first asking after the delivery arrived: stored once (where it
             // went first), answered with the stored answer.
             let first = try await push(h, [inquiry(order: "ORDER-LATE")])
-            XCTAssertEqual(try h.events(stream: StreamNames.wechatProvisional(orderId: "ORDER-LATE")).count, 2)
+            XCTAssertEqual(try h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).count, 2)
             XCTAssertFalse(try h.events(stream: otid).contains { $0.type == XPayEventName.refundInquiry }, "not stored again")
             // Asked again: the stored answer, word for word, and no second answer.
             let again = try await push(h, [inquiry(order: "ORDER-LATE", refundTime: "1775300300")])
@@ -269,11 +269,11 @@ final class WeChatWebhookTests: XCTestCase {
             XCTAssertEqual(again[0]["evidence"] as? String, firstEvidence)
             XCTAssertEqual(again[0]["result_code"] as? Int, 0)
             let answers = try h.events(stream: otid).filter { $0.type == XPayEventName.refundInquiryAnswer }
-                + h.events(stream: StreamNames.wechatProvisional(orderId: "ORDER-LATE")).filter { $0.type == XPayEventName.refundInquiryAnswer }
+                + h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).filter { $0.type == XPayEventName.refundInquiryAnswer }
             XCTAssertEqual(answers.count, 1)
             let after = try await cases(h)
             XCTAssertEqual((after.first?["inquiries"] as? [[String: Any]])?.compactMap { $0["streamId"] as? String },
-                           [StreamNames.wechatProvisional(orderId: "ORDER-LATE"), otid], "the re-asking went to the subscription")
+                           [StreamId.wechatOrder("ORDER-LATE").text, otid], "the re-asking went to the subscription")
         }
     }
 

@@ -69,7 +69,7 @@ final class RefundPolicyTests: XCTestCase {
         shuffled.earlierRefunds.reverse()
         XCTAssertEqual(a, RefundPolicy.default.decide(shuffled))
         XCTAssertFalse(a.evidence.isEmpty)
-        let ev = try JSONDecoder().decode(PushValue.self, from: Data(a.evidence.utf8))
+        let ev = try JSONDecoder().decode(JSONValue.self, from: Data(a.evidence.utf8))
         XCTAssertEqual(ev.text("rule"), "earlier_refunds")
         XCTAssertEqual(ev["policy"]?.int64("maxEntitlementUseHours"), 48)
         XCTAssertEqual(ev["facts"]?.text("pay_order_id"), "O1")

@@ -9,7 +9,7 @@ final class XPayEventTests: XCTestCase {
     let r = PushFixture.receiver()
 
     /// The same message through both transports; returns both notifications.
-    func both(_ message: PushValue, file: StaticString = #filePath, line: UInt = #line) throws -> (XPayNotification, XPayNotification) {
+    func both(_ message: JSONValue, file: StaticString = #filePath, line: UInt = #line) throws -> (XPayNotification, XPayNotification) {
         let (sq, sbody) = PushFixture.secure(message, .json)
         let secure = try r.open(query: sq, body: sbody)
         XCTAssertEqual(secure.mode, .secure, file: file, line: line)
@@ -71,7 +71,7 @@ final class XPayEventTests: XCTestCase {
         m["Env"] = .integer(1)
         let (n, _) = try both(.object(m))
         let e = n.event()
-        XCTAssertEqual(e.streamId, StreamNames.wechatProvisional(orderId: "PLAIN-7"))
+        XCTAssertEqual(e.streamId, StreamId.wechatOrder("PLAIN-7").text)
         XCTAssertEqual(e.dedupeKey, "deliver:PLAIN-7")
         XCTAssertNil(e.expiresAt)
         XCTAssertEqual(e.environment, "Sandbox")
@@ -172,7 +172,7 @@ final class XPayEventTests: XCTestCase {
     /// WeChat re-pushes (up to 15 times): new nonce, timestamp, random prefix, CreateTime and
     /// RetryTimes. Every one maps to the same stream and dedupe key.
     func testDedupeKeysStableAcrossRePushes() throws {
-        let makers: [(Int64, Int64) -> PushValue] = [
+        let makers: [(Int64, Int64) -> JSONValue] = [
             { c, _ in PushFixture.signing(createTime: c) },
             { c, _ in PushFixture.deliver(createTime: c) },
             { c, _ in PushFixture.unsigning(createTime: c) },
@@ -200,7 +200,7 @@ final class XPayEventTests: XCTestCase {
         let (q, body) = PushFixture.secure(PushFixture.deliver(), .xml)
         let e = try XPayNotification(r.open(query: q, body: body)).event()
         XCTAssertEqual(RawPush.body(of: e.raw), [UInt8](body))
-        let raw = try JSONDecoder().decode(PushValue.self, from: e.raw)
+        let raw = try JSONDecoder().decode(JSONValue.self, from: e.raw)
         XCTAssertEqual(raw["query"]?.text("msg_signature"), q.msgSignature)
         XCTAssertEqual(raw["query"]?.text("timestamp"), q.timestamp)
         XCTAssertEqual(raw["query"]?.text("nonce"), q.nonce)
@@ -222,7 +222,7 @@ final class XPayEventTests: XCTestCase {
         XCTAssertEqual(e.source, .ledger)
         XCTAssertEqual(e.type, XPayEventName.orderLinked)
         XCTAssertEqual(e.dedupeKey, "link:wechat:order:93594000000005171")
-        let p = try JSONDecoder().decode(PushValue.self, from: e.payload)
+        let p = try JSONDecoder().decode(JSONValue.self, from: e.payload)
         XCTAssertEqual(p.text("provisional_stream"), "wechat:order:93594000000005171")
         XCTAssertEqual(p.text("order_id"), "93594000000005171")
         // Linking twice gives the same event (idempotent append).

@@ -71,7 +71,7 @@ public enum AppleAPIEvents {
     /// The bytes a dedupe key hashes: the canonical JSON of the payload's namespace without the
     /// members Apple changes on every call (signedDate of each decoded JWS; a receipt's request
     /// dates and `latest_receipt`). Nil when the payload lacks its type's namespace.
-    public static func dedupeContent(type: String, payload: PushValue) -> Data? {
+    public static func dedupeContent(type: String, payload: JSONValue) -> Data? {
         switch type {
         case subscriptionStatus:
             guard var b = payload[statusResponseKey]?.objectValue else { return nil }
@@ -82,7 +82,7 @@ public enum AppleAPIEvents {
                     return .object(g)
                 })
             }
-            return PushValue.object(b).canonicalJSON()
+            return JSONValue.object(b).canonicalJSON()
         case transaction:
             guard let body = payload[historyTransactionKey], body.objectValue != nil else { return nil }
             return withoutSignedDates(body).canonicalJSON()
@@ -92,14 +92,14 @@ public enum AppleAPIEvents {
             if let receipt = b["receipt"] {
                 b["receipt"] = receipt.removing(["request_date", "request_date_ms", "request_date_pst"])
             }
-            return PushValue.object(b).canonicalJSON()
+            return JSONValue.object(b).canonicalJSON()
         default:
             return nil
         }
     }
 
     /// An item (or history entry) without the signedDate of its decoded transaction and renewal info.
-    static func withoutSignedDates(_ item: PushValue) -> PushValue {
+    static func withoutSignedDates(_ item: JSONValue) -> JSONValue {
         guard var o = item.objectValue else { return item }
         for key in ["transactionInfo", "renewalInfo"] {
             if let v = o[key], v.objectValue != nil { o[key] = v.removing(["signedDate"]) }
@@ -271,8 +271,8 @@ enum AppleAPIFacts {
     // MARK: verifyReceipt
 
     static func receiptFacts(_ event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let stored: PushValue
-        do { stored = try JSONDecoder().decode(PushValue.self, from: event.payload) } catch {
+        let stored: JSONValue
+        do { stored = try JSONDecoder().decode(JSONValue.self, from: event.payload) } catch {
             throw FactDecodingError("the payload is not JSON: \(error)")
         }
         guard let body = stored[AppleAPIEvents.verifyReceiptKey], body.objectValue != nil else {

@@ -159,8 +159,8 @@ public struct Fact: Sendable, Hashable {
     }
 
     /// `detail` as a JSON object (empty when absent).
-    public var details: [String: PushValue] {
-        guard let detail, let v = try? JSONDecoder().decode(PushValue.self, from: Data(detail.utf8)),
+    public var details: [String: JSONValue] {
+        guard let detail, let v = try? JSONDecoder().decode(JSONValue.self, from: Data(detail.utf8)),
               let o = v.objectValue else { return [:] }
         return o
     }

@@ -85,14 +85,14 @@ public struct FactDecodingError: Error, Sendable, Equatable, CustomStringConvert
 
 /// Canonical JSON for `Fact.detail` (sorted keys, so equal details are equal text).
 enum Detail {
-    static func json(_ object: [String: PushValue?]) -> String? {
-        var o: [String: PushValue] = [:]
+    static func json(_ object: [String: JSONValue?]) -> String? {
+        var o: [String: JSONValue] = [:]
         for (k, v) in object { if let v { o[k] = v } }
         if o.isEmpty { return nil }
-        return String(decoding: PushValue.object(o).canonicalJSON(), as: UTF8.self)
+        return String(decoding: JSONValue.object(o).canonicalJSON(), as: UTF8.self)
     }
 
-    static func text(_ s: String?) -> PushValue? { s.map(PushValue.string) }
-    static func int(_ i: Int64?) -> PushValue? { i.map(PushValue.integer) }
-    static func int(_ i: Int?) -> PushValue? { i.map { PushValue.integer(Int64($0)) } }
+    static func text(_ s: String?) -> JSONValue? { s.map(JSONValue.string) }
+    static func int(_ i: Int64?) -> JSONValue? { i.map(JSONValue.integer) }
+    static func int(_ i: Int?) -> JSONValue? { i.map { JSONValue.integer(Int64($0)) } }
 }

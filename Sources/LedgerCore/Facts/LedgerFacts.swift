@@ -12,12 +12,6 @@ public enum LedgerEventType {
     public static let catalog = "config/catalog"
 }
 
-/// Streams of the ledger's own records that belong to no subscription.
-extension StreamNames {
-    /// Configuration the ledger ran with (catalog digests), so `?recordedAt=` can use the catalog of the time.
-    public static let ledgerConfig = "ledger:config"
-}
-
 /// Facts of the ledger's own events.
 ///
 /// | type | fact | time |
@@ -29,8 +23,8 @@ extension StreamNames {
 /// | anything else (admin actions) | none | |
 enum LedgerFacts {
     static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let value: PushValue
-        do { value = try JSONDecoder().decode(PushValue.self, from: event.payload) } catch {
+        let value: JSONValue
+        do { value = try JSONDecoder().decode(JSONValue.self, from: event.payload) } catch {
             throw FactDecodingError("the payload is not JSON: \(error)")
         }
         let signed = event.signedAt ?? 0
@@ -58,7 +52,7 @@ enum LedgerFacts {
             detail["pay_order_id"] = nil
             return [Fact(subscription: nil, kind: .refundAnswer, origin: .ledger, message: event.type, signedAt: signed,
                          transactionId: order,
-                         detail: String(decoding: PushValue.object(detail).canonicalJSON(), as: UTF8.self))]
+                         detail: String(decoding: JSONValue.object(detail).canonicalJSON(), as: UTF8.self))]
         case XPayEventName.orderLinked:
             guard let order = value.text("order_id"), let stream = value.text("subscription_stream") else {
                 throw FactDecodingError("an order link names no order_id or subscription_stream")

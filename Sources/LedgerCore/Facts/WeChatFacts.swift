@@ -24,8 +24,8 @@ enum WeChatFacts {
     static let milliPerFen: Int64 = 10
 
     static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let value: PushValue
-        do { value = try JSONDecoder().decode(PushValue.self, from: event.payload) } catch {
+        let value: JSONValue
+        do { value = try JSONDecoder().decode(JSONValue.self, from: event.payload) } catch {
             throw FactDecodingError("the payload is not JSON: \(error)")
         }
         guard value.objectValue != nil else { throw FactDecodingError("a WeChat payload must be a JSON object") }

@@ -95,7 +95,7 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
             (verdict, rule, info) = (.refuse, "use_unknown", "delivered, but no delivery or order time to measure use from")
         }
 
-        var factObject: [String: PushValue] = [
+        var factObject: [String: JSONValue] = [
             "pay_order_id": .string(facts.payOrderId),
             "asked_at": .integer(facts.askedAt),
             "earlier_refunds_in_window": .array(earlier.map {
@@ -106,14 +106,14 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
         if let v = facts.orderTime { factObject["order_time"] = .integer(v) }
         if let v = facts.provideStatus { factObject["provide_status"] = .integer(v.rawValue) }
         if let d = facts.delivery {
-            var o: [String: PushValue] = ["order_id": .string(d.orderId), "delivered_at": .integer(d.deliveredAt)]
+            var o: [String: JSONValue] = ["order_id": .string(d.orderId), "delivered_at": .integer(d.deliveredAt)]
             if let p = d.periodEndsAt { o["period_ends_at"] = .integer(p) }
             if let p = d.position { o["event_position"] = .integer(p) }
             factObject["ledger_delivery"] = .object(o)
         }
         if let s = useStart { factObject["entitlement_use_from"] = .integer(s) }
         if let m = usedMinutes { factObject["entitlement_used_minutes"] = .integer(m) }
-        let evidence = PushValue.object([
+        let evidence = JSONValue.object([
             "rule": .string(rule),
             "decision": .string(verdict == .allow ? "allow" : "refuse"),
             "policy": .object([

@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// The SQL of `public.facts`: recording the facts `FactDecoder` derived, deriving what is
 /// missing, and reading a subscription's facts (with the order facts that join it).

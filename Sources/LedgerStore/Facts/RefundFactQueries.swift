@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// Reads of `public.facts` (this build's `FactDecoder.schemaVersion`) for refund cases and refund
 /// inquiries: `RefundCaseFold` and `RefundEvidence` fold what these return. Nothing here reads
@@ -16,14 +16,14 @@ import Postgres
 /// Facts exist only up to the facts checkpoint (`facts.v<version>`): an event whose facts the
 /// catch-up has not derived yet is not in any answer here, like in every other projection.
 public struct RefundFactQueries: Sendable {
-    public let pool: ConnectionPool
+    let pool: ConnectionPool
 
     /// How many rounds an order's ids are followed. Each round adds the ids the facts found in the
     /// previous one state; a WeChat order has at most four ids (OutTradeNo, MchOrderNo,
     /// TransactionId, WxOrderId), so real chains end in two or three rounds.
     static let maxRounds = 16
 
-    public init(pool: ConnectionPool) {
+    init(pool: ConnectionPool) {
         self.pool = pool
     }
 

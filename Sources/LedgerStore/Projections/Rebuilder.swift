@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 import Synchronization
 
 /// One entitlement a dry run says a customer would gain or lose.
@@ -151,14 +151,7 @@ public struct Rebuilder: Sendable {
     }
 
     static func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ProjectionError) -> T {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, ProjectionError>, Never>) in
-            Thread.detachNewThread {
-                do { continuation.resume(returning: .success(try body())) } catch {
-                    continuation.resume(returning: .failure(ProjectionError(error)))
-                }
-            }
-        }
-        return try result.get()
+        do { return try await BlockingWork.run(body) } catch { throw ProjectionError(error) }
     }
 
     // MARK: rebuild
@@ -355,21 +348,9 @@ public struct Rebuilder: Sendable {
         return (head, snapshot, ranges, Int(total))
     }
 
-    /// Runs `body(0..<count)` on threads of their own and returns the results in order.
+    /// Runs `body(0..<count)` concurrently and returns the results in order.
     static func inParallel<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) -> T) -> [T] {
-        if count == 1 { return [body(0)] }
-        let results = Mutex<[Int: T]>([:])
-        let group = DispatchGroup()
-        for index in 0..<count {
-            group.enter()
-            Thread.detachNewThread {
-                let value = body(index)
-                results.withLock { $0[index] = value }
-                group.leave()
-            }
-        }
-        group.wait()
-        return results.withLock { all in (0..<count).map { all[$0]! } }
+        BlockingWork.inParallel(count, body)
     }
 
     /// Streams every fact with a subscription in `range` up to `head` in the exported snapshot (or,

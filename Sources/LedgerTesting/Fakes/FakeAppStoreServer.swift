@@ -408,7 +408,7 @@ public final class FakeAppStoreServer: Sendable {
         let known = state.withLock { s in s.subscriptions.values.contains { $0.transactions.contains { $0.transactionId == id } } }
         guard known else { return Self.error(404, 4_040_010, "Transaction id not found") }
         // A tree, so that `true` and `1` stay different (Apple wants JSON booleans).
-        guard let object = (try? JSONDecoder().decode(PushValue.self, from: request.body))?.objectValue else {
+        guard let object = (try? JSONDecoder().decode(JSONValue.self, from: request.body))?.objectValue else {
             return Self.error(400, 4_000_000, "Invalid request")
         }
         // Apple's v2 rules (reference/appstore-server-api.md §3.5).
