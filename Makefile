@@ -19,6 +19,7 @@ db-start: deps
 	@$(DB) start
 
 db-stop:
+	@$(DB) replica-stop
 	@$(DB) stop
 
 build: deps
@@ -40,7 +41,9 @@ migrate: db-start build
 run: migrate
 	@eval "$$($(DB) env)"; exec $(LEDGER) serve
 
+# The read-replica tests need the streaming replica beside the cluster.
 test: db-start
+	@$(DB) replica-start
 	@eval "$$($(DB) env)"; swift test --disable-swift-testing $(SWIFT_TEST_FLAGS)
 
 # Real data in the API within a minute: serve in the background and post a simulated population.

@@ -6,6 +6,8 @@
 #   scripts/db.sh stop       stop it (fast shutdown)
 #   scripts/db.sh restart    restart it (used by the reconnect tests)
 #   scripts/db.sh env        print the LEDGER_* variables that point at it (for `eval`)
+#   scripts/db.sh replica-start   a streaming replica of it (pg_basebackup -R) on the next port
+#   scripts/db.sh replica-stop    stop the replica
 #
 # The cluster lives in .pg/ under the project (git-ignored) with its own unix socket and a port
 # derived from the project path, so several clones on one machine never clash. PostgreSQL
@@ -38,7 +40,12 @@ pick_base() {
     mkdir -p "$BASE"
   fi
   DATA="$BASE/data"; SOCK="$BASE/sock"; LOG="$BASE/server.log"
+  RDATA="$BASE/replica"; RLOG="$BASE/replica.log"
 }
+
+# The replica listens on the same socket directory, on a port 1000 above the primary's (the
+# primaries of other clones use 55000–55999).
+RPORT=$((PORT + 1000))
 
 deps() {
   local need=()
@@ -106,6 +113,35 @@ restart() {
   as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -m fast -w -t 60 -o "-p $PORT -k $SOCK" restart >/dev/null
 }
 
+# A hot standby streaming from the primary: the read replica of `make test` and `make test-scale`.
+replica_start() {
+  start
+  if [ ! -s "$RDATA/PG_VERSION" ]; then
+    rm -rf "$RDATA"; mkdir -p "$RDATA"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$RDATA"
+    chmod 700 "$RDATA"
+    # -R writes standby.signal and primary_conninfo; -X stream copies the WAL needed to start.
+    as_pg "$PG_BIN/pg_basebackup" -h "$SOCK" -p "$PORT" -U postgres -D "$RDATA" -R -X stream -c fast >/dev/null
+    cat >> "$RDATA/postgresql.conf" <<CONF
+port = $RPORT
+hot_standby = on
+# Reads on the replica may be cancelled by replay (recovery conflicts); the ledger retries them on
+# the primary, and this gives them a moment first.
+max_standby_streaming_delay = 5s
+CONF
+  fi
+  if ! as_pg "$PG_BIN/pg_ctl" -D "$RDATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$RDATA" -l "$RLOG" -w -t 60 -o "-p $RPORT -k $SOCK" start >/dev/null
+  fi
+}
+
+replica_stop() {
+  pick_base
+  if [ -s "$RDATA/PG_VERSION" ] && as_pg "$PG_BIN/pg_ctl" -D "$RDATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$RDATA" -m fast -w stop >/dev/null
+  fi
+}
+
 env_vars() {
   pick_base
   # Superuser URL (migrations, tests) and the restricted service role (what `serve` uses).
@@ -114,6 +150,8 @@ env_vars() {
   echo "export LEDGER_TEST_DATABASE_URL='host=$SOCK port=$PORT user=postgres dbname=postgres'"
   echo "export LEDGER_TEST_DB_SCRIPT='$ROOT/scripts/db.sh'"
   echo "export LEDGER_PG_BIN='$PG_BIN'"
+  # The replica (scripts/db.sh replica-start): tests append the database name.
+  echo "export LEDGER_TEST_REPLICA_URL='host=$SOCK port=$RPORT user=postgres dbname=postgres'"
 }
 
 case "${1:-}" in
@@ -122,5 +160,7 @@ case "${1:-}" in
   stop) stop ;;
   restart) restart ;;
   env) env_vars ;;
+  replica-start) replica_start ;;
+  replica-stop) replica_stop ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

@@ -74,6 +74,15 @@ public struct TestDatabase: Sendable {
         }
     }
 
+    /// This database on the streaming replica (`scripts/db.sh replica-start`, LEDGER_TEST_REPLICA_URL)
+    /// as `user` (the restricted role by default); nil when no replica is configured. The database
+    /// reaches the replica by replication, typically within milliseconds of its creation.
+    public func replicaConninfo(user: String = "ledger_service") -> String? {
+        guard let replica = ProcessInfo.processInfo.environment["LEDGER_TEST_REPLICA_URL"], !replica.isEmpty,
+              let info = try? ConnectionInfo(parsing: replica) else { return nil }
+        return info.with("dbname", name).with("user", user).conninfo
+    }
+
     /// Drops the database, disconnecting anything still connected to it.
     public func drop() throws {
         let connection = try Connection(conninfo: serverConninfo)

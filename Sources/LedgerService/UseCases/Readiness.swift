@@ -48,6 +48,16 @@ struct Readiness: Sendable {
             body["reason"] = .string("projection \(failed.name) is stopped on a failing event: \(failed.lastError ?? "?")")
         }
         body["catalog"] = await catalog.health()
+        if store.configuration.readDatabaseURL != nil {
+            var replica: [String: JSONValue] = ["status": health.replica == nil ? "unavailable" : "ok"]
+            if let r = health.replica {
+                replica["replayedPosition"] = .integer(r.replayedPosition)
+                replica["lagBytes"] = .integer(r.lagBytes)
+                replica["lagSeconds"] = .number(r.lagSeconds)
+            }
+            if let problem = health.replicaProblem { replica["reason"] = .string(problem + "; reads use the primary meanwhile") }
+            body["replica"] = .object(replica)
+        }
         body["status"] = .string(health.isReady ? "ready" : "not_ready")
         return ReadinessReport(ready: health.isReady, detail: .object(body))
     }
@@ -66,6 +76,6 @@ struct Readiness: Sendable {
         } else {
             out += "# projection status unavailable: the database did not answer\n"
         }
-        return out + (await catalog.unmappedProductsMetric())
+        return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric())
     }
 }
