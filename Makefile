@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale clean
 
 deps:
 	@$(DB) deps
@@ -57,6 +57,10 @@ test-api: deps
 # Crash, outage, duplicate-storm, slowloris and graceful-shutdown scenarios against the real binary.
 test-reliability: deps
 	@scripts/test-reliability.sh $(RELIABILITY_FLAGS)
+
+# Two service instances, a worker and the read replica on one database under mixed load.
+test-scale: deps
+	@scripts/test-scale.sh $(SCALE_FLAGS)
 
 # Every benchmark, in a release build, each printing its same-run baseline and the ratio
 # (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry).
