@@ -5,6 +5,8 @@
 #   scripts/db.sh start      initialise (once) and start the cluster; create roles and the database
 #   scripts/db.sh stop       stop it (fast shutdown)
 #   scripts/db.sh restart    restart it (used by the reconnect tests)
+#   scripts/db.sh crash      immediate shutdown: no checkpoint, crash recovery on the next start
+#   scripts/db.sh kill-postmaster   kill -9 of the postmaster; its backends notice and exit
 #   scripts/db.sh env        print the LEDGER_* variables that point at it (for `eval`)
 #   scripts/db.sh replica-start   a streaming replica of it (pg_basebackup -R) on the next port
 #   scripts/db.sh replica-stop    stop the replica
@@ -86,7 +88,13 @@ CONF
   fi
   mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$SOCK"
   if ! as_pg "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
-    as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 -o "-p $PORT -k $SOCK" start >/dev/null
+    # After a crash the old backends may hold the shared memory a moment longer: retry briefly.
+    local tries=0
+    until as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 -o "-p $PORT -k $SOCK" start >/dev/null; do
+      tries=$((tries + 1))
+      [ "$tries" -ge 10 ] && { echo "PostgreSQL did not start; see $LOG" >&2; exit 1; }
+      sleep 1
+    done
   fi
   psql_su -d postgres <<SQL
 SELECT 'CREATE DATABASE $DB' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$DB')\gexec
@@ -106,6 +114,27 @@ stop() {
   if [ -s "$DATA/PG_VERSION" ] && as_pg "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
     as_pg "$PG_BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
   fi
+}
+
+crash() {
+  pick_base
+  as_pg "$PG_BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null
+}
+
+kill_postmaster() {
+  pick_base
+  local pid children
+  pid="$(head -n 1 "$DATA/postmaster.pid")"
+  children="$(pgrep -P "$pid" || true)"
+  kill -9 "$pid"
+  # Orphaned backends notice the postmaster's death and exit by themselves; a new postmaster
+  # cannot start while they still hold the shared memory, so wait for them (bounded).
+  for _ in $(seq 1 100); do
+    local alive=0
+    for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
 }
 
 restart() {
@@ -159,6 +188,8 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   restart) restart ;;
+  crash) crash ;;
+  kill-postmaster) kill_postmaster ;;
   env) env_vars ;;
   replica-start) replica_start ;;
   replica-stop) replica_stop ;;
