@@ -143,14 +143,25 @@ restart() {
 }
 
 # A hot standby streaming from the primary: the read replica of `make test` and `make test-scale`.
+# It streams through a replication slot, so the primary keeps the WAL it has not received yet
+# (bounded by max_slot_wal_keep_size: a replica left stopped cannot fill the disk; it is then
+# re-cloned here).
 replica_start() {
   start
+  psql_su -d postgres -c "ALTER SYSTEM SET max_slot_wal_keep_size = '2GB'" -c "SELECT pg_reload_conf()" >/dev/null
+  if [ -s "$RDATA/PG_VERSION" ] && ! replica_streams; then
+    echo "the replica lost its stream (WAL gone or slot invalidated): re-cloning it" >&2
+    replica_stop
+    rm -rf "$RDATA"
+    psql_su -d postgres -c "SELECT pg_drop_replication_slot('ledger_replica') FROM pg_replication_slots WHERE slot_name = 'ledger_replica'" >/dev/null
+  fi
   if [ ! -s "$RDATA/PG_VERSION" ]; then
     rm -rf "$RDATA"; mkdir -p "$RDATA"
     [ "$(id -u)" = 0 ] && chown postgres:postgres "$RDATA"
     chmod 700 "$RDATA"
-    # -R writes standby.signal and primary_conninfo; -X stream copies the WAL needed to start.
-    as_pg "$PG_BIN/pg_basebackup" -h "$SOCK" -p "$PORT" -U postgres -D "$RDATA" -R -X stream -c fast >/dev/null
+    psql_su -d postgres -c "SELECT pg_drop_replication_slot('ledger_replica') FROM pg_replication_slots WHERE slot_name = 'ledger_replica'" >/dev/null
+    # -R writes standby.signal and primary_conninfo; -C -S creates and names the slot.
+    as_pg "$PG_BIN/pg_basebackup" -h "$SOCK" -p "$PORT" -U postgres -D "$RDATA" -R -C -S ledger_replica -X stream -c fast >/dev/null
     cat >> "$RDATA/postgresql.conf" <<CONF
 port = $RPORT
 hot_standby = on
@@ -162,6 +173,23 @@ CONF
   if ! as_pg "$PG_BIN/pg_ctl" -D "$RDATA" status >/dev/null 2>&1; then
     as_pg "$PG_BIN/pg_ctl" -D "$RDATA" -l "$RLOG" -w -t 60 -o "-p $RPORT -k $SOCK" start >/dev/null
   fi
+  replica_streams || { echo "the replica does not stream from the primary; see $RLOG" >&2; exit 1; }
+}
+
+# Whether the replica catches up with the primary's current WAL position within 15 s (starting it
+# if needed): a replica whose WAL was removed on the primary never does.
+replica_streams() {
+  if ! as_pg "$PG_BIN/pg_ctl" -D "$RDATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$RDATA" -l "$RLOG" -w -t 60 -o "-p $RPORT -k $SOCK" start >/dev/null 2>&1 || return 1
+  fi
+  local target
+  target="$(as_pg "$PG_BIN/psql" -X -qAt -h "$SOCK" -p "$PORT" -U postgres -d postgres -c "SELECT pg_current_wal_lsn()")"
+  for _ in $(seq 1 150); do
+    [ "$(as_pg "$PG_BIN/psql" -X -qAt -h "$SOCK" -p "$RPORT" -U postgres -d postgres \
+        -c "SELECT COALESCE(pg_last_wal_replay_lsn() >= '$target'::pg_lsn, false)" 2>/dev/null)" = t ] && return 0
+    sleep 0.1
+  done
+  return 1
 }
 
 replica_stop() {

@@ -83,6 +83,18 @@ public struct TestDatabase: Sendable {
         return info.with("dbname", name).with("user", user).conninfo
     }
 
+    /// Waits until the replica has replayed this database's creation and migrations (its event
+    /// head exists there); false after `timeout`.
+    public func waitForReplica(timeout: Duration = .seconds(15)) -> Bool {
+        guard let conninfo = replicaConninfo(user: "postgres") else { return false }
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let c = try? Connection(conninfo: conninfo), (try? c.query("SELECT position FROM event_head")) != nil { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return false
+    }
+
     /// Drops the database, disconnecting anything still connected to it.
     public func drop() throws {
         let connection = try Connection(conninfo: serverConninfo)

@@ -56,6 +56,10 @@ final class ServiceHarness: @unchecked Sendable {
                 try? database.drop()
                 throw XCTSkip("no read replica: LEDGER_TEST_REPLICA_URL is unset (make test starts one with scripts/db.sh replica-start)")
             }
+            guard database.waitForReplica() else {
+                try? database.drop()
+                throw TestDatabaseError.missingEnvironment("a streaming replica that replays (the test database did not reach LEDGER_TEST_REPLICA_URL within 15 s; scripts/db.sh replica-start re-clones a broken one)")
+            }
             env["LEDGER_READ_DATABASE_URL"] = url
         }
         env.merge(extra) { $1 }

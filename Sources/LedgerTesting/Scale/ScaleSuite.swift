@@ -130,6 +130,7 @@ public enum ScaleSuite {
         if let replica = options.replicaConninfo, let info = try? ConnectionInfo(parsing: replica) {
             replicaURL = info.with("dbname", database.name).with("user", "ledger_service").conninfo
             environment["LEDGER_READ_DATABASE_URL"] = replicaURL
+            _ = database.waitForReplica()
         }
 
         var instances: [ServiceProcess] = []
