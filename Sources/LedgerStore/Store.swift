@@ -53,6 +53,8 @@ public final class Store: Sendable {
     public let worker: ProjectionWorker
     /// `ledger rederive`: facts of this build's schema version for every event.
     public let facts: FactDeriver
+    /// Reconciliation runs, job locks and the consumption outbox (Migrations/0007).
+    public let reconciliation: ReconciliationStore
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -66,6 +68,7 @@ public final class Store: Sendable {
         refunds = RefundFactQueries(pool: pool)
         worker = ProjectionWorker(pool: pool, projector: projector)
         facts = FactDeriver(conninfo: configuration.databaseURL)
+        reconciliation = ReconciliationStore(pool: pool, conninfo: configuration.databaseURL)
     }
 
     /// A rebuild of the projections under this store's catalog (each run opens its own connections).
