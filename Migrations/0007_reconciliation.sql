@@ -57,7 +57,6 @@ CREATE INDEX facts_consent ON public.facts (schema_version, customer_id, positio
 -- record it from then on.
 INSERT INTO projection_checkpoints (projection, position, status) VALUES ('facts.v3', 0, 'running')
 ON CONFLICT (projection) DO NOTHING;
--- A database with no events has nothing to switch over from: version 2 is retired at once (with
--- events, `ledger rederive` derives version 3 and `--drop-other-versions` retires version 2).
-UPDATE projection_checkpoints SET status = 'retired', updated_at = now()
-WHERE projection = 'facts.v2' AND NOT EXISTS (SELECT 1 FROM events);
+-- A database with no events has nothing to switch over from: version 2's checkpoint goes at once
+-- (with events, `ledger rederive` derives version 3 and `--drop-other-versions` retires version 2).
+DELETE FROM projection_checkpoints WHERE projection = 'facts.v2' AND NOT EXISTS (SELECT 1 FROM events);
