@@ -30,6 +30,16 @@ public struct ConsumptionInformation: Sendable, Equatable {
     /// How each field was derived (stored with what was sent).
     public var basis: JSONValue
 
+    public init(customerConsented: Bool, deliveryStatus: DeliveryStatus, sampleContentProvided: Bool, consumptionPercentage: Int?,
+                refundPreference: RefundPreferencePolicy.Preference?, basis: JSONValue) {
+        self.customerConsented = customerConsented
+        self.deliveryStatus = deliveryStatus
+        self.sampleContentProvided = sampleContentProvided
+        self.consumptionPercentage = consumptionPercentage
+        self.refundPreference = refundPreference
+        self.basis = basis
+    }
+
     /// The request body Apple documents (`ConsumptionRequest`), canonical.
     public var requestJSON: JSONValue {
         var o: [String: JSONValue] = [
