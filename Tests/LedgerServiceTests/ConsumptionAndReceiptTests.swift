@@ -323,7 +323,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
                 XCTAssertTrue(e.text.contains(String(status)), "\(status): the message names Apple's status")
                 XCTAssertFalse(e.text.contains("v1-shared-secret"))
             }
-            receipts.enqueueStatus(21005, times: 3)
+            receipts.enqueueStatus(21005, times: 2)   // the service asks Apple twice per request (its deadline)
             let unavailable = try await post(#"{"receipt": "\#(Self.receiptSandbox)"}"#)
             XCTAssertEqual(unavailable.status, 503, unavailable.text)
             XCTAssertEqual(unavailable.headers["retry-after"], "30")
@@ -336,6 +336,19 @@ final class ConsumptionAndReceiptTests: XCTestCase {
                 XCTAssertEqual(e.status, 400, "\(bad): \(e.text)")
             }
             XCTAssertEqual(try h.events(stream: otid).count, 1, "no refusal stored anything")
+        }
+        await receipts.shutdown()
+    }
+
+    func testWithoutTheSharedSecretReceiptsAreRefusedBeforeAskingApple() async throws {
+        let receipts = FakeVerifyReceipt(sharedSecret: nil)
+        try receipts.start()
+        try await withService(environment: ["LEDGER_APPLE_SHARED_SECRET": "", "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString]) { h in
+            let a = try await h.request("POST", "/v1/apple/receipts", body: Data(#"{"receipt": "\#(Self.receiptSandbox)"}"#.utf8), token: "app-token")
+            XCTAssertEqual(a.status, 422, a.text)
+            XCTAssertEqual(a.errorCode, "shared_secret_not_configured")
+            XCTAssertTrue(a.text.contains("LEDGER_APPLE_SHARED_SECRET"))
+            XCTAssertEqual(receipts.requests.count, 0, "Apple was not asked")
         }
         await receipts.shutdown()
     }

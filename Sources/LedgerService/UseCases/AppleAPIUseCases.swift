@@ -53,14 +53,23 @@ public struct AppleAPIUseCases: Sendable {
             assessment: ConsumptionAssessment(catalog: catalog, policy: api.refundPreference, sampleContent: api.sampleContent),
             metrics: metrics, log: log)
         consent = ConsentDesk(store: store)
-        let verifyReceipt: VerifyReceiptConfiguration
+        var verifyReceipt: VerifyReceiptConfiguration
         do { verifyReceipt = try api.verifyReceiptConfiguration(sharedSecret: configuration.apple.sharedSecret) } catch {
             throw .configuration("\(error)")
         }
+        // An app waits for the answer: Apple's retries must fit the request deadline (the app retries).
+        verifyReceipt.retry.maxAttempts = 2
+        verifyReceipt.retry.maxRetryAfter = .seconds(2)
+        verifyReceipt.requestTimeoutSeconds = 4
+        verifyReceipt.maxStatusAttempts = 2
+        let receiptRefusal = ingestion.ingestor == nil ? ("apple_not_configured", ingestion.refusal)
+            : configuration.apple.sharedSecret == nil
+            ? ("shared_secret_not_configured", "set LEDGER_APPLE_SHARED_SECRET (App Store Connect → the app → App Information → App-Specific Shared Secret): verifyReceipt needs it for receipts with auto-renewable subscriptions")
+            : ("", "")
         receipts = ReceiptVerification(
             client: VerifyReceiptClient(configuration: verifyReceipt),
-            answers: ingestion.ingestor.map { AppleAPIAnswerEvents(verifier: $0.verifier, acceptance: $0.acceptance) },
-            refusal: ingestion.refusal, store: store)
+            answers: receiptRefusal.0.isEmpty ? ingestion.ingestor.map { AppleAPIAnswerEvents(verifier: $0.verifier, acceptance: $0.acceptance) } : nil,
+            refusal: receiptRefusal, store: store)
         every = api.reconcileEvery
         consumptionPoll = .seconds(api.consumptionPollSeconds)
         if reconciliation == nil, every != nil {

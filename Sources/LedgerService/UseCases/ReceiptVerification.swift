@@ -22,13 +22,14 @@ struct ReceiptOutcome: Sendable {
 /// unchanged answer is not stored again (its key leaves out Apple's request time).
 struct ReceiptVerification: Sendable {
     let client: VerifyReceiptClient
-    /// Nil when the deployment accepts no Apple app.
+    /// Nil when the deployment accepts no Apple app or has no shared secret (`refusal` says which).
     let answers: AppleAPIAnswerEvents?
-    let refusal: String
+    /// Why receipts are refused when `answers` is nil: 422 with this code and message.
+    let refusal: (code: String, message: String)
     let store: Store
 
     func verify(receipt: String) async throws -> ReceiptOutcome {
-        guard let answers else { throw ServiceFailure(422, "apple_not_configured", refusal) }
+        guard let answers else { throw ServiceFailure(422, refusal.code, refusal.message) }
         let answer = try await client.verify(receiptData: receipt)
         let built = try answers.verifyReceiptEvent(answer)
         let after = try await store.reconciliation.latestPositionsBesidesAPIAnswers(streams: [built.streamId])
