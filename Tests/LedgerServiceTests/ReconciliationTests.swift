@@ -336,7 +336,7 @@ final class ReconciliationTests: XCTestCase {
             let busy = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "admin-token")
             XCTAssertEqual(busy.status, 409, busy.text)
             XCTAssertEqual(busy.errorCode, "reconciliation_running")
-            held.release()
+            await held.release()
 
             let started = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "admin-token")
             XCTAssertEqual(started.status, 202, started.text)

@@ -158,8 +158,10 @@ public final class AppleReconciliation: Sendable {
     func run(_ request: ReconcileRequest, trigger: Trigger, requestedBy: Requester,
              progress: @escaping @Sendable (String, Int, Int) -> Void = { _, _, _ in }) async throws(ReconciliationError) -> DriftReport {
         let (run, lock) = try await begin(request, trigger: trigger, requestedBy: requestedBy)
-        defer { lock.release() }
-        return try await execute(run, request: request, progress: progress)
+        let result: Result<DriftReport, ReconciliationError>
+        do { result = .success(try await execute(run, request: request, progress: progress)) } catch { result = .failure(error) }
+        await lock.release()
+        return try result.get()
     }
 
     /// Starts a run in the background (`POST /v1/admin/reconcile`): recorded as an admin event,
@@ -178,12 +180,13 @@ public final class AppleReconciliation: Sendable {
         } catch {
             try? await store.reconciliation.recordEnd(runId: run.runId, succeeded: false, finishedAt: clock(), summary: nil,
                                                       error: "the request could not be recorded: \(error)", reportPosition: nil)
-            lock.release()
+            await lock.release()
             throw .store(error)
         }
         let task = Task { [self] in
-            defer { lock.release(); _ = background.withLock { $0.removeValue(forKey: run.runId) } }
             _ = try? await execute(run, request: request, progress: { _, _, _ in })
+            await lock.release()
+            _ = background.withLock { $0.removeValue(forKey: run.runId) }
         }
         background.withLock { $0[run.runId] = task }
         return run
@@ -198,7 +201,13 @@ public final class AppleReconciliation: Sendable {
             guard let held = try await store.reconciliation.tryLock(.reconciliation) else { return nil }
             lock = held
         } catch { throw .store(error) }
-        defer { lock.release() }
+        let result: Result<DriftReport?, ReconciliationError>
+        do { result = .success(try await runIfDue(every: every, holding: lock)) } catch { result = .failure(error) }
+        await lock.release()
+        return try result.get()
+    }
+
+    private func runIfDue(every: Duration, holding lock: HeldLock) async throws(ReconciliationError) -> DriftReport? {
         let now = clock()
         let everyMillis = EpochMillis(every.components.seconds * 1000)
         let last: ReconciliationStore.Run?, succeeded: ReconciliationStore.Run?
@@ -237,7 +246,7 @@ public final class AppleReconciliation: Sendable {
         do {
             return (try await record(request, trigger: trigger, requestedBy: requestedBy), lock)
         } catch {
-            lock.release()
+            await lock.release()
             throw error
         }
     }

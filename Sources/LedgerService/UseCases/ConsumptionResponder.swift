@@ -73,15 +73,20 @@ public final class ConsumptionResponder: Sendable {
             result.busy = true
             return result
         }
-        defer { lock.release() }
-        // Read again under the lock: another sender may have answered them meanwhile.
-        for item in try await store.reconciliation.dueConsumptionRequests(now: clock()) {
-            if Task.isCancelled { break }
-            switch try await answer(item) {
-            case .answered: result.answered += 1
-            case .retrying: result.retrying += 1
+        do {
+            // Read again under the lock: another sender may have answered them meanwhile.
+            for item in try await store.reconciliation.dueConsumptionRequests(now: clock()) {
+                if Task.isCancelled { break }
+                switch try await answer(item) {
+                case .answered: result.answered += 1
+                case .retrying: result.retrying += 1
+                }
             }
+        } catch {
+            await lock.release()
+            throw error
         }
+        await lock.release()
         return result
     }
 

@@ -395,6 +395,7 @@ public struct ReconciliationStore: Sendable {
 public final class HeldLock: @unchecked Sendable {
     public let job: ReconciliationStore.Job
     private let lock = NSLock()
+    /// Closed with this object when a holder forgets `release()`: that releases the lock too.
     private var connection: Connection?
 
     init(job: ReconciliationStore.Job, connection: Connection) {
@@ -402,16 +403,22 @@ public final class HeldLock: @unchecked Sendable {
         self.connection = connection
     }
 
-    /// Releases the lock (closing its connection releases it too, so this cannot leak it).
-    public func release() {
-        lock.lock()
-        let held = connection
-        connection = nil
-        lock.unlock()
-        guard let held else { return }
-        _ = try? held.query("SELECT pg_advisory_unlock($1)", [.int64(job.lockKey)], name: "release job lock")
-        // The connection closes when its last reference goes (here): that too releases the lock.
+    /// Releases the lock (off the cooperative pool: libpq blocks). Closing the connection would
+    /// release it too, so a lock can never outlive its holder.
+    public func release() async {
+        guard let held = take() else { return }
+        let key = job.lockKey
+        _ = try? await BlockingWork.run {
+            _ = try? held.query("SELECT pg_advisory_unlock($1)", [.int64(key)], name: "release job lock")
+            return 0
+        }
     }
 
-    deinit { release() }
+    private func take() -> Connection? {
+        lock.lock()
+        defer { lock.unlock() }
+        let held = connection
+        connection = nil
+        return held
+    }
 }
