@@ -42,23 +42,16 @@ extension LedgerApp {
     func addReconciliationAuditorRoutes(to group: inout RouteGroup) {
         group.add("GET", "/v1/admin/drift") { [self] request in
             if let id = request.query["runId"] {
-                guard let run = try await store.reconciliation.run(id: id) else {
+                guard let view = try await appleAPI.drift.run(id: id) else {
                     throw ServiceFailure.notFound("no reconciliation run \(id.prefix(64)); GET /v1/admin/drift without runId shows the latest")
                 }
-                var answer: [String: JSONValue] = ["run": run.json, "report": .null]
-                if let position = run.reportPosition,
-                   let event = try await store.events.events(positions: [position]).first {
-                    answer["report"] = (try? JSONValue(json: event.event.payload)) ?? .null
-                    answer["reportPosition"] = .integer(position)
-                }
-                return .json(200, .object(answer))
+                return .json(200, ["run": view.run?.json ?? .null, "report": view.report ?? .null,
+                                   "reportPosition": .optional(view.reportPosition)])
             }
-            let report = try await store.reconciliation.latestReport()
-            let latest = try await store.reconciliation.latestRun()
+            let view = try await appleAPI.drift.latest()
             return .json(200, [
-                "report": report.flatMap { try? JSONValue(json: $0.event.payload) } ?? .null,
-                "reportPosition": .optional(report?.position), "reportRecordedAt": .optional(report?.recordedAt),
-                "latestRun": latest?.json ?? .null,
+                "report": view.report ?? .null, "reportPosition": .optional(view.reportPosition),
+                "reportRecordedAt": .optional(view.reportRecordedAt), "latestRun": view.run?.json ?? .null,
             ])
         }
     }
@@ -92,11 +85,7 @@ extension LedgerApp {
             }
             let now = Clock.nowMillis()
             var since = try millis("since")
-            if since == nil {
-                // From where the last successful run ended (a little before), else the last day.
-                let last = try await store.reconciliation.latestSucceededRun()
-                since = last.map { $0.until - AppleReconciliation.overlap } ?? now - 86_400_000
-            }
+            if since == nil { since = try await appleAPI.drift.defaultSince(now: now) }
             let run = try await reconciliation.start(
                 ReconcileRequest(since: since!, until: try millis("until"), environments: environments, dryRun: try flag("dryRun"),
                                  all: try flag("all")),

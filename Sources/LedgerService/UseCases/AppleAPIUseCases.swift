@@ -11,6 +11,8 @@ public struct AppleAPIUseCases: Sendable {
     public let consumption: ConsumptionResponder
     let consent: ConsentDesk
     let receipts: ReceiptVerification
+    /// The drift reports and runs (`GET /v1/admin/drift`; the auditor pages).
+    public let drift: DriftReports
     /// LEDGER_RECONCILE_EVERY.
     let every: Duration?
     let consumptionPoll: Duration
@@ -53,6 +55,7 @@ public struct AppleAPIUseCases: Sendable {
             assessment: ConsumptionAssessment(catalog: catalog, policy: api.refundPreference, sampleContent: api.sampleContent),
             metrics: metrics, log: log)
         consent = ConsentDesk(store: store)
+        drift = DriftReports(store: store)
         var verifyReceipt: VerifyReceiptConfiguration
         do { verifyReceipt = try api.verifyReceiptConfiguration(sharedSecret: configuration.apple.sharedSecret) } catch {
             throw .configuration("\(error)")

@@ -318,13 +318,6 @@ public final class AppleReconciliation: Sendable {
         return report
     }
 
-    // MARK: - Reading
-
-    /// The last stored drift report (as stored), and the latest run (whatever its outcome).
-    func lastReport() async throws(StoreError) -> (report: RecordedEvent?, latestRun: ReconciliationStore.Run?) {
-        (try await store.reconciliation.latestReport(), try await store.reconciliation.latestRun())
-    }
-
     // MARK: - Test notification
 
     public struct TestNotificationOutcome: Sendable {
