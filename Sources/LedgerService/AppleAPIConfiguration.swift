@@ -146,7 +146,13 @@ extension LedgerConfiguration {
 
         /// The .p8 at a path, or PEM text given directly (a `_FILE` secret holds the file itself).
         static func privateKey(_ value: String) throws(AppStoreServerAPIConfigurationError) -> ECPrivateKey {
-            guard value.hasPrefix("-----BEGIN") else { return try AppStoreServerAPIConfiguration.loadPrivateKey(path: value) }
+            guard value.hasPrefix("-----BEGIN") else {
+                // Key material pasted without its PEM header must not be echoed back as a "path".
+                guard !value.contains("\n"), value.utf8.count <= 1024 else {
+                    throw .unreadableKey(path: "(LEDGER_APPLE_API_PRIVATE_KEY text)", why: "it is neither a file path nor a PEM key (-----BEGIN PRIVATE KEY-----)")
+                }
+                return try AppStoreServerAPIConfiguration.loadPrivateKey(path: value)
+            }
             let key: ECPrivateKey
             do { key = try ECPrivateKey(pem: Array(value.utf8)) } catch {
                 throw .unreadableKey(path: "(LEDGER_APPLE_API_PRIVATE_KEY text)", why: "it is not a PEM private key (\(error))")

@@ -152,6 +152,10 @@ final class ReconcileCommandTests: XCTestCase {
         XCTAssertThrowsError(try configuration(wrong).appleAPI.clientConfiguration(fallbackBundleIds: ["com.example"])) {
             XCTAssertFalse("\($0)".contains("bm90IGEga2V5"), "\($0)")
         }
+        wrong["LEDGER_APPLE_API_PRIVATE_KEY"] = "TUlHSEFnRUFNQk1HQnlxR1NNNDlBZ0VHQ0NxR1NNNDlBd0VIQkcwd2F3SUJBUVFn\nc2VjcmV0"
+        XCTAssertThrowsError(try configuration(wrong).appleAPI.clientConfiguration(fallbackBundleIds: ["com.example"])) {
+            XCTAssertFalse("\($0)".contains("c2VjcmV0"), "key material without its header is not echoed as a path: \($0)")
+        }
         wrong["LEDGER_APPLE_API_PRIVATE_KEY"] = "/nonexistent/key.p8"
         XCTAssertThrowsError(try configuration(wrong).appleAPI.clientConfiguration(fallbackBundleIds: ["com.example"])) {
             XCTAssertTrue("\($0)".contains("In-App Purchase"), "\($0)")
