@@ -34,6 +34,10 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
         case ledgerAdmin
         /// The configuration the ledger ran with (catalog digests).
         case ledgerConfig
+        /// Customers' consent to sharing consumption data with Apple.
+        case ledgerConsent
+        /// Reconciliation with Apple: the drift reports.
+        case ledgerReconciliation
         /// A namespaced stream this build does not know (written by a newer build).
         case unknown(namespace: String)
     }
@@ -59,12 +63,16 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     }
     public static let ledgerAdmin = StreamId("ledger:admin")
     public static let ledgerConfig = StreamId("ledger:config")
+    public static let ledgerConsent = StreamId("ledger:consent")
+    public static let ledgerReconciliation = StreamId("ledger:reconciliation")
 
     public var kind: Kind {
         func rest(_ prefix: String) -> String? { text.hasPrefix(prefix) ? String(text.dropFirst(prefix.count)) : nil }
         if self == .appleTest { return .appleTest }
         if self == .ledgerAdmin { return .ledgerAdmin }
         if self == .ledgerConfig { return .ledgerConfig }
+        if self == .ledgerConsent { return .ledgerConsent }
+        if self == .ledgerReconciliation { return .ledgerReconciliation }
         if let id = rest(Self.appleSummaryPrefix) { return .appleSummary(requestIdentifier: id) }
         if let id = rest(Self.appleExternalPrefix) { return .appleExternalPurchase(id: id) }
         if let id = rest(Self.appleAppPrefix) { return .appleApp(bundleId: id) }
@@ -100,4 +108,11 @@ public enum DedupeKey {
     /// A catalog recorded after the one at `afterPosition`: two instances starting together record
     /// one transition, and going back to an earlier catalog is recorded again.
     public static func catalog(digest: String, afterPosition: Int64) -> String { "catalog:\(digest):after:\(afterPosition)" }
+    /// A customer's consent (or its withdrawal): each request is its own event.
+    public static func consent(_ id: UUID = UUID()) -> String { "consent:" + id.uuidString.lowercased() }
+    /// The ledger's one answer to the CONSUMPTION_REQUEST stored at `requestPosition` (sent, refused
+    /// or not sent): two senders racing store it once.
+    public static func consumptionAnswer(requestPosition: Int64) -> String { "consumption:\(requestPosition)" }
+    /// The drift report of one reconciliation run.
+    public static func reconciliationReport(runId: String) -> String { "reconcile-report:" + runId }
 }

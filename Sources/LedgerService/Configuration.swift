@@ -109,6 +109,8 @@ public struct LedgerConfiguration: Sendable {
     public var adminListen: (host: String, port: Int)?
     public var databasePoolSize: Int = 16
     public var apple = Apple()
+    /// The App Store Server API and verifyReceipt (AppleAPIConfiguration.swift).
+    public var appleAPI = AppleAPI()
     public var wechat = WeChat()
     public var http = HTTP()
     public var tokens: [TokenHash] = []
@@ -132,6 +134,7 @@ public struct LedgerConfiguration: Sendable {
         "LEDGER_DATABASE_URL", "LEDGER_ADMIN_DATABASE_URL", "LEDGER_READ_DATABASE_URL", "LEDGER_TOKENS",
         "LEDGER_APPLE_SHARED_SECRET", "LEDGER_WECHAT_TOKEN", "LEDGER_WECHAT_AES_KEY", "LEDGER_WECHAT_PREVIOUS_AES_KEY",
         "LEDGER_WECHAT_APP_KEY", "LEDGER_WECHAT_APP_SECRET", "LEDGER_SESSION_KEY",
+        "LEDGER_APPLE_API_PRIVATE_KEY",
     ]
 
     /// The environment with every `<NAME>_FILE` of `secretVariables` read into `<NAME>`: the file's
@@ -204,6 +207,7 @@ public struct LedgerConfiguration: Sendable {
                 self.apple.appAppleIds = Set(nums.map { $0.int64Value })
             }
             if let s = try string(apple["sharedSecret"], "apple.sharedSecret") { self.apple.sharedSecret = Secret(s) }
+            if let api = apple["api"] as? [String: Any] { try appleAPI.apply(file: api, path: path) }
         }
         if let w = object["wechat"] as? [String: Any] {
             if let s = try string(w["appId"], "wechat.appId") { wechat.appId = s }
@@ -297,6 +301,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = list("LEDGER_APPLE_ENVIRONMENTS") { apple.environments = try Self.environments(v, name: "LEDGER_APPLE_ENVIRONMENTS") }
         if let v = env["LEDGER_APPLE_SHARED_SECRET"], !v.isEmpty { apple.sharedSecret = Secret(v) }
+        try appleAPI.apply(environment: env)
         if let v = env["LEDGER_WECHAT_APPID"], !v.isEmpty { wechat.appId = v }
         if let v = env["LEDGER_WECHAT_TOKEN"], !v.isEmpty { wechat.token = Secret(v) }
         if let v = env["LEDGER_WECHAT_AES_KEY"], !v.isEmpty { wechat.aesKey = Secret(v) }

@@ -26,6 +26,8 @@ public final class LedgerApp: Sendable {
     let admin: AdminActions
     let catalogKeeper: CatalogKeeper
     let readiness: Readiness
+    /// Reconciliation, consumption answers, consent, receipts (the App Store Server API and verifyReceipt).
+    public let appleAPI: AppleAPIUseCases
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
@@ -53,6 +55,7 @@ public final class LedgerApp: Sendable {
             log.warn("accepting Production under a trusted root that is not Apple's (LEDGER_APPLE_ALLOW_TEST_ROOTS=true): never in a real deployment",
                      ["root": root.certificate.subject, "file": root.path, "sha256": AppleRootPolicy.fingerprint(root.certificate)])
         }
+        appleAPI = try AppleAPIUseCases(configuration: configuration, ingestion: apple, store: store, catalog: catalog, metrics: metrics, log: log)
         wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store)
         queries = SubscriptionQueries(store: store, catalog: catalog)
         refunds = RefundDesk(store: store)
@@ -182,6 +185,7 @@ extension LedgerApp {
             listeners.append(adminServer)
             services.append(HTTPService(name: "admin-http", server: adminServer))
         }
+        services += appleAPI.lifecycleServices(log: log)
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
         // Bind before anything runs, so a port in use fails `serve` at once with its reason.
         for server in listeners {

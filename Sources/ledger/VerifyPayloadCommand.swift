@@ -9,10 +9,14 @@ enum VerifyPayloadCommand {
     usage: ledger verify-payload [--root PATH]... [--test-pki] FILE|-
 
     Verifies stored or captured Apple evidence offline and prints it decoded: a compact JWS, a whole
-    App Store Server Notifications V2 body ({"signedPayload": …}) or a V1 body. Every JWS (the
-    notification and its nested signedTransactionInfo / signedRenewalInfo / signedAppTransactionInfo)
-    is checked at its own signedDate against the trusted roots, so years-old evidence still
-    verifies; no app or environment policy is applied. The raw column of an event is such a body.
+    App Store Server Notifications V2 body ({"signedPayload": …}), a V1 body, or an App Store
+    Server API answer the ledger stored (the raw of API/subscription-status: a Get All Subscription
+    Statuses answer; API/transaction: a JWS; also Get Transaction History and Get Notification
+    History pages; API/verify-receipt: a verifyReceipt answer, which Apple does not sign). Every
+    JWS (the notification and its nested signedTransactionInfo / signedRenewalInfo /
+    signedAppTransactionInfo, every signed item of an answer) is checked at its own signedDate
+    against the trusted roots, so years-old evidence still verifies; no app or environment policy
+    is applied. The raw column of an event is such an input.
 
       FILE         the input; - reads standard input
       --root PATH  trusted root certificate(s), DER or PEM; repeatable or colon-separated.
@@ -23,7 +27,8 @@ enum VerifyPayloadCommand {
 
     Prints the outcome per JWS, then the decoded JSON (nested JWS decoded in place as
     transactionInfo / renewalInfo / appTransactionInfo). Exit status: 0 when every JWS verified,
-    1 when any did not (or the input is a V1 body, which carries no signature), 2 on bad usage.
+    1 when any did not (or the input is a V1 body or a verifyReceipt answer, which carry no
+    signature), 2 on bad usage.
     """
 
     static func run(_ raw: [String]) async throws {
@@ -44,7 +49,7 @@ enum VerifyPayloadCommand {
         print(report.render())
         if !report.allVerified {
             let refused = report.outcomes.filter { !$0.verified }.count
-            let why = report.outcomes.isEmpty ? "nothing was verified (V1 bodies carry no signature)"
+            let why = report.outcomes.isEmpty ? "nothing was verified (V1 bodies and verifyReceipt answers carry no signature)"
                 : "\(refused) of \(report.outcomes.count) JWS did not verify"
             FileHandle.standardError.write(Data("ledger verify-payload: \(why)\n".utf8))
             exit(1)

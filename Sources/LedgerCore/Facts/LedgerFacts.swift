@@ -20,6 +20,9 @@ public enum LedgerEventType {
 /// | `config/catalog` | `catalog` (`detail.digest`, `detail.catalog`) | recording time |
 /// | `ledger_wechat_refund_inquiry_answer` | `refund_answer` of `pay_order_id` (`detail`: the decision) | the event's signed_at |
 /// | `ledger_wechat_order_linked` | `order_alias`: the order belongs to the linked subscription | the event's signed_at |
+/// | `customer/consent` | `consent` of `customerId` (`detail.consented`), no subscription | recording time (the latest recorded wins) |
+/// | `consumption/sent`, `consumption/refused`, `consumption/not-sent` | `consumption_answer` of the subscription and `transactionId` (`detail`: outcome, reason, requestPosition, request, answer) | the event's signed_at |
+/// | `reconcile/report` | none (the report is read back whole: `GET /v1/admin/drift`) | |
 /// | anything else (admin actions) | none | |
 enum LedgerFacts {
     static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
@@ -59,6 +62,10 @@ enum LedgerFacts {
             }
             return [Fact(subscription: SubscriptionKey(environment: SubscriptionKey.production, originalTransactionId: stream),
                          kind: .orderAlias, origin: .ledger, message: event.type, signedAt: signed, transactionId: order)]
+        case LedgerEventType.consent:
+            return [try ConsentRecord.fact(value, event: event)]
+        case LedgerEventType.consumptionSent, LedgerEventType.consumptionRefused, LedgerEventType.consumptionNotSent:
+            return [try ConsumptionAnswerRecord.fact(value, event: event)]
         default:
             return []
         }

@@ -88,7 +88,8 @@ public struct SubscriptionFold: Sendable {
             if let c = fact.customerId { customersNamed.insert(c) }
         case .orderAlias:
             link(fact.transactionId, fact.orderAlias)
-        case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable:
+        case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable,
+             .consent, .consumptionAnswer:
             link(fact.transactionId, fact.orderAlias)
         }
     }
@@ -398,7 +399,11 @@ public struct SubscriptionFold: Sendable {
             revocationType: winning?.revocationType,
             revocationPercentage: winning?.revocationPercentage,
             refundSignedDate: mine.map(\.signedAt).max(),
-            refundReversedSignedDate: reversals.filter { names.contains($0.transactionId ?? "") }.map(\.signedAt).max(),
+            // An App Store API snapshot states a reversal whenever the transaction is not revoked:
+            // only reversals after a revocation reverse anything.
+            refundReversedSignedDate: reversals.filter {
+                names.contains($0.transactionId ?? "") && $0.signedAt >= (mine.map(\.signedAt).min() ?? .max)
+            }.map(\.signedAt).max(),
             isUpgraded: slot.upgraded,
             price: tx.price,
             currency: tx.currency,

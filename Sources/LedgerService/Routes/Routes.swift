@@ -27,11 +27,14 @@ extension LedgerApp {
         }
         router.group(logFailures, tokens.require(.app), deadline: deadline) { app in
             addAppRoutes(to: &app)
+            addReconciliationAppRoutes(to: &app)
         }
         router.group(logFailures, tokens.require(.auditor), deadline: deadline) { auditor in
             addAuditorRoutes(to: &auditor)
+            addReconciliationAuditorRoutes(to: &auditor)
         }
         router.group(logFailures, tokens.require(.admin), deadline: deadline) { admin in
+            addReconciliationAdminRoutes(to: &admin)
             admin.add("GET", "/metrics") { [self] _ in await metricsAnswer() }
             admin.add("POST", "/v1/admin/rebuild", deadline: adminDeadline) { [self] request in try await rebuild(request) }
         }
