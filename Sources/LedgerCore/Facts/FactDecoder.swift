@@ -18,7 +18,7 @@ import Foundation
 /// would derive different facts from the same event; `ledger rederive` then derives the new
 /// version beside the old one (blue/green) and the readers switch when it is complete.
 public enum FactDecoder {
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
 
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).
