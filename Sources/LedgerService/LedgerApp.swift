@@ -26,6 +26,7 @@ public final class LedgerApp: Sendable {
     let admin: AdminActions
     let catalogKeeper: CatalogKeeper
     let readiness: Readiness
+    let wechatConfig: WeChatConfigKeeper
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
@@ -52,7 +53,8 @@ public final class LedgerApp: Sendable {
             log.warn("accepting Production under a trusted root that is not Apple's (LEDGER_APPLE_ALLOW_TEST_ROOTS=true): never in a real deployment",
                      ["root": root.certificate.subject, "file": root.path, "sha256": AppleRootPolicy.fingerprint(root.certificate)])
         }
-        wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store)
+        wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store, metrics: metrics, log: log)
+        wechatConfig = WeChatConfigKeeper(configuration: configuration.wechat, desk: wechat, store: store, log: log)
         queries = SubscriptionQueries(store: store, catalog: catalog)
         refunds = RefundDesk(store: store)
         ties = CustomerTies(store: store)
@@ -161,6 +163,9 @@ extension LedgerApp {
             services.append(HTTPService(name: "admin-http", server: adminServer))
         }
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
+        if configuration.wechat.isConfigured {
+            services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
+        }
         // Bind before anything runs, so a port in use fails `serve` at once with its reason.
         for server in listeners {
             do { try server.start() } catch { throw LedgerAppError.listen("\(error)") }

@@ -53,6 +53,8 @@ public final class Store: Sendable {
     public let worker: ProjectionWorker
     /// `ledger rederive`: facts of this build's schema version for every event.
     public let facts: FactDeriver
+    /// WeChat: the order alias index, refund-decision reads, plaintext nonces, orphans.
+    public let wechat: WeChatQueries
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -66,6 +68,7 @@ public final class Store: Sendable {
         refunds = RefundFactQueries(pool: pool)
         worker = ProjectionWorker(pool: pool, projector: projector)
         facts = FactDeriver(conninfo: configuration.databaseURL)
+        wechat = WeChatQueries(pool: pool)
     }
 
     /// A rebuild of the projections under this store's catalog (each run opens its own connections).

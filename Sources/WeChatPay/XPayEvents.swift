@@ -77,7 +77,7 @@ public struct XPayNotification: Sendable {
             stream = StreamId.wechatOrder(ids.first { !$0.isEmpty } ?? "").text
         case .other(let event, let msgType):
             key = push.message.text("MsgId").map { "msg:" + $0 } ?? "sha256:" + hash
-            stream = StreamId.wechatOther(event: event, msgType: msgType).text
+            stream = StreamId.wechatOther(event: Self.bucket(event), msgType: Self.bucket(msgType)).text
         }
         ids = Array(Set(ids.filter { !$0.isEmpty })).sorted()
         // The fact decoder is the judge of what the ledger can interpret: the push as it would be
@@ -93,7 +93,7 @@ public struct XPayNotification: Sendable {
         }
         if let reason {
             unreadableReason = reason
-            self.stream = StreamId.wechatUnreadable(event: push.event ?? push.msgType).text
+            self.stream = StreamId.wechatUnreadable(event: Self.bucket(push.event ?? push.msgType)).text
             dedupeKey = "sha256:" + hash
             orderIds = []
         } else {
@@ -119,6 +119,16 @@ public struct XPayNotification: Sendable {
         default:
             return "its OriginalTransactionId is not Apple's id"
         }
+    }
+
+    /// An event name as a stream's last part: WeChat's names are short identifiers; anything else
+    /// (a sender's invention, a corrupt value) shares one bucket rather than naming a stream.
+    static func bucket(_ name: String?) -> String? {
+        guard let name else { return nil }
+        let ok = !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy { b in
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2E || b == 0x2D
+        }
+        return ok ? name : "unrecognised"
     }
 
     /// The decoder's reason when it cannot read the push, nil when it can.

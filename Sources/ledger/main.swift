@@ -15,7 +15,8 @@ commands:
   rebuild          rebuild projections from position 0 into fresh tables and swap them in
   project          run the catch-up worker that advances projection checkpoints
   rederive         derive the facts of this build's fact schema version for every event
-  verify-payload   verify an Apple JWS or notification body offline and print it decoded
+  verify-payload   verify stored evidence offline (Apple JWS or bodies, WeChat pushes) and print it decoded
+  reconcile        ask WeChat (--wechat) for the contract state the ledger may have missed; record it
 
 Run `ledger <command> --help` for a command's options. Configuration comes from LEDGER_CONFIG
 (a JSON file) and the LEDGER_* environment variables listed in README.md. The development tools
@@ -37,6 +38,7 @@ do {
     case "project": try await ProjectCommand.run(rest)
     case "rederive": try await RederiveCommand.run(rest)
     case "verify-payload": try await VerifyPayloadCommand.run(rest)
+    case "reconcile": try await ReconcileWeChat.run(rest)
     case "simulate", "bench", "reliability":
         FileHandle.standardError.write(Data("ledger: '\(command)' is a development tool: run `ledger-dev \(command)` (swift build --product ledger-dev)\n".utf8))
         exit(2)

@@ -39,6 +39,16 @@ enum WeChatFacts {
     static let contractAnswerLag: EpochMillis = 10_000
 
     static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
+        let facts = try decode(event)
+        // Ingestion stored it as unreadable (`wechat:unreadable:<event>`): whatever else could be
+        // read from it, it is evidence only, and counted as such.
+        if case .wechatUnreadable = StreamId(event.streamId).kind {
+            throw FactDecodingError("ingestion kept it as unreadable evidence (its stream or ids cannot be filed)")
+        }
+        return facts
+    }
+
+    static func decode(_ event: NewEvent) throws(FactDecodingError) -> [Fact] {
         let value: JSONValue
         do { value = try JSONDecoder().decode(JSONValue.self, from: event.payload) } catch {
             throw FactDecodingError("the payload is not JSON: \(error)")

@@ -66,6 +66,6 @@ struct Readiness: Sendable {
         } else {
             out += "# projection status unavailable: the database did not answer\n"
         }
-        return out + (await catalog.unmappedProductsMetric())
+        return out + (await catalog.unmappedProductsMetric()) + (await wechatMetricsText())
     }
 }
