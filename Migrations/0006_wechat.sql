@@ -61,8 +61,8 @@ CREATE INDEX events_wechat_order_streams ON events (stream_id, recorded_at) WHER
 -- catch-up worker or `ledger rederive` (then `ledger rebuild` applies the new WeChat rules).
 INSERT INTO projection_checkpoints (projection, position, status) VALUES ('facts.v3', 0, 'running')
 ON CONFLICT (projection) DO NOTHING;
--- On an empty log version 2 has nothing to serve: retire it so it does not show as lagging. On a
--- populated one, instances of the previous release still read v2 until they are replaced; then
--- `ledger rederive --drop-other-versions` retires it.
-UPDATE projection_checkpoints SET status = 'retired', updated_at = now()
+-- On an empty log version 2 has nothing to serve: its checkpoint goes, so it does not show as
+-- lagging. On a populated one, instances of the previous release still read v2 until they are
+-- replaced; then `ledger rederive --drop-other-versions` retires it.
+DELETE FROM projection_checkpoints
 WHERE projection = 'facts.v2' AND (SELECT position FROM event_head WHERE singleton) = 0;

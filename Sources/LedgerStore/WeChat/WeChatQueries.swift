@@ -242,7 +242,7 @@ public struct WeChatQueries: Sendable {
     /// Claims `nonce` for a body (see `NonceClaim`).
     public func claimNonce(_ nonce: String, timestamp: Int64, bodySHA256: String, windowSeconds: Int) async throws(StoreError) -> NonceClaim {
         try await read { connection in
-            let text = try connection.query("SELECT wechat_claim_nonce($1, $2, $3, $4) AS claim",
+            let text = try connection.query("SELECT wechat_claim_nonce($1, $2, $3, $4::integer) AS claim",
                                             [.text(nonce), .int64(timestamp), .text(bodySHA256), .int64(Int64(windowSeconds))],
                                             name: "claim nonce").first?.decode(String.self, "claim")
             guard let claim = text.flatMap(NonceClaim.init(rawValue:)) else {

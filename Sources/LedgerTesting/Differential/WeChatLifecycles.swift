@@ -105,13 +105,16 @@ struct WeChatScript {
     }
 
     /// A paid order. Sometimes the push has no WeChatPayInfo (no PaidTime, no MchOrderNo or
-    /// TransactionId): the order then starts at the first push's CreateTime (one second after the
-    /// payment here), and WeChat's re-push, sent later with a later CreateTime, must not move it.
+    /// TransactionId): the order then starts where the period before it ended (the latest earlier
+    /// RenewalDate, or the SignedTime of a signing of its period) — never at a push's CreateTime,
+    /// which WeChat's re-push moves.
     mutating func order(product: String, paid: EpochMillis, renewalDate: EpochMillis, mayOmitPayInfo: Bool = true) -> Int {
         let k = world.orders.count
         let id = "WX\(otid)T\(k + 1)"
         let withPay = !mayOmitPayInfo || !rng.chance(0.1)
-        let start = withPay ? paid : paid + 1000
+        let ends = world.orders.map(\.renewalDate) + world.signings.map(\.renewalDate)
+        let placed = (ends.filter { $0 < renewalDate } + world.signings.filter { $0.renewalDate <= renewalDate && $0.at < renewalDate }.map(\.at)).max()
+        let start = withPay ? paid : placed ?? paid + 1000
         world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: start, renewalDate: renewalDate))
         orderIds.append(id)
         payInfo.append(withPay)
@@ -120,7 +123,7 @@ struct WeChatScript {
         products.append(product)
         world.contract.append(WeChatWorld.ContractChange(at: start, autoRenew: 1))
         push(.deliver(order: k), at: paid,
-             "deliver \(id) \(product) paid → \(DiffTime.iso(renewalDate))\(withPay ? "" : " (no WeChatPayInfo: starts at its CreateTime)")")
+             "deliver \(id) \(product) paid → \(DiffTime.iso(renewalDate))\(withPay ? "" : " (no WeChatPayInfo: starts at \(DiffTime.iso(start)), where the period before it ended)")")
         if !withPay { tags.insert("delivery-without-paid-time") }
         return k
     }
@@ -279,7 +282,10 @@ struct WeChatScript {
     /// (path with query, body, content type) for `note`, as WeChat would push it.
     func render(_ note: WxNote, retry: Bool, crypto: WxCrypto, nonce: String) throws -> (String, Data, String) {
         let members = message(note, retry: retry)
-        let ts = String(note.at / 1000 + (retry ? 9 : 2))
+        // Plaintext mode's signature does not cover the body, so the ledger refuses a timestamp
+        // outside its replay window: plaintext pushes are signed now, as WeChat signs each send.
+        let ts = note.mode == .xmlPlain ? String(Int64(Date().timeIntervalSince1970) + (retry ? 1 : 0))
+            : String(note.at / 1000 + (retry ? 9 : 2))
         let signature = PushSignature.compute([WxCrypto.token, ts, nonce])
         switch note.mode {
         case .xmlPlain:
