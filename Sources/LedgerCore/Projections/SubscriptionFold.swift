@@ -337,7 +337,15 @@ public struct SubscriptionFold: Sendable {
             // Ends every push states, and the signings' times: what places a period without PaidTime.
             var ends = Set(fold.slots.values.compactMap(\.transaction.expiresDate))
             for f in signingFacts { if let e = f.renewal?.renewalDate { ends.insert(e) } }
-            let signed = signingFacts.compactMap { f in f.renewal?.renewalDate.map { (at: f.signedAt, end: $0) } }
+            // A signing after an unsigning of the same period turns auto-renew back on within a
+            // period already begun: it starts nothing (seed 000 §3: a new contract only after the
+            // current period ends).
+            let unsignings = wechatRenewals.filter { $0.message == XPayEventName.unsigning }
+            let signed = signingFacts.compactMap { f -> (at: EpochMillis, end: EpochMillis)? in
+                guard let end = f.renewal?.renewalDate else { return nil }
+                if unsignings.contains(where: { $0.renewal?.renewalDate == end && $0.signedAt < f.signedAt }) { return nil }
+                return (f.signedAt, end)
+            }
             func placed(before end: EpochMillis) -> EpochMillis? {
                 var best: EpochMillis?
                 for e in ends where e < end { best = max(best ?? e, e) }

@@ -81,6 +81,8 @@ struct WeChatScript {
     var payTransactionIds: [String] = []
     var payInfo: [Bool] = []
     var products: [String] = []
+    /// Times of signings that re-enable auto-renew within a period (after its unsigning).
+    var resignings = Set<EpochMillis>()
     let otid: String
 
     static let weekly = ("wx_vip_weekly", 7 * DiffTime.day)
@@ -113,7 +115,9 @@ struct WeChatScript {
         let id = "WX\(otid)T\(k + 1)"
         let withPay = !mayOmitPayInfo || !rng.chance(0.1)
         let ends = world.orders.map(\.renewalDate) + world.signings.map(\.renewalDate)
-        let placed = (ends.filter { $0 < renewalDate } + world.signings.filter { $0.renewalDate <= renewalDate && $0.at < renewalDate }.map(\.at)).max()
+        // Signings that re-enable auto-renew within a period (after an unsigning of it) start nothing.
+        let starts = world.signings.filter { s in !resignings.contains(s.at) && s.renewalDate <= renewalDate && s.at < renewalDate }
+        let placed = (ends.filter { $0 < renewalDate } + starts.map(\.at)).max()
         let start = withPay ? paid : placed ?? paid + 1000
         world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: start, renewalDate: renewalDate))
         orderIds.append(id)
@@ -176,6 +180,7 @@ struct WeChatScript {
                 } else {
                     on = true
                     world.signings.append(WeChatWorld.Signing(at: u, renewalDate: renewalDate, productId: product))
+                    resignings.insert(u)
                     world.contract.append(WeChatWorld.ContractChange(at: u, autoRenew: 1))
                     push(.signing(renewalDate: renewalDate, product: product), at: u, "signing again (auto-renew on)")
                     tags.insert("re-signed")
