@@ -199,8 +199,21 @@ public struct XPayNotification: Sendable {
         return (order, t)
     }
 
+    /// Format-independent: XML carries every value as text, so values are hashed as their text
+    /// (a JSON 3000 and an XML `<X>3000</X>` are the same message).
     static func contentHash(_ message: JSONValue) -> String {
-        Hex.encode(Digest.sha256(message.removing(["CreateTime", "RetryTimes"]).canonicalJSON()))
+        func text(_ v: JSONValue) -> JSONValue {
+            switch v {
+            case .object(let o): return .object(o.mapValues(text))
+            case .array(let a): return .array(a.map(text))
+            case .integer(let i): return .string(String(i))
+            case .number(let d): return .string(String(d))
+            case .bool(let b): return .string(b ? "true" : "false")
+            case .null: return .string("")
+            case .string: return v
+            }
+        }
+        return Hex.encode(Digest.sha256(text(message.removing(["CreateTime", "RetryTimes"])).canonicalJSON()))
     }
 }
 

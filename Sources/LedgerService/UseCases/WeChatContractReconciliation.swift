@@ -37,7 +37,9 @@ struct WeChatContractReconciliation: Sendable {
         var linked = 0
     }
 
-    func run(dryRun: Bool, progress: @Sendable (Int, Int) -> Void = { _, _ in }) async throws -> Report {
+    /// - Parameter orphanAge: orphans younger than this are left to the pushes still coming (a
+    ///   delivery usually follows within seconds).
+    func run(dryRun: Bool, orphanAge: Duration = .seconds(3600), progress: @Sendable (Int, Int) -> Void = { _, _ in }) async throws -> Report {
         var report = Report(dryRun: dryRun)
         let pairs = try await store.wechat.contractPairs()
         for (i, pair) in pairs.enumerated() {
@@ -67,7 +69,7 @@ struct WeChatContractReconciliation: Sendable {
                                                  wechat: answer.value, position: position))
         }
         progress(pairs.count, pairs.count)
-        try await reconcileOrphans(&report)
+        try await reconcileOrphans(&report, olderThan: Clock.nowMillis() - EpochMillis(orphanAge.milliseconds))
         return report
     }
 
@@ -83,8 +85,8 @@ struct WeChatContractReconciliation: Sendable {
 
     /// Orphans older than an hour whose refunds named the customer: WeChat's `query_order` knows
     /// the order's ids (a refund naming only WxOrderId is otherwise tied to nothing).
-    private func reconcileOrphans(_ report: inout Report) async throws {
-        let orphans = try await store.wechat.orphans(recordedBefore: Clock.nowMillis() - 3_600_000, limit: 10_000)
+    private func reconcileOrphans(_ report: inout Report, olderThan: EpochMillis) async throws {
+        let orphans = try await store.wechat.orphans(recordedBefore: olderThan, limit: 10_000)
         for orphan in orphans {
             guard let openId = orphan.openIds.first else { continue }
             report.orphansAsked += 1
@@ -136,8 +138,9 @@ public enum WeChatReconcile {
         }
     }
 
-    public static func run(configuration: LedgerConfiguration, dryRun: Bool, transport: (any XPayTransport)? = nil,
-                           log: Log = .shared, progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }) async throws -> Summary {
+    public static func run(configuration: LedgerConfiguration, dryRun: Bool, orphanAge: Duration = .seconds(3600),
+                           transport: (any XPayTransport)? = nil, log: Log = .shared,
+                           progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }) async throws -> Summary {
         let c = configuration.wechat
         guard let appId = c.appId, let secret = c.appSecret, let appKey = c.appKey, let url = URL(string: c.apiBaseURL) else {
             throw ServiceFailure(422, "wechat_api_not_configured",
@@ -155,7 +158,7 @@ public enum WeChatReconcile {
         let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 2, catalog: catalog))
         defer { store.close() }
         let reconciliation = WeChatContractReconciliation(store: store, api: api, linker: WeChatOrderLinker(store: store, log: log), log: log)
-        let report = try await reconciliation.run(dryRun: dryRun, progress: progress)
+        let report = try await reconciliation.run(dryRun: dryRun, orphanAge: orphanAge, progress: progress)
         await store.events.finish()
         return Summary(
             dryRun: dryRun, asked: report.asked, agreed: report.agreed,

@@ -245,11 +245,14 @@ extension WeChatPushDesk {
         let reply = try receiver.reply(.refundAnswer(decision), to: note.push)
         // Linking the inquiry's order stream is not part of the answer: it runs after the reply is
         // ready, off the deadline (any later push of the order, or the reconciliation, retries it).
+        // Skipped when the decision's read did not finish: the database is struggling, and any
+        // later push of the order (or the reconciliation) links the stream.
         let linker = self.linker, log = self.log
-        let known = inputs?.group
+        guard let known = inputs?.group, !known.subscriptions.isEmpty, !known.linkedStreams.contains(note.stream) else {
+            return WeChatReply(body: reply, contentType: contentType(note.push))
+        }
         Task {
             do {
-                if let known, known.subscriptions.isEmpty { return }
                 try await linker.relink(after: note)
             } catch {
                 log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
