@@ -30,6 +30,9 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
         case wechatOrder(orderId: String)
         /// Authentic WeChat pushes the ledger does not model, by event name.
         case wechatOther(name: String)
+        /// Authentic xpay pushes the ledger could not fully interpret (a required field missing),
+        /// kept as evidence, by event name.
+        case wechatUnreadable(name: String)
         /// The ledger's administrative actions.
         case ledgerAdmin
         /// The configuration the ledger ran with (catalog digests).
@@ -48,6 +51,7 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     private static let appleAppPrefix = "apple:app:"
     private static let wechatOrderPrefix = "wechat:order:"
     private static let wechatOtherPrefix = "wechat:other:"
+    private static let wechatUnreadablePrefix = "wechat:unreadable:"
     private static let namespaces = ["apple:", "wechat:", "ledger:"]
 
     public static func subscription(_ originalTransactionId: String) -> StreamId { StreamId(originalTransactionId) }
@@ -61,6 +65,8 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     public static func wechatOther(event: String?, msgType: String?) -> StreamId {
         StreamId(wechatOtherPrefix + (event ?? msgType ?? "unknown"))
     }
+    /// An authentic xpay push the ledger could not fully interpret (kept as evidence).
+    public static func wechatUnreadable(event: String?) -> StreamId { StreamId(wechatUnreadablePrefix + (event ?? "unknown")) }
     public static let ledgerAdmin = StreamId("ledger:admin")
     public static let ledgerConfig = StreamId("ledger:config")
     public static let ledgerConsent = StreamId("ledger:consent")
@@ -78,6 +84,7 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
         if let id = rest(Self.appleAppPrefix) { return .appleApp(bundleId: id) }
         if let id = rest(Self.wechatOrderPrefix) { return .wechatOrder(orderId: id) }
         if let name = rest(Self.wechatOtherPrefix) { return .wechatOther(name: name) }
+        if let name = rest(Self.wechatUnreadablePrefix) { return .wechatUnreadable(name: name) }
         if let namespace = Self.namespaces.first(where: text.hasPrefix) { return .unknown(namespace: namespace) }
         return .subscription(originalTransactionId: text)
     }
@@ -97,8 +104,17 @@ public enum DedupeKey {
     public static func wechatDelivery(_ orderId: String) -> String { "deliver:" + orderId }
     /// The link of a provisional order stream to a subscription: linking twice is one event.
     public static func orderLink(_ provisional: StreamId) -> String { "link:" + provisional.text }
-    /// The ledger's answer to a refund inquiry for `payOrderId`: one per order.
+    /// The ledger's answer to one asking of a refund inquiry (`pay_order_id`, `refund_time` in
+    /// seconds): one answer per asking; a re-push of the asking gets the stored answer.
+    public static func refundDecision(payOrderId: String, refundTime: Int64) -> String {
+        "refund-decision:\(payOrderId):\(refundTime)"
+    }
+    /// The answer to an inquiry stored before answers were per asking (one per order).
     public static func refundDecision(payOrderId: String) -> String { "refund-decision:" + payOrderId }
+    /// WeChat's answer to the ledger's `query_subscribe_contract` (or `query_order`) at `askedAt`.
+    public static func wechatAPIAnswer(_ api: String, subject: String, askedAt: EpochMillis) -> String {
+        "api:\(api):\(subject):\(askedAt)"
+    }
     /// A customer tie or untie: each request is its own event.
     public static func customerTie(_ id: UUID = UUID()) -> String { "customer:" + id.uuidString.lowercased() }
     /// An admin action: each request is its own event.

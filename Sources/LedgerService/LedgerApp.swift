@@ -28,6 +28,7 @@ public final class LedgerApp: Sendable {
     let readiness: Readiness
     /// Reconciliation, consumption answers, consent, receipts (the App Store Server API and verifyReceipt).
     public let appleAPI: AppleAPIUseCases
+    let wechatConfig: WeChatConfigKeeper
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
@@ -56,7 +57,8 @@ public final class LedgerApp: Sendable {
                      ["root": root.certificate.subject, "file": root.path, "sha256": AppleRootPolicy.fingerprint(root.certificate)])
         }
         appleAPI = try AppleAPIUseCases(configuration: configuration, ingestion: apple, store: store, catalog: catalog, metrics: metrics, log: log)
-        wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store)
+        wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store, metrics: metrics, log: log)
+        wechatConfig = WeChatConfigKeeper(configuration: configuration.wechat, desk: wechat, store: store, log: log)
         queries = SubscriptionQueries(store: store, catalog: catalog)
         refunds = RefundDesk(store: store)
         ties = CustomerTies(store: store)
@@ -187,6 +189,9 @@ extension LedgerApp {
         }
         services += appleAPI.lifecycleServices(log: log)
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
+        if configuration.wechat.isConfigured {
+            services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
+        }
         // Bind before anything runs, so a port in use fails `serve` at once with its reason.
         for server in listeners {
             do { try server.start() } catch { throw LedgerAppError.listen("\(error)") }

@@ -65,6 +65,8 @@ public final class Store: Sendable {
     let replica: ReadReplica?
     /// Reconciliation runs, job locks and the consumption outbox (Migrations/0007).
     public let reconciliation: ReconciliationStore
+    /// WeChat: the order alias index, refund-decision reads, plaintext nonces, orphans.
+    public let wechat: WeChatQueries
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -84,6 +86,7 @@ public final class Store: Sendable {
                         catalog: configuration.catalog, maxLag: configuration.replicaMaxLag)
         }
         reconciliation = ReconciliationStore(pool: pool, conninfo: configuration.databaseURL)
+        wechat = WeChatQueries(pool: pool)
     }
 
     /// Runs a read on the replica when it may answer it (see `ReadReplica`: it has replayed

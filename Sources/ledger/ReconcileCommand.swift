@@ -10,6 +10,7 @@ enum ReconcileCommand {
     static let help = """
     usage: ledger reconcile --since <epoch ms> [--until <epoch ms>] [--environment Production|Sandbox] [--dry-run] [--all]
            ledger reconcile --test-notification [--environment Production|Sandbox] [--timeout SECONDS]
+           ledger reconcile --wechat [--dry-run]   (WeChat's contract state: see ledger reconcile --wechat --help)
 
     Reconciles the ledger with Apple through the App Store Server API:
       1. stores every notification of the window's Get Notification History that the webhook
@@ -44,10 +45,7 @@ enum ReconcileCommand {
 
     static func run(_ raw: [String]) async throws {
         let args = try parse(raw, command: "reconcile", valued: ["since", "until", "environment", "timeout"],
-                             boolean: ["dry-run", "all", "test-notification", "wechat"], help: help)
-        if args.has("wechat") {
-            throw CommandFailure(message: "WeChat reconciliation (--wechat) is not in this build: this ledger reconciles with Apple only", exitCode: 2)
-        }
+                             boolean: ["dry-run", "all", "test-notification"], help: help)
         guard args.positionals.isEmpty else {
             throw CommandFailure(message: "unexpected argument \(args.positionals[0]); see ledger reconcile --help", exitCode: 2)
         }

@@ -80,6 +80,9 @@ public enum FactKind: String, Sendable, Hashable, CaseIterable, Codable {
     case consumptionAnswer = "consumption_answer"
     /// A verified event the ledger could not interpret (`detail.reason`): kept, counted, never folded.
     case unreadable
+    /// An ordinary WeChat purchase (a delivery without AppleSubscriptionInfo): the order, its
+    /// amount and customer, for auditors. No subscription folds it.
+    case purchase
 }
 
 /// Which decoder a fact came from.

@@ -81,8 +81,12 @@ public struct RefundCase: Sendable, Equatable, Codable {
         public var evidence: String?
         /// The asking that triggered it.
         public var inquiryPosition: Int64?
-        /// recordedAt of the answer − recordedAt of the asking that triggered it.
+        /// How long the ledger took to answer: `decidedInMs` when recorded, else recordedAt of the
+        /// answer − recordedAt of the asking that triggered it.
         public var latencyMs: Int64?
+        /// Measured in process from the asking's arrival to the reply being ready (answers
+        /// recorded since the refund deadline; nil before).
+        public var decidedInMs: Int64?
         /// recordedAt of the answer − the asking's own `refund_time` (includes WeChat's delivery
         /// delay and clock skew; second resolution).
         public var latencyFromAskedMs: Int64?

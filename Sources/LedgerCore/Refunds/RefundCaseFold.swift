@@ -285,7 +285,12 @@ struct WeChatInputs {
         var triggered: [Int64: Int64] = [:]   // inquiry position → answer position
         var answerRows: [RefundCase.Answer] = []
         for (a, v) in zip(answered, answerDetails) {
-            let trigger = asked.first { $0.recordedAt <= a.recordedAt && triggered[$0.position] == nil }
+            // An answer names the asking it replied to (its refund_time, seconds); answers stored
+            // before they did are matched to the first unanswered asking recorded by then.
+            let named = v["refund_time"]?.int64.flatMap { t in
+                asked.first { $0.signedAt / 1000 == t && triggered[$0.position] == nil }
+            }
+            let trigger = named ?? asked.first { $0.recordedAt <= a.recordedAt && triggered[$0.position] == nil }
             if let t = trigger { triggered[t.position] = a.position }
             let code = v["result_code"]?.int64
             let decision: RefundCase.Decision? = v["decision"]?.text.flatMap(RefundCase.Decision.init(rawValue:))
@@ -296,7 +301,11 @@ struct WeChatInputs {
                 position: a.position, recordedAt: a.recordedAt, resultCode: code, decision: decision,
                 rule: v["rule"]?.text, resultInfo: info, evidence: v["evidence"]?.text,
                 inquiryPosition: trigger?.position,
-                latencyMs: trigger.map { a.recordedAt &- $0.recordedAt },
+                // The time the ledger took, measured in process from the asking's arrival to the
+                // reply being ready (`decidedInMs`); answers recorded before it was measured fall
+                // back to the recording times (0 when stored in the asking's transaction).
+                latencyMs: v["decidedInMs"]?.int64 ?? trigger.map { a.recordedAt &- $0.recordedAt },
+                decidedInMs: v["decidedInMs"]?.int64,
                 latencyFromAskedMs: trigger.map { a.recordedAt &- $0.signedAt }))
         }
         let inquiryRows = zip(asked, askedDetails).map { q, v -> RefundCase.Inquiry in

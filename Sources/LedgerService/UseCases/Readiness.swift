@@ -76,6 +76,6 @@ struct Readiness: Sendable {
         } else {
             out += "# projection status unavailable: the database did not answer\n"
         }
-        return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric())
+        return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric()) + (await wechatMetricsText())
     }
 }
