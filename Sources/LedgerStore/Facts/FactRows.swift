@@ -172,40 +172,10 @@ struct FactQueryRow: FactFields {
     func bool(_ c: FactColumn) -> Bool? { try? row.decode(Bool?.self, at: c.rawValue) }
 }
 
-/// A row of `COPY (SELECT <FactRows.columns> …) TO STDOUT` in text format, read in place.
-struct FactCopyRow: FactFields {
-    let text: CopyText
-    var strings: RepeatedStrings? = nil
-    func string(_ c: FactColumn) -> String? {
-        if let strings, strings.remembers(c) { return strings.string(c, in: text) }
-        return text.string(c.rawValue)
-    }
-    func integer(_ c: FactColumn) -> Int64? { text.integer(c.rawValue) }
-    func bool(_ c: FactColumn) -> Bool? { text.bool(c.rawValue) }
-}
-
-/// The rebuild reads a subscription's facts one after another, and most text columns repeat from
-/// row to row (product, bundle, currency, environment, kinds, the subscription's customer): each
-/// column remembers its last value and reuses the String when the bytes are the same, instead of
-/// allocating a new one per row.
-final class RepeatedStrings {
-    static let columns: Set<FactColumn> = [
-        .kind, .origin, .message, .customerId, .txOriginal, .bundleId, .productId, .productType, .currency,
-        .environment, .inAppOwnershipType, .appAccountToken, .rProductId, .autoRenewProductId, .rAppAccountToken,
-        .offerIdentifier, .rOfferIdentifier, .streamId,
-    ]
-    private static let remembered: [Bool] = FactColumn.allCases.map { columns.contains($0) }
-    private var bytes = [[UInt8]](repeating: [], count: FactColumn.allCases.count)
-    private var values = [String?](repeating: nil, count: FactColumn.allCases.count)
-
-    func remembers(_ c: FactColumn) -> Bool { Self.remembered[c.rawValue] }
-
-    func string(_ c: FactColumn, in text: CopyText) -> String? {
-        let i = c.rawValue
-        if values[i] != nil, text.equals(i, bytes[i]) { return values[i] }
-        guard let value = text.string(i) else { return nil }
-        bytes[i] = text.rawBytes(i) ?? []
-        values[i] = value
-        return value
-    }
+/// A row of `COPY (SELECT <FactRows.columns> …) TO STDOUT` in text format, read in place by the
+/// scan's reader (the row `split` last).
+extension CopyRowReader: FactFields {
+    func string(_ c: FactColumn) -> String? { string(c.rawValue) }
+    func integer(_ c: FactColumn) -> Int64? { integer(c.rawValue) }
+    func bool(_ c: FactColumn) -> Bool? { bool(c.rawValue) }
 }

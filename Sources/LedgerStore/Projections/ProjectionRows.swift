@@ -83,6 +83,27 @@ struct CopyBuffers {
         }
     }
 
+    /// Hands each table's buffer that holds at least `atLeast` bytes to that table's writer
+    /// (the rebuild's bulk pass), starting a fresh buffer.
+    mutating func send(to writers: [TableWriter], atLeast: Int) throws {
+        for writer in writers {
+            switch writer.table {
+            case .subscriptions: try Self.send(&subscriptions, to: writer, atLeast: atLeast)
+            case .customerSubscriptions: try Self.send(&customerSubscriptions, to: writer, atLeast: atLeast)
+            case .transactions: try Self.send(&transactions, to: writer, atLeast: atLeast)
+            case .entitlements: try Self.send(&entitlements, to: writer, atLeast: atLeast)
+            }
+        }
+    }
+
+    private static func send(_ bytes: inout [UInt8], to writer: TableWriter, atLeast: Int) throws {
+        guard !bytes.isEmpty, bytes.count >= atLeast else { return }
+        let capacity = bytes.capacity
+        try writer.queue.push(bytes)
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
     /// Writes every buffer with one COPY per table and empties them.
     mutating func flush(on connection: Connection, next: Bool) throws {
         try flush(&subscriptions, .subscriptions, on: connection, next: next)
