@@ -57,27 +57,30 @@ final class CopyRowReader {
         if end > 0 && base.load(fromByteOffset: end - 1, as: UInt8.self) == 0x0A { end -= 1 }
         var fieldStart = 0
         var fields = 0
+        // Locals, so the loop keeps them in registers (stores through the pointers could alias
+        // the object's fields otherwise).
+        let capacity = capacity, starts = starts, ends = ends
         @inline(__always) func tab(at i: Int) {
             if fields < capacity { starts[fields] = fieldStart; ends[fields] = i }
-            fields += 1
-            fieldStart = i + 1
+            fields &+= 1
+            fieldStart = i &+ 1
         }
         // Eight bytes at a time: a byte of `x ^ 0x09…` is zero exactly where `x` has a tab; the
         // expression below sets the top bit of exactly those bytes (no false positives).
         var i = 0
         let low7: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
-        while i + 8 <= end {
+        while i &+ 8 <= end {
             let y = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) ^ 0x0909_0909_0909_0909
             var mask = ~(((y & low7) &+ low7) | y | low7)
             while mask != 0 {
-                tab(at: i + mask.trailingZeroBitCount >> 3)
+                tab(at: i &+ mask.trailingZeroBitCount &>> 3)
                 mask &= mask &- 1
             }
-            i += 8
+            i &+= 8
         }
         while i < end {
             if base.load(fromByteOffset: i, as: UInt8.self) == 0x09 { tab(at: i) }
-            i += 1
+            i &+= 1
         }
         tab(at: end)
         count = fields
@@ -122,7 +125,8 @@ final class CopyRowReader {
     }
 
     static func unescaped(_ slice: UnsafeRawBufferPointer) -> String {
-        if memchr(slice.baseAddress!, 0x5C, slice.count) == nil { return String(decoding: slice, as: UTF8.self) }
+        guard let base = slice.baseAddress, !slice.isEmpty else { return "" }
+        if memchr(base, 0x5C, slice.count) == nil { return String(decoding: slice, as: UTF8.self) }
         var out: [UInt8] = []
         out.reserveCapacity(slice.count)
         var k = slice.startIndex
@@ -150,6 +154,24 @@ final class CopyRowReader {
     /// A decimal integer column (bigint, smallint, integer); nil for NULL or anything else.
     func integer(_ i: Int) -> Int64? {
         guard let f = field(i), !f.isEmpty else { return nil }
+        let p = f.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let negative = p[0] == UInt8(ascii: "-")
+        var k = negative ? 1 : 0
+        let n = f.count
+        if k == n { return nil }
+        // Up to 18 digits cannot overflow: no checks per digit (times are 13 digits).
+        guard n - k <= 18 else { return Self.checkedInteger(f) }
+        var value: Int64 = 0
+        while k < n {
+            let d = p[k] &- 0x30
+            guard d < 10 else { return nil }
+            value = value &* 10 &+ Int64(d)
+            k += 1
+        }
+        return negative ? -value : value
+    }
+
+    private static func checkedInteger(_ f: UnsafeRawBufferPointer) -> Int64? {
         var k = 0
         var negative = false
         if f[0] == UInt8(ascii: "-") { negative = true; k = 1 }

@@ -580,7 +580,7 @@ final class TableWriter: Sendable {
                     while let chunk = try queue.pop() { try writer.write(chunk) }
                 }
                 for statement in table.indexStatements(next: true) { try connection.query(statement, name: "index next table") }
-                try connection.query("ANALYZE \(table.qualified(next: true))", name: "analyze next table")
+                try connection.query("ANALYZE \(table.qualified(next: true)) (\(table.statisticsColumns))", name: "analyze next table")
             }
         } catch {
             queue.fail(error)
