@@ -51,8 +51,10 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
     /// catch-up (streams touched after the snapshot are refolded once before, without the lock).
     public var caughtUpStreams: Int
     public var seconds: Double
-    /// Where the time went: the bulk read+fold+COPY, building keys and indexes, the swap
-    /// (appends wait during the swap only).
+    /// Where the time went: the bulk read+fold+COPY (until the last partition has read and
+    /// folded its range), then the table writers' rest (their last rows, keys, indexes and
+    /// statistics) and the catch-up before the lock, then the swap (appends wait during the swap
+    /// only) and dropping the retired tables.
     public var bulkSeconds: Double = 0
     public var indexSeconds: Double = 0
     public var swapSeconds: Double = 0
@@ -86,7 +88,10 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
 ///    to H, ordered by subscription, with `COPY (SELECT …) TO STDOUT` (never an event's payload or
 ///    `raw`). Fold one subscription at a time (memory stays bounded by the largest subscription,
 ///    plus the few WeChat order facts that have no subscription yet, held to join theirs) and COPY
-///    the rows into fresh `projections.<table>_next` tables.
+///    the rows into fresh `projections.<table>_next` tables. The read is split into `partitions`
+///    ranges of subscriptions, each with its reader and fold on a thread of its own; one writer
+///    per table (`TableWriter`) creates its fresh table, loads every partition's rows, and builds
+///    the table's keys, indexes and statistics, all tables at once.
 /// 2. In ONE transaction: take the event-head lock (appends wait from here to the commit), refold
 ///    the subscriptions that facts after H touched, drop the live tables and rename the fresh ones
 ///    into place, set the checkpoints, commit. Readers see the old tables or the new ones, never a
@@ -308,7 +313,7 @@ public struct Rebuilder: Sendable {
         }
         var gains: [EntitlementChange] = []
         var losses: [EntitlementChange] = []
-        let (head, events, streams) = try streamFacts(progress: progress) { key, facts, orderFacts in
+        let (head, factRows, streams) = try streamFacts(progress: progress) { key, facts, orderFacts in
             let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
             let grants = Set((fold.state(at: now).map { EntitlementGrant.grants(of: $0, catalog: projector.catalog) } ?? []).map(EntitlementChange.init))
             let before = stored.removeValue(forKey: key.text) ?? []
@@ -317,10 +322,12 @@ public struct Rebuilder: Sendable {
         }
         for rest in stored.values { losses += rest }
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
-        return RebuildReport(
+        var report = RebuildReport(
             projections: [.entitlements], dryRun: true, snapshotHead: head, swapHead: head, events: Int(head), streams: streams,
             caughtUpStreams: 0, seconds: seconds, eventsPerSecond: Double(head) / seconds, peakRSSBytes: Self.peakRSS(),
             gains: gains.sorted(), losses: losses.sorted(), evaluatedAt: now)
+        report.facts = factRows
+        return report
     }
 
     // MARK: the bulk read
