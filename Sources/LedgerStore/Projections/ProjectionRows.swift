@@ -105,10 +105,10 @@ struct CopyBuffers {
 
     private static func send(_ bytes: inout [UInt8], to writer: TableWriter, atLeast: Int) throws {
         guard !bytes.isEmpty, bytes.count >= atLeast else { return }
-        let capacity = bytes.capacity
         try writer.queue.push(bytes)
-        bytes = []
-        bytes.reserveCapacity(capacity)
+        // Room for the threshold and one more subscription's rows: the buffer never doubles.
+        bytes = writer.queue.spare()
+        bytes.reserveCapacity(atLeast + (64 << 10))
     }
 
     /// Writes every buffer with one COPY per table and empties them.
