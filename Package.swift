@@ -36,7 +36,7 @@ let package = Package(
         .target(name: "WeChatPay", dependencies: ["LedgerCore", "Crypto"], swiftSettings: swiftSettings),
         .target(
             name: "LedgerService",
-            dependencies: ["LedgerCore", "LedgerStore", "AppStore", "WeChatPay", "HTTPServer", "Postgres", "Crypto"],
+            dependencies: ["LedgerCore", "LedgerStore", "AppStore", "WeChatPay", "HTTPServer", "Crypto"],
             swiftSettings: swiftSettings
         ),
         // Option parsing, failures with exit codes and progress bars, shared by both executables
@@ -71,7 +71,7 @@ let package = Package(
         .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "WeChatPayTests", dependencies: ["WeChatPay", "LedgerTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerServiceTests", dependencies: ["LedgerService", "LedgerTesting", "CryptoTesting"], swiftSettings: swiftSettings),
         // Reads the package graph (`swift package dump-package`): `ledger` links no test support.
         .testTarget(name: "PackageGraphTests", swiftSettings: swiftSettings),

@@ -119,9 +119,10 @@ for row in "${SAMPLE[@]:1}"; do
   echo "  curl -s -H \"Authorization: Bearer $APP_TOKEN\" $BASE/v1/customers/$t/entitlements   # subscription $o"
 done
 cat <<EOF
-  # metrics and readiness
-  curl -s $BASE/metrics | grep ^ledger_
+  # readiness (status for anyone; the detail and /metrics need the admin token, or LEDGER_ADMIN_LISTEN)
   curl -s $BASE/readyz
+  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/readyz
+  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/metrics | grep ^ledger_
 
 Re-verify a stored notification's raw evidence offline, as an auditor would:
   $LEDGER_PG_BIN/psql "$LEDGER_DATABASE_URL" -XAtc "SELECT convert_from(raw, 'UTF8') FROM events WHERE stream_id = '$OTID' ORDER BY position LIMIT 1" \\

@@ -93,8 +93,8 @@ public final class AppleNotificationIngestor: Sendable {
                 streamId: stream, dedupeKey: uuid, source: .apple,
                 type: subtype.map { "\(type)/\($0)" } ?? type,
                 environment: identity.environment,
-                signedAt: JSONValue.millis(outer["signedDate"]),
-                expiresAt: JSONValue.millis(transaction?["expiresDate"]),
+                signedAt: JSONNumbers.millis(outer["signedDate"]),
+                expiresAt: JSONNumbers.millis(transaction?["expiresDate"]),
                 payload: payload, raw: raw)
         }
 
@@ -163,24 +163,24 @@ public final class AppleNotificationIngestor: Sendable {
             return out
         }
 
-        /// reference: StreamNames documents the provisional streams.
+        /// reference: StreamId documents the provisional streams.
         private func streamId(type: String) throws(AppleVerificationError) -> String {
-            if type == "TEST" { return StreamNames.appleTest }
+            if type == "TEST" { return StreamId.appleTest.text }
             switch identity.section {
             case "summary":
                 guard let id = try Fields.string(identity.object, "requestIdentifier"), !id.isEmpty else {
                     throw .missingField("summary.requestIdentifier")
                 }
-                return StreamNames.appleSummary(requestIdentifier: id)
+                return StreamId.appleSummary(requestIdentifier: id).text
             case "externalPurchaseToken":
                 guard let id = try Fields.string(identity.object, "externalPurchaseId"), !id.isEmpty else {
                     throw .missingField("externalPurchaseToken.externalPurchaseId")
                 }
-                return StreamNames.appleExternalPurchase(id: id)
+                return StreamId.appleExternalPurchase(id: id).text
             default:
                 if let otid = try transaction.flatMap({ t throws(AppleVerificationError) in try Fields.string(t, "originalTransactionId") }), !otid.isEmpty { return otid }
                 if let otid = try renewal.flatMap({ r throws(AppleVerificationError) in try Fields.string(r, "originalTransactionId") }), !otid.isEmpty { return otid }
-                return StreamNames.appleApp(bundleId: identity.bundleId)
+                return StreamId.appleApp(bundleId: identity.bundleId).text
             }
         }
     }
@@ -287,7 +287,7 @@ public final class AppleNotificationIngestor: Sendable {
             if let token = payload["appAccountToken"] as? String { try Identifier.check(token, "\(slot).appAccountToken", limit: Identifier.keyBytes) }
             if self == .transaction {
                 guard payload["purchaseDate"] != nil, !(payload["purchaseDate"] is NSNull) else { throw refuse("has no purchaseDate") }
-                guard JSONValue.millis(payload["purchaseDate"]) != nil else {
+                guard JSONNumbers.millis(payload["purchaseDate"]) != nil else {
                     throw refuse("has a purchaseDate that is not a storable millisecond timestamp")
                 }
             }
@@ -369,7 +369,7 @@ enum Fields {
 
     static func int64(_ o: [String: Any], _ key: String) throws(AppleVerificationError) -> Int64? {
         guard let v = o[key], !(v is NSNull) else { return nil }
-        guard let i = JSONValue.int64(v) else { throw .malformed("field \(key) must be an integer") }
+        guard let i = JSONNumbers.int64(v) else { throw .malformed("field \(key) must be an integer") }
         return i
     }
 }

@@ -70,8 +70,8 @@ extension AppleNotificationIngestor {
 
         // The subscription, by the rule the fact decoder applies to the stored payload. The body
         // is read a second time as a tree for it; V1 traffic is small and one rule beats two.
-        let tree: PushValue
-        do { tree = try JSONDecoder().decode(PushValue.self, from: body) } catch {
+        let tree: JSONValue
+        do { tree = try JSONDecoder().decode(JSONValue.self, from: body) } catch {
             throw .malformed("V1 notification body could not be read as JSON")
         }
         let subject: AppleV1Subscription
@@ -128,7 +128,7 @@ extension AppleNotificationIngestor {
     }
 
     /// The dedupe key documented on `ingestV1`.
-    static func v1DedupeKey(_ body: PushValue, subject: AppleV1Subscription, environment: String) -> String {
+    static func v1DedupeKey(_ body: JSONValue, subject: AppleV1Subscription, environment: String) -> String {
         var fields: [(String, String?)] = [
             ("environment", environment), ("bid", body.text("bid")), ("notification_type", body.text("notification_type")),
             ("original_transaction_id", subject.originalTransactionId),
@@ -216,7 +216,7 @@ enum V1Shape {
             guard s.utf8.count <= 19, s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let ms = Int64(s) else {
                 throw .malformed("\(path)\(f) must be a decimal string of milliseconds")
             }
-            guard JSONValue.storableMillis.contains(ms) else { throw .malformed("\(path)\(f) \(ms) is outside any storable date") }
+            guard JSONNumbers.storableMillis.contains(ms) else { throw .malformed("\(path)\(f) \(ms) is outside any storable date") }
         }
     }
 }

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 import Foundation
 
 /// AES-256-CBC without OpenSSL's own padding: WeChat pads with PKCS#7 to 32 bytes, not to the

@@ -3,7 +3,7 @@
 /// public API. Signing and certificate minting exist only for test PKIs and live in the
 /// test-support target CryptoTesting (the one other importer of COpenSSL), which reaches the
 /// handles below through `package` members: nothing the shipped `ledger` links can mint a root.
-import COpenSSL
+internal import COpenSSL
 import Foundation
 
 public enum CryptoError: Error, Equatable, CustomStringConvertible {

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 import Foundation
 
 /// The elliptic curves the ledger deals with: Apple signs with P-256 leaves under P-384 CAs.

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 import Foundation
 
 /// A parsed X.509 certificate. Immutable after parsing, so instances are shared across threads

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 // The command-line plumbing both executables share (`ledger` and `ledger-dev`): option parsing,
 // failures with exit codes, progress bars. A target of its own rather than a copy in each, so the
@@ -67,23 +68,26 @@ public final class ProgressBar: @unchecked Sendable {
 }
 
 /// A progress bar whose total is known only once the rebuild has its snapshot.
-public final class LazyProgressBar: @unchecked Sendable {
+public final class LazyProgressBar: Sendable {
+    private struct State {
+        var bar: ProgressBar?
+        var last = 0
+    }
+
     private let label: String
-    private let lock = NSLock()
-    private var bar: ProgressBar?
-    private var last = 0
+    private let state = Mutex(State())
 
     public init(label: String) { self.label = label }
 
     public func update(_ done: Int, _ total: Int) {
-        lock.lock(); defer { lock.unlock() }
-        if bar == nil { bar = ProgressBar(total: total, label: label) }
-        last = done
-        bar?.update(done)
+        state.withLock { s in
+            if s.bar == nil { s.bar = ProgressBar(total: total, label: label) }
+            s.last = done
+            s.bar?.update(done)
+        }
     }
 
     public func finish() {
-        lock.lock(); defer { lock.unlock() }
-        bar?.finish(last)
+        state.withLock { s in s.bar?.finish(s.last) }
     }
 }

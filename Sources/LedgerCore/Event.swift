@@ -14,7 +14,7 @@ public typealias EpochMillis = Int64
 
 /// An event about to be appended. `streamId` and `dedupeKey` together make the append idempotent.
 public struct NewEvent: Sendable, Equatable {
-    /// Apple's originalTransactionId (or a documented provisional stream, see `StreamNames`).
+    /// Apple's originalTransactionId (or a namespaced stream, see `StreamId`).
     public var streamId: String
     /// notificationUUID for Apple V2; a documented deterministic key for other sources.
     public var dedupeKey: String
@@ -76,18 +76,3 @@ public struct AppendOutcome: Sendable, Equatable {
     }
 }
 
-/// Streams for events that are not (yet) tied to one subscription. Documented in README.
-public enum StreamNames {
-    /// Apple TEST notifications.
-    public static let appleTest = "apple:test"
-    /// RENEWAL_EXTENSION/SUMMARY: keyed by the request identifier.
-    public static func appleSummary(requestIdentifier: String) -> String { "apple:summary:\(requestIdentifier)" }
-    /// EXTERNAL_PURCHASE_TOKEN notifications.
-    public static func appleExternalPurchase(id: String) -> String { "apple:external-purchase:\(id)" }
-    /// Notifications without a transaction of their own (e.g. RESCIND_CONSENT with appData).
-    public static func appleApp(bundleId: String) -> String { "apple:app:\(bundleId)" }
-    /// A WeChat refund inquiry whose order is not yet linked to a subscription.
-    public static func wechatProvisional(orderId: String) -> String { "wechat:order:\(orderId)" }
-    /// The ledger's own administrative actions (rebuilds, configuration reloads).
-    public static let ledgerAdmin = "ledger:admin"
-}

@@ -44,3 +44,22 @@ public struct TokenAuthority: Sendable {
         return .success(role)
     }
 }
+
+import HTTPServer
+
+/// Authentication as middleware: a route group states the role it needs once.
+extension TokenAuthority {
+    /// Passes requests whose bearer token grants `role`; answers 401 (with `WWW-Authenticate`) or
+    /// 403 otherwise, before any handler runs.
+    func require(_ role: Role) -> Middleware {
+        { [self] request, next in
+            switch authorize(header: request.headers["authorization"], needs: role) {
+            case .success: return await next(request)
+            case .failure(.unauthenticated(let message)):
+                return .error(status: 401, code: "unauthenticated", message: message, headers: [("WWW-Authenticate", "Bearer")])
+            case .failure(.forbidden(let message)):
+                return .error(status: 403, code: "forbidden", message: message)
+            }
+        }
+    }
+}

@@ -43,6 +43,9 @@ public struct LedgerConfiguration: Sendable {
         public var appAppleIds: Set<Int64> = []
         public var environments: Set<String> = ["Production"]
         public var sharedSecret: Secret?
+        /// LEDGER_APPLE_ALLOW_TEST_ROOTS: lets a Production-accepting service trust a root that is
+        /// not Apple's (test set-ups only; logged as a warning at start).
+        public var allowTestRoots = false
     }
 
     public struct WeChat: Sendable {
@@ -60,14 +63,38 @@ public struct LedgerConfiguration: Sendable {
         /// The refund-inquiry policy, as the WeChatPay module reads it.
         public var refundPolicyJSON: Data?
         public var isConfigured: Bool { appId != nil && token != nil }
+        /// The mini program's AppSecret, for `cgi-bin/stable_token` (`ledger reconcile --wechat`).
+        public var appSecret: Secret?
+        /// Older push keys (`WeChatKeyHistory` file) for re-verifying stored pushes.
+        public var keyHistoryFile: String?
+        /// Plaintext mode: a push whose `timestamp` is further than this from now is refused (and a
+        /// nonce carries one body within it); other modes only count a stale timestamp.
+        public var replayWindowSeconds = 300
+        /// A refund inquiry is decided within this budget from its arrival; past it the fallback
+        /// answer (`refundFallback`, rule `deadline`) is given instead.
+        public var refundBudgetMs = 2500
+        /// An answer not stored by this time from the asking's arrival is not sent: 503, WeChat asks
+        /// again (it waits 3 s).
+        public var refundAnswerDeadlineMs = 2900
+        /// The fallback verdict: `allow` (recommend the refund: Apple decides, as when nobody
+        /// answers) or `refuse`.
+        public var refundFallback = "allow"
     }
 
     public struct HTTP: Sendable {
         public var maxBodyBytes: Int = 1 << 20
         public var connectionLimit: Int = 1024
-        public var perIPConnectionLimit: Int = 0
+        /// Connections one client address may hold open. On by default: one client cannot take
+        /// every connection. Set 0 behind a trusted load balancer, where every request comes from
+        /// the balancer's few addresses (the balancer then enforces per-client limits).
+        public var perIPConnectionLimit: Int = 64
         public var connectionTimeoutSeconds: Int = 30
         public var threadPoolSize: Int = 4
+        /// Whole-request deadline for handlers: a handler still running after it is answered 503
+        /// `handler_timeout` (Apple and WeChat retry) and cancelled.
+        public var requestDeadlineSeconds: Int = 10
+        /// Deadline for the admin routes that legitimately run long (rebuild, exports).
+        public var adminDeadlineSeconds: Int = 3600
     }
 
     /// A bearer token, kept only as the SHA-256 of its bytes.
@@ -85,10 +112,21 @@ public struct LedgerConfiguration: Sendable {
         }
         return "dbname=ledger user=ledger_service"
     }()
+    /// LEDGER_READ_DATABASE_URL: a streaming replica for app and auditor reads (nil: the primary).
+    public var readDatabaseURL: String?
+    /// LEDGER_READ_REPLICA_MAX_LAG_SECONDS: reads without `?minPosition=` fall back to the primary
+    /// when the replica is further behind than this.
+    public var replicaMaxLagSeconds: Double = 2
     public var listenHost: String = "127.0.0.1"
     public var listenPort: Int = 8080
+    /// LEDGER_ADMIN_LISTEN: a second listener serving only `/metrics` and the detailed `/readyz`
+    /// without a token, for a scraper on a private network. Nil: those need the admin token on
+    /// the main listener.
+    public var adminListen: (host: String, port: Int)?
     public var databasePoolSize: Int = 16
     public var apple = Apple()
+    /// The App Store Server API and verifyReceipt (AppleAPIConfiguration.swift).
+    public var appleAPI = AppleAPI()
     public var wechat = WeChat()
     public var http = HTTP()
     public var tokens: [TokenHash] = []
@@ -112,6 +150,7 @@ public struct LedgerConfiguration: Sendable {
         "LEDGER_DATABASE_URL", "LEDGER_ADMIN_DATABASE_URL", "LEDGER_READ_DATABASE_URL", "LEDGER_TOKENS",
         "LEDGER_APPLE_SHARED_SECRET", "LEDGER_WECHAT_TOKEN", "LEDGER_WECHAT_AES_KEY", "LEDGER_WECHAT_PREVIOUS_AES_KEY",
         "LEDGER_WECHAT_APP_KEY", "LEDGER_WECHAT_APP_SECRET", "LEDGER_SESSION_KEY",
+        "LEDGER_APPLE_API_PRIVATE_KEY",
     ]
 
     /// The environment with every `<NAME>_FILE` of `secretVariables` read into `<NAME>`: the file's
@@ -171,7 +210,10 @@ public struct LedgerConfiguration: Sendable {
             return s
         }
         if let s = try string(object["databaseURL"], "databaseURL") { databaseURL = s }
+        if let s = try string(object["readDatabaseURL"], "readDatabaseURL") { readDatabaseURL = s }
+        if let n = object["replicaMaxLagSeconds"] as? Double { replicaMaxLagSeconds = n }
         if let s = try string(object["listen"], "listen") { try setListen(s, name: "listen") }
+        if let s = try string(object["adminListen"], "adminListen") { adminListen = try Self.hostPort(s, name: "adminListen") }
         if let apple = object["apple"] as? [String: Any] {
             if let a = try strings(apple["rootCertificates"], "apple.rootCertificates") { self.apple.rootCertificatePaths = a }
             if let a = try strings(apple["bundleIds"], "apple.bundleIds") { self.apple.bundleIds = Set(a) }
@@ -181,6 +223,7 @@ public struct LedgerConfiguration: Sendable {
                 self.apple.appAppleIds = Set(nums.map { $0.int64Value })
             }
             if let s = try string(apple["sharedSecret"], "apple.sharedSecret") { self.apple.sharedSecret = Secret(s) }
+            if let api = apple["api"] as? [String: Any] { try appleAPI.apply(file: api, path: path) }
         }
         if let w = object["wechat"] as? [String: Any] {
             if let s = try string(w["appId"], "wechat.appId") { wechat.appId = s }
@@ -194,6 +237,26 @@ public struct LedgerConfiguration: Sendable {
             if let p = w["refundPolicy"] {
                 wechat.refundPolicyJSON = try? JSONSerialization.data(withJSONObject: p, options: [.sortedKeys])
             }
+            if let s = try string(w["appSecret"], "wechat.appSecret") { wechat.appSecret = Secret(s) }
+            if let s = try string(w["keyHistoryFile"], "wechat.keyHistoryFile") { wechat.keyHistoryFile = s }
+            if let n = w["replayWindowSeconds"] {
+                guard let v = n as? Int else { throw .invalidJSON(path: path, reason: "wechat.replayWindowSeconds must be an integer") }
+                wechat.replayWindowSeconds = v
+            }
+            if let r = w["refundInquiry"] {
+                guard let o = r as? [String: Any] else {
+                    throw .invalidJSON(path: path, reason: "wechat.refundInquiry must be an object {budgetMs, answerDeadlineMs, fallback}")
+                }
+                if let v = o["budgetMs"] {
+                    guard let n = v as? Int else { throw .invalidJSON(path: path, reason: "wechat.refundInquiry.budgetMs must be an integer") }
+                    wechat.refundBudgetMs = n
+                }
+                if let v = o["answerDeadlineMs"] {
+                    guard let n = v as? Int else { throw .invalidJSON(path: path, reason: "wechat.refundInquiry.answerDeadlineMs must be an integer") }
+                    wechat.refundAnswerDeadlineMs = n
+                }
+                if let f = try string(o["fallback"], "wechat.refundInquiry.fallback") { wechat.refundFallback = f }
+            }
         }
         if let h = object["http"] as? [String: Any] {
             if let n = h["maxBodyBytes"] as? Int { http.maxBodyBytes = n }
@@ -201,6 +264,8 @@ public struct LedgerConfiguration: Sendable {
             if let n = h["perIPConnectionLimit"] as? Int { http.perIPConnectionLimit = n }
             if let n = h["connectionTimeoutSeconds"] as? Int { http.connectionTimeoutSeconds = n }
             if let n = h["threadPoolSize"] as? Int { http.threadPoolSize = n }
+            if let n = h["requestDeadlineSeconds"] as? Int { http.requestDeadlineSeconds = n }
+            if let n = h["adminDeadlineSeconds"] as? Int { http.adminDeadlineSeconds = n }
         }
         if let n = object["databasePoolSize"] as? Int { databasePoolSize = n }
         if let list = object["tokens"] {
@@ -228,7 +293,36 @@ public struct LedgerConfiguration: Sendable {
             return v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         }
         if let v = env["LEDGER_DATABASE_URL"], !v.isEmpty { databaseURL = v }
+        if let v = env["LEDGER_READ_DATABASE_URL"], !v.isEmpty { readDatabaseURL = v }
+        if let v = env["LEDGER_READ_REPLICA_MAX_LAG_SECONDS"] {
+            guard let n = Double(v.trimmingCharacters(in: .whitespaces)), n.isFinite, n >= 0, n <= 86_400 else {
+                throw .invalidValue(name: "LEDGER_READ_REPLICA_MAX_LAG_SECONDS", reason: "'\(v)' must be seconds from 0 to 86400, e.g. 2")
+            }
+            replicaMaxLagSeconds = n
+        }
         if let v = env["LEDGER_LISTEN"], !v.isEmpty { try setListen(v, name: "LEDGER_LISTEN") }
+        if let v = env["LEDGER_ADMIN_LISTEN"], !v.isEmpty { adminListen = try Self.hostPort(v, name: "LEDGER_ADMIN_LISTEN") }
+        if let v = env["LEDGER_PER_IP_CONNECTION_LIMIT"] {
+            http.perIPConnectionLimit = try Self.integer(v, name: "LEDGER_PER_IP_CONNECTION_LIMIT", in: 0...1_000_000,
+                                                         example: "64, or 0 behind a trusted load balancer")
+        }
+        if let v = env["LEDGER_REQUEST_DEADLINE_SECONDS"] {
+            http.requestDeadlineSeconds = try Self.integer(v, name: "LEDGER_REQUEST_DEADLINE_SECONDS", in: 1...3600, example: "10")
+        }
+        if let v = env["LEDGER_ADMIN_DEADLINE_SECONDS"] {
+            http.adminDeadlineSeconds = try Self.integer(v, name: "LEDGER_ADMIN_DEADLINE_SECONDS", in: 1...86_400, example: "3600")
+        }
+        if let v = env["LEDGER_APPLE_ALLOW_TEST_ROOTS"] {
+            // It decides whether test roots count for Production: anything but a clear boolean is
+            // refused rather than guessed.
+            switch v {
+            case "true", "1": apple.allowTestRoots = true
+            case "", "false", "0": apple.allowTestRoots = false
+            default:
+                throw .invalidValue(name: "LEDGER_APPLE_ALLOW_TEST_ROOTS",
+                                    reason: "'\(v)' is not a boolean: set it to true (test set-ups only) or unset it")
+            }
+        }
         if let v = env["LEDGER_APPLE_ROOT_CERTS"], !v.isEmpty {
             apple.rootCertificatePaths = v.split(separator: ":").map(String.init).filter { !$0.isEmpty }
         }
@@ -243,6 +337,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = list("LEDGER_APPLE_ENVIRONMENTS") { apple.environments = try Self.environments(v, name: "LEDGER_APPLE_ENVIRONMENTS") }
         if let v = env["LEDGER_APPLE_SHARED_SECRET"], !v.isEmpty { apple.sharedSecret = Secret(v) }
+        try appleAPI.apply(environment: env)
         if let v = env["LEDGER_WECHAT_APPID"], !v.isEmpty { wechat.appId = v }
         if let v = env["LEDGER_WECHAT_TOKEN"], !v.isEmpty { wechat.token = Secret(v) }
         if let v = env["LEDGER_WECHAT_AES_KEY"], !v.isEmpty { wechat.aesKey = Secret(v) }
@@ -251,6 +346,16 @@ public struct LedgerConfiguration: Sendable {
         if let v = env["LEDGER_WECHAT_API_BASE_URL"], !v.isEmpty { wechat.apiBaseURL = v }
         if let v = env["LEDGER_WECHAT_OFFER_ID"], !v.isEmpty { wechat.offerId = v }
         if let v = env["LEDGER_WECHAT_ALLOW_PLAINTEXT"] { wechat.allowPlaintext = v == "1" || v == "true" }
+        if let v = env["LEDGER_WECHAT_APP_SECRET"], !v.isEmpty { wechat.appSecret = Secret(v) }
+        if let v = env["LEDGER_WECHAT_KEY_HISTORY_FILE"], !v.isEmpty { wechat.keyHistoryFile = v }
+        if let v = env["LEDGER_WECHAT_REPLAY_WINDOW_SECONDS"] {
+            wechat.replayWindowSeconds = try Self.integer(v, name: "LEDGER_WECHAT_REPLAY_WINDOW_SECONDS", in: 30...86_400, example: "300")
+        }
+        if let v = env["LEDGER_WECHAT_REFUND_BUDGET_MS"] {
+            wechat.refundBudgetMs = try Self.integer(v, name: "LEDGER_WECHAT_REFUND_BUDGET_MS", in: 100...9_000, example: "2500")
+        }
+        if let v = env["LEDGER_WECHAT_REFUND_FALLBACK"], !v.isEmpty { wechat.refundFallback = v }
+        try wechat.validate()
         if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
         if let v = env["LEDGER_TOKENS"], !v.isEmpty {
             for pair in v.split(separator: ",") {
@@ -266,13 +371,23 @@ public struct LedgerConfiguration: Sendable {
     }
 
     private mutating func setListen(_ s: String, name: String) throws(ConfigurationError) {
+        (listenHost, listenPort) = try Self.hostPort(s, name: name)
+    }
+
+    private static func hostPort(_ s: String, name: String) throws(ConfigurationError) -> (host: String, port: Int) {
         guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port) else {
             throw .invalidValue(name: name, reason: "'\(s)' must be host:port, e.g. 127.0.0.1:8080")
         }
         var host = String(s[..<colon])
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        listenHost = host.isEmpty ? "0.0.0.0" : host
-        listenPort = port
+        return (host.isEmpty ? "0.0.0.0" : host, port)
+    }
+
+    private static func integer(_ s: String, name: String, in range: ClosedRange<Int>, example: String) throws(ConfigurationError) -> Int {
+        guard let n = Int(s.trimmingCharacters(in: .whitespaces)), range.contains(n) else {
+            throw .invalidValue(name: name, reason: "'\(s)' must be an integer from \(range.lowerBound) to \(range.upperBound), e.g. \(example)")
+        }
+        return n
     }
 
     private static func environments(_ values: [String], name: String) throws(ConfigurationError) -> Set<String> {
@@ -297,5 +412,24 @@ public struct LedgerConfiguration: Sendable {
             i += 2
         }
         return out
+    }
+}
+
+extension LedgerConfiguration.WeChat {
+    /// The WeChat settings' ranges, checked once the file and the environment are read.
+    func validate() throws(ConfigurationError) {
+        guard (30...86_400).contains(replayWindowSeconds) else {
+            throw .invalidValue(name: "wechat.replayWindowSeconds", reason: "\(replayWindowSeconds) must be from 30 to 86400 (seconds), e.g. 300")
+        }
+        guard (100...9_000).contains(refundBudgetMs) else {
+            throw .invalidValue(name: "LEDGER_WECHAT_REFUND_BUDGET_MS", reason: "\(refundBudgetMs) must be from 100 to 9000 (ms), e.g. 2500; WeChat waits 3 s")
+        }
+        guard refundAnswerDeadlineMs > refundBudgetMs, refundAnswerDeadlineMs <= 9_500 else {
+            throw .invalidValue(name: "wechat.refundInquiry.answerDeadlineMs",
+                                reason: "\(refundAnswerDeadlineMs) must be above the budget (\(refundBudgetMs) ms) and at most 9500, e.g. 2900")
+        }
+        guard refundFallback == "allow" || refundFallback == "refuse" else {
+            throw .invalidValue(name: "LEDGER_WECHAT_REFUND_FALLBACK", reason: "'\(refundFallback)' must be allow (recommend the refund) or refuse")
+        }
     }
 }

@@ -2,76 +2,71 @@ import Foundation
 import HTTPServer
 import LedgerCore
 import LedgerStore
-import Postgres
-import Synchronization
 
-/// The running service: configuration, the database pool and event store, metrics, and the
-/// router that ties the HTTP endpoints to them. `ServeCommand` builds one and serves it; tests
-/// build one against a throw-away database and serve it on an ephemeral port.
+/// The composition root: configuration in, the store and the use cases wired together, the routes
+/// on top. `ledger serve` builds one and runs `serve(until:)`; tests build one against a throw-away
+/// database and serve `makeRouter()` on an ephemeral port.
+///
+/// Dependencies point one way: routes → use cases → Store façade / AppStore / WeChatPay →
+/// LedgerCore. Nothing here sees libpq.
 public final class LedgerApp: Sendable {
     public let configuration: LedgerConfiguration
-    public let pool: ConnectionPool
-    public let store: EventStore
+    public let store: Store
     public let metrics: Metrics
     public let tokens: TokenAuthority
     public let log: Log
-    let migrationsDirectory: URL?
-    let apple: AppleWebhook
-    let wechat: WeChatWebhook
     public let catalog: ProductCatalog
-    public let projector: Projector
-    public let queries: ProjectionQueries
-    let worker: ProjectionWorker
-    /// Unmapped products already logged (each is logged once per process).
-    let unmappedLogged = Mutex<Set<String>>([])
 
-    /// - Parameter environment: where LEDGER_APPLE_ALLOW_TEST_ROOTS is read (the process's own by
-    ///   default): a service accepting Production refuses to start under a trusted root that is not
-    ///   Apple's unless it is `true` (`AppleRootPolicy`).
-    public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil,
-                environment: [String: String] = ProcessInfo.processInfo.environment) throws(LedgerAppError) {
+    // Use cases.
+    let apple: AppleIngestion
+    let wechat: WeChatPushDesk
+    let queries: SubscriptionQueries
+    let refunds: RefundDesk
+    let ties: CustomerTies
+    let admin: AdminActions
+    let catalogKeeper: CatalogKeeper
+    let readiness: Readiness
+    /// Reconciliation, consumption answers, consent, receipts (the App Store Server API and verifyReceipt).
+    public let appleAPI: AppleAPIUseCases
+    let wechatConfig: WeChatConfigKeeper
+
+    /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
+    ///   (found next to the binary or in the working directory by default).
+    public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) throws(LedgerAppError) {
         self.configuration = configuration
-        let allowTestRoots = try Self.allowTestRoots(environment)
-        let apple: AppleWebhook
-        do { apple = try AppleWebhook(configuration: configuration.apple, allowTestRoots: allowTestRoots) } catch {
+        self.log = log
+        let metrics = Metrics()
+        self.metrics = metrics
+        do { catalog = try configuration.catalog() } catch {
+            throw .configuration("products: \(error)")
+        }
+        store = Store(.init(
+            databaseURL: configuration.databaseURL, poolSize: configuration.databasePoolSize, acquireTimeout: .seconds(5),
+            catalog: catalog, readDatabaseURL: configuration.readDatabaseURL,
+            replicaMaxLag: .milliseconds(Int64(configuration.replicaMaxLagSeconds * 1000)),
+            onProjectionFailure: { failure in
+                metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
+                log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
+            }))
+        let intake = NotificationIntake(events: store.events, metrics: metrics, log: log)
+        do { apple = try AppleIngestion(configuration: configuration.apple, intake: intake) } catch {
             throw .configuration("Apple: \(error)")
         }
-        self.apple = apple
         for root in apple.allowedTestRoots {
             log.warn("accepting Production under a trusted root that is not Apple's (LEDGER_APPLE_ALLOW_TEST_ROOTS=true): never in a real deployment",
                      ["root": root.certificate.subject, "file": root.path, "sha256": AppleRootPolicy.fingerprint(root.certificate)])
         }
-        self.wechat = try WeChatWebhook(configuration: configuration.wechat)
-        self.log = log
-        self.migrationsDirectory = migrationsDirectory
-        let metrics = Metrics()
-        self.metrics = metrics
-        do { self.catalog = try configuration.catalog() } catch {
-            throw .configuration("products: \(error)")
-        }
-        self.projector = Projector(catalog: catalog)
-        self.pool = ConnectionPool(
-            conninfo: configuration.databaseURL, maxConnections: configuration.databasePoolSize,
-            acquireTimeout: .seconds(5))
-        self.queries = ProjectionQueries(pool: pool, catalog: catalog)
-        self.worker = ProjectionWorker(pool: pool, projector: projector)
-        self.store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)], onHookFailure: { failure in
-            metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
-            log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
-        })
-        self.tokens = TokenAuthority(tokens: configuration.tokens)
+        appleAPI = try AppleAPIUseCases(configuration: configuration, ingestion: apple, store: store, catalog: catalog, metrics: metrics, log: log)
+        wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store, metrics: metrics, log: log)
+        wechatConfig = WeChatConfigKeeper(configuration: configuration.wechat, desk: wechat, store: store, log: log)
+        queries = SubscriptionQueries(store: store, catalog: catalog)
+        refunds = RefundDesk(store: store)
+        ties = CustomerTies(store: store)
+        admin = AdminActions(store: store, log: log)
+        catalogKeeper = CatalogKeeper(store: store, catalog: catalog, log: log)
+        readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)
+        tokens = TokenAuthority(tokens: configuration.tokens)
         describeMetrics()
-    }
-
-    /// LEDGER_APPLE_ALLOW_TEST_ROOTS: `true` (or `1`) allows; unset, empty, `false` or `0` does not;
-    /// anything else is refused rather than guessed, since it decides whether test roots count.
-    static func allowTestRoots(_ environment: [String: String]) throws(LedgerAppError) -> Bool {
-        switch environment["LEDGER_APPLE_ALLOW_TEST_ROOTS"] ?? "" {
-        case "true", "1": return true
-        case "", "false", "0": return false
-        case let other:
-            throw .configuration("LEDGER_APPLE_ALLOW_TEST_ROOTS='\(other)' is not a boolean: set it to true (test set-ups only) or unset it")
-        }
     }
 
     private func describeMetrics() {
@@ -80,24 +75,45 @@ public final class LedgerApp: Sendable {
         metrics.describe("ledger_notifications_total", type: "counter", help: "Notifications received by source and outcome")
         let store = self.store
         metrics.gauge("ledger_events_appended_total", help: "Events appended since start (new, not duplicates)") {
-            [(labels: [:], value: Double(store.metrics.appended))]
+            [(labels: [:], value: Double(store.statistics.appended))]
         }
         metrics.gauge("ledger_events_duplicates_total", help: "Appends answered with an already stored event since start") {
-            [(labels: [:], value: Double(store.metrics.duplicates))]
+            [(labels: [:], value: Double(store.statistics.duplicates))]
         }
         metrics.gauge("ledger_append_batches_total", help: "Group-commit transactions since start") {
-            [(labels: [:], value: Double(store.metrics.batches))]
+            [(labels: [:], value: Double(store.statistics.batches))]
         }
         metrics.gauge("ledger_append_queue", help: "Appends waiting for the group-commit writer") {
-            [(labels: [:], value: Double(store.metrics.queued))]
+            [(labels: [:], value: Double(store.statistics.queued))]
         }
-        metrics.gauge("ledger_db_pool_connections", help: "Database pool connections by state") {
-            let s = store.metrics.pool
+        metrics.gauge("ledger_db_pool_connections", help: "Database pool connections by state (the writer's own connection is not in it)") {
+            let s = store.statistics.pool
             return [(labels: ["state": "in_use"], value: Double(s.inUse)),
                     (labels: ["state": "idle"], value: Double(s.idle)),
                     (labels: ["state": "waiting"], value: Double(s.waiting)),
                     (labels: ["state": "max"], value: Double(s.maxConnections))]
         }
+    }
+
+    /// Where reads were answered and how far the replica is behind (text, read at scrape time).
+    static func readMetrics(_ store: Store) async -> String {
+        let stats = await store.readStatistics()
+        guard stats.replicaConfigured else { return "" }
+        var out = "# HELP ledger_reads_total App and auditor reads by where they were answered\n# TYPE ledger_reads_total counter\n"
+        for source in ReadSource.allCases { out += "ledger_reads_total{source=\"\(source.rawValue)\"} \(stats.served[source] ?? 0)\n" }
+        out += "# HELP ledger_replica_fallbacks_total Reads that failed on the replica and were answered by the primary\n# TYPE ledger_replica_fallbacks_total counter\n"
+        out += "ledger_replica_fallbacks_total \(stats.replicaFallbacks)\n"
+        out += "# HELP ledger_replica_up 1 when the read replica answers as a standby\n# TYPE ledger_replica_up gauge\n"
+        out += "ledger_replica_up \(stats.replica == nil ? 0 : 1)\n"
+        if let r = stats.replica {
+            out += "# HELP ledger_replica_lag_bytes WAL bytes the read replica is behind the primary\n# TYPE ledger_replica_lag_bytes gauge\n"
+            out += "ledger_replica_lag_bytes \(r.lagBytes)\n"
+            out += "# HELP ledger_replica_lag_seconds Seconds the read replica is behind (0 when it has every event)\n# TYPE ledger_replica_lag_seconds gauge\n"
+            out += "ledger_replica_lag_seconds \(r.lagSeconds)\n"
+            out += "# HELP ledger_replica_lag_events Events the read replica has not replayed yet\n# TYPE ledger_replica_lag_events gauge\n"
+            out += "ledger_replica_lag_events \(r.eventsBehind)\n"
+        }
+        return out
     }
 
     /// Records one finished exchange (called on a server thread: counting only).
@@ -108,17 +124,7 @@ public final class LedgerApp: Sendable {
         metrics.observe("ledger_http_request_duration_seconds", ["route": exchange.route], value: seconds)
     }
 
-    public func makeRouter() -> Router {
-        var router = Router()
-        addHealthRoutes(to: &router)
-        addAppleRoutes(to: &router)
-        addQueryRoutes(to: &router)
-        addWeChatRoutes(to: &router)
-        addRefundRoutes(to: &router)
-        addCustomerRoutes(to: &router)
-        return router
-    }
-
+    /// The main listener's limits: per-IP connections and the request deadline on by default.
     public func httpConfiguration() -> HTTPServerConfiguration {
         var c = HTTPServerConfiguration(host: configuration.listenHost, port: configuration.listenPort)
         c.maxBodyBytes = configuration.http.maxBodyBytes
@@ -126,56 +132,71 @@ public final class LedgerApp: Sendable {
         c.perIPConnectionLimit = configuration.http.perIPConnectionLimit
         c.connectionTimeoutSeconds = configuration.http.connectionTimeoutSeconds
         c.threadPoolSize = configuration.http.threadPoolSize
+        c.handlerTimeout = .seconds(configuration.http.requestDeadlineSeconds)
         return c
     }
 
+    /// Records this instance's catalog when it differs from the last one recorded (see
+    /// `CatalogKeeper`); `serve` runs it at start.
+    @discardableResult
+    public func recordCatalogIfChanged() async throws -> Bool { try await catalogKeeper.recordIfChanged() }
+
+    /// The use case behind `ledger rebuild` and `POST /v1/admin/rebuild`.
+    public var adminActions: AdminActions { admin }
+
+    /// Closes the store (for a process that did not `serve`).
     public func shutdown() {
-        pool.close()
+        store.close()
     }
+
+    /// The service's wall clock in the API's unit (ms since 1970).
+    public static func nowMillis() -> EpochMillis { Clock.nowMillis() }
 }
 
 public enum LedgerAppError: Error, CustomStringConvertible {
     case configuration(String)
+    case listen(String)
     public var description: String {
-        switch self { case .configuration(let m): return "configuration: \(m)" }
-    }
-}
-
-/// JSON bodies for answers, built with JSONSerialization so every value is escaped correctly.
-enum JSONBody {
-    // No .sortedKeys: on Linux it sorts with locale-aware NSString comparison (ICU), which was
-    // the largest cost of a subscription read; key order means nothing in JSON.
-    static func data(_ object: Any) -> Data {
-        (try? JSONSerialization.data(withJSONObject: object, options: [.withoutEscapingSlashes])) ?? Data("{}".utf8)
-    }
-
-    static func response(_ status: Int, _ object: Any) -> HTTPResponse {
-        .json(status, data(object))
+        switch self {
+        case .configuration(let m): return "configuration: \(m)"
+        case .listen(let m): return m
+        }
     }
 }
 
 extension LedgerApp {
-    /// Starts the projection catch-up worker beside the HTTP server: it advances projections that
-    /// fell behind the live hook (after a failure was fixed, or a restart) from their checkpoints.
-    public func startBackgroundWork() async {
-        // The catalog this instance runs with is on record before it answers with it; a database
-        // that is down now is retried in the background.
-        Task.detached { [self] in
-            for attempt in 0..<60 {
-                do { try await recordCatalogIfChanged(); return } catch {
-                    if attempt == 0 { self.log.warn("could not record the product catalog yet; retrying", ["error": "\(error)"]) }
-                    try? await Task.sleep(for: .seconds(5))
-                }
-            }
+    /// Runs the service until `stop` yields (SIGTERM/SIGINT): the HTTP listener (and the admin
+    /// listener when configured), the projection catch-up worker, the group-commit writer and the
+    /// start-up catalog record, under one `ServiceGroup`. Stopping drains in reverse order: the
+    /// listeners finish requests in flight, then the worker stops, then the writer commits and
+    /// answers what is queued and the store closes.
+    public func serve(until stop: AsyncStream<Void>, onListening: @escaping @Sendable ([String]) -> Void = { _ in }) async throws {
+        let main = HTTPServer(configuration: httpConfiguration(), router: makeRouter())
+        main.observer = { [self] in observe($0) }
+        var services: [any LifecycleService] = [EventWriterService(store: store),
+                                                ProjectionWorkerService(worker: store.worker, log: log)]
+        var listeners = [main]
+        services.append(HTTPService(name: "http", server: main))
+        if let (host, port) = configuration.adminListen {
+            var c = HTTPServerConfiguration(host: host, port: port)
+            c.perIPConnectionLimit = 8
+            c.connectionLimit = 64
+            c.threadPoolSize = 1
+            c.handlerTimeout = .seconds(configuration.http.requestDeadlineSeconds)
+            let adminServer = HTTPServer(configuration: c, router: makeAdminRouter())
+            listeners.append(adminServer)
+            services.append(HTTPService(name: "admin-http", server: adminServer))
         }
-        let worker = self.worker, log = self.log
-        Task.detached {
-            await worker.run(pollInterval: .seconds(1)) { error in
-                log.error("projection worker", ["error": "\(error)"])
-            }
+        services += appleAPI.lifecycleServices(log: log)
+        services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
+        if configuration.wechat.isConfigured {
+            services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
         }
+        // Bind before anything runs, so a port in use fails `serve` at once with its reason.
+        for server in listeners {
+            do { try server.start() } catch { throw LedgerAppError.listen("\(error)") }
+        }
+        onListening(listeners.map { "\($0.configuration.host):\($0.port ?? $0.configuration.port)" })
+        try await ServiceGroup(services, log: log).run(until: stop)
     }
-
-    /// Stops it; a batch in progress commits or rolls back as a whole.
-    public func stopBackgroundWork() async { worker.stop() }
 }

@@ -5,7 +5,12 @@ import Synchronization
 /// hostile value cannot forge a line (log injection). Secrets are never passed in: configuration
 /// holds them as `Secret`, which prints as `<redacted>`.
 public final class Log: Sendable {
-    public enum Level: String, Sendable { case debug, info, warn, error }
+    public enum Level: String, Sendable, Comparable {
+        case debug, info, warn, error
+
+        private var rank: Int { switch self { case .debug: 0; case .info: 1; case .warn: 2; case .error: 3 } }
+        public static func < (a: Level, b: Level) -> Bool { a.rank < b.rank }
+    }
 
     public static let shared = Log()
     private let lock = Mutex(())
@@ -14,7 +19,7 @@ public final class Log: Sendable {
     public init(minimum: Level = .info) { self.minimum = minimum }
 
     public func log(_ level: Level, _ message: String, _ fields: [String: any Sendable] = [:]) {
-        if level == .debug && minimum != .debug { return }
+        if level < minimum { return }
         var line = "{\"ts\":\"\(Self.timestamp())\",\"level\":\"\(level.rawValue)\",\"msg\":"
         JSONText.appendString(message, to: &line)
         for key in fields.keys.sorted() {

@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// Reads across streams that the webhooks need while answering: the stream an order belongs to,
 /// an event by its dedupe key, the events of given types (refund cases).

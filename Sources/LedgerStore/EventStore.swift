@@ -3,7 +3,7 @@
 import Dispatch
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 import Synchronization
 
 /// Runs inside the append transaction, after the batch's new (non-duplicate) events and their
@@ -13,9 +13,28 @@ import Synchronization
 /// be lost), and the failure is reported through `EventStore`'s `onHookFailure` and metrics so the
 /// projection can be stopped and caught up later from its checkpoint. Hooks do not run for a batch
 /// whose facts the catch-up derives instead (the facts checkpoint was behind).
-public protocol AppendHook: Sendable {
+protocol AppendHook: Sendable {
     var name: String { get }
     func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws
+}
+
+/// The database pool's counters, for `/metrics`.
+public struct ConnectionStatistics: Sendable, Equatable {
+    public var maxConnections = 0
+    public var open = 0
+    public var idle = 0
+    public var inUse = 0
+    public var waiting = 0
+    public var opened = 0
+    public var discarded = 0
+    public var timeouts = 0
+
+    public init() {}
+
+    init(_ s: PoolStatistics) {
+        (maxConnections, open, idle, inUse, waiting) = (s.maxConnections, s.open, s.idle, s.inUse, s.waiting)
+        (opened, discarded, timeouts) = (s.opened, s.discarded, s.timeouts)
+    }
 }
 
 /// A hook that threw: its effects for these events were rolled back; the events were committed.
@@ -53,7 +72,7 @@ public struct EventStoreMetrics: Sendable, Equatable {
     public var hookFailures: [String: Int] = [:]
     /// Append calls waiting for the writer right now.
     public var queued = 0
-    public var pool = PoolStatistics()
+    public var pool = ConnectionStatistics()
 }
 
 /// The event log.
@@ -69,7 +88,7 @@ public struct EventStoreMetrics: Sendable, Equatable {
 /// appending transaction holds until it commits, so no transaction can commit a position below
 /// one already visible. `readAll(after:)` from a checkpoint therefore never skips a late commit.
 public final class EventStore: Sendable {
-    public let pool: ConnectionPool
+    let pool: ConnectionPool
     public let maxBatch: Int
     private let hooks: [any AppendHook]
     private let onHookFailure: (@Sendable (HookFailure) -> Void)?
@@ -95,9 +114,11 @@ public final class EventStore: Sendable {
     private struct PendingAppends: Sendable {
         var requests: [Request] = []
         var idleWriters: [Int]
+        /// Set by `finish()`: new appends are refused (retry later) while queued ones complete.
+        var closed = false
     }
 
-    public init(
+    init(
         pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512, writers: Int = 1,
         linger: Duration = .microseconds(500),
         onHookFailure: (@Sendable (HookFailure) -> Void)? = nil
@@ -117,7 +138,7 @@ public final class EventStore: Sendable {
     public var metrics: EventStoreMetrics {
         var snapshot = counters.withLock { $0 }
         snapshot.queued = queue.withLock { $0.requests.count }
-        snapshot.pool = pool.statistics
+        snapshot.pool = ConnectionStatistics(pool.statistics)
         return snapshot
     }
 
@@ -158,7 +179,7 @@ public final class EventStore: Sendable {
 
     /// What the database would also refuse, caught early with a clearer message.
     static func validate(_ event: NewEvent) throws(StoreError) {
-        if event.streamId.isEmpty { throw .invalidEvent("streamId is empty; every event needs a stream (see StreamNames)") }
+        if event.streamId.isEmpty { throw .invalidEvent("streamId is empty; every event needs a stream (see StreamId)") }
         if event.dedupeKey.isEmpty { throw .invalidEvent("dedupeKey is empty; derive one deterministically from the message") }
         if event.type.isEmpty { throw .invalidEvent("type is empty") }
         for (field, value) in [("streamId", event.streamId), ("dedupeKey", event.dedupeKey), ("type", event.type), ("environment", event.environment ?? "")]
@@ -168,11 +189,26 @@ public final class EventStore: Sendable {
     }
 
     private func enqueue(_ request: Request) {
-        let startWriter = queue.withLock { state -> Int? in
+        let admitted = queue.withLock { state -> (Bool, Int?) in
+            if state.closed { return (false, nil) }
             state.requests.append(request)
-            return state.idleWriters.popLast()
+            return (true, state.idleWriters.popLast())
         }
-        if let startWriter { writers[startWriter].async { self.drain(writer: startWriter) } }
+        guard admitted.0 else {
+            request.complete(.failure(.unavailable("the ledger is shutting down; nothing was stored — retry")))
+            return
+        }
+        if let startWriter = admitted.1 { writers[startWriter].async { self.drain(writer: startWriter) } }
+    }
+
+    /// Graceful stop, last of the service's parts: refuses new appends (their callers are told to
+    /// retry), lets every queued append commit and be answered, then closes the writers' connections.
+    public func finish() async {
+        queue.withLock { $0.closed = true }
+        while queue.withLock({ !$0.requests.isEmpty || $0.idleWriters.count < writers.count }) {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        writerConnections.withLock { connections in connections = connections.map { _ in nil } }
     }
 
     /// Runs on writer `writer`'s queue until the queue is empty.

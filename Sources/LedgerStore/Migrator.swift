@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Postgres
+internal import Postgres
 
 /// One SQL file from `Migrations/`.
 public struct Migration: Sendable, Equatable {
@@ -27,8 +27,10 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
     case directoryNotFound(searched: [String])
     case unreadable(file: String, reason: String)
     case changedAfterApply(file: String, recorded: String, current: String)
-    case failed(file: String, PostgresError)
-    case database(PostgresError)
+    /// The file's SQL was refused and rolled back; `reason` is PostgreSQL's message with its SQLSTATE.
+    case failed(file: String, reason: String)
+    /// The database could not be reached or refused the bookkeeping (`unavailable`: retry later).
+    case database(String, unavailable: Bool)
 
     public var description: String {
         switch self {
@@ -38,10 +40,10 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
             return "cannot read migration \(file): \(reason)"
         case .changedAfterApply(let file, let recorded, let current):
             return "migration \(file) was edited after it was applied (recorded sha256 \(recorded), file now \(current)); landed migrations must never change — restore the file and put the change in a new migration"
-        case .failed(let file, let error):
-            return "migration \(file) failed and was rolled back: \(error)"
-        case .database(let error):
-            return "cannot migrate: \(error)"
+        case .failed(let file, let reason):
+            return "migration \(file) failed and was rolled back: \(reason)"
+        case .database(let reason, _):
+            return "cannot migrate: \(reason)"
         }
     }
 }
@@ -127,7 +129,7 @@ public struct Migrator: Sendable {
     public func migrate() throws(MigrationError) -> [String] {
         let migrations = try loadMigrations()
         let connection: Connection
-        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error) }
+        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error.description, unavailable: error.isUnavailable) }
         do {
             try connection.query("SELECT pg_advisory_lock($1)", [.int64(Self.advisoryLockKey)], name: "migration lock")
             try connection.query("""
@@ -138,7 +140,7 @@ public struct Migrator: Sendable {
                 )
                 """, name: "create schema_migrations")
         } catch {
-            throw .database(error)
+            throw .database(error.description, unavailable: error.isUnavailable)
         }
         // The lock is session-level; closing the connection (on return) releases it even if an
         // unlock fails.
@@ -156,9 +158,9 @@ public struct Migrator: Sendable {
                         [.text(migration.name), .text(migration.sha256)], name: "record migration")
                 }
             } catch let error as PostgresError {
-                throw .failed(file: migration.name, error)
+                throw .failed(file: migration.name, reason: error.description)
             } catch {
-                throw .failed(file: migration.name, PostgresError(.server, String(describing: error)))
+                throw .failed(file: migration.name, reason: String(describing: error))
             }
             applied.append(migration.name)
         }
@@ -167,13 +169,13 @@ public struct Migrator: Sendable {
 
     /// What is applied and what is pending, on a connection of the caller's (the service role
     /// can read `schema_migrations`).
-    public func status(using connection: Connection) throws(MigrationError) -> MigrationStatus {
+    func status(using connection: Connection) throws(MigrationError) -> MigrationStatus {
         let migrations = try loadMigrations()
         let exists: Bool
         do {
             exists = try connection.query("SELECT to_regclass('public.schema_migrations') IS NOT NULL AS present", name: "migrations table")
                 .first?.decode(Bool.self, "present") ?? false
-        } catch { throw .database(error) }
+        } catch { throw .database(error.description, unavailable: error.isUnavailable) }
         let recorded = exists ? try Self.recorded(connection) : [:]
         let known = Set(migrations.map(\.name))
         return MigrationStatus(
@@ -185,19 +187,19 @@ public struct Migrator: Sendable {
 
     public func status() throws(MigrationError) -> MigrationStatus {
         let connection: Connection
-        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error) }
+        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error.description, unavailable: error.isUnavailable) }
         return try status(using: connection)
     }
 
-    public func status(pool: ConnectionPool) async throws(MigrationError) -> MigrationStatus {
+    func status(pool: ConnectionPool) async throws(MigrationError) -> MigrationStatus {
         do {
             return try await pool.withConnection { connection in try self.status(using: connection) }
         } catch let error as MigrationError {
             throw error
         } catch let error as PostgresError {
-            throw .database(error)
+            throw .database(error.description, unavailable: error.isUnavailable)
         } catch {
-            throw .database(PostgresError(.server, String(describing: error)))
+            throw .database(String(describing: error), unavailable: false)
         }
     }
 
@@ -209,7 +211,7 @@ public struct Migrator: Sendable {
             }
             return out
         } catch {
-            throw .database(error)
+            throw .database(error.description, unavailable: error.isUnavailable)
         }
     }
 

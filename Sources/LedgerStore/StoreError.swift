@@ -1,4 +1,4 @@
-import Postgres
+internal import Postgres
 
 /// Why the store could not do what was asked, phrased for the operator or the caller that must
 /// react: `.unavailable` means "retry later" (HTTP 503), `.rejected` and `.invalidEvent` mean

@@ -75,9 +75,9 @@ public enum AppendBenchmark {
                 payload: Data(payload.utf8), raw: entropy.subdata(in: offset..<(offset + rawBytes)))
         }
 
-        let pool = ConnectionPool(conninfo: database.adminConninfo, maxConnections: 4, acquireTimeout: .seconds(30))
-        defer { pool.close() }
-        let store = EventStore(pool: pool)
+        let ledger = Store(.init(databaseURL: database.adminConninfo, poolSize: 4, acquireTimeout: .seconds(30), liveProjections: false))
+        defer { ledger.close() }
+        let store = ledger.events
         let perWriter = (events + concurrency - 1) / concurrency
         let start = ContinuousClock.now
         try await withThrowingTaskGroup(of: Void.self) { group in

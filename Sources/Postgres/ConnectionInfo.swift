@@ -1,4 +1,4 @@
-import CLibPQ
+internal import CLibPQ
 
 /// A parsed connection string (keyword/value or `postgresql://` URL, whichever libpq accepts),
 /// so callers can change one setting — typically `dbname` or `user` — without string surgery.

@@ -1,4 +1,4 @@
-import CLibPQ
+internal import CLibPQ
 import Foundation
 
 /// The rows of one statement, decoded on demand from PostgreSQL's binary format. Owns the libpq

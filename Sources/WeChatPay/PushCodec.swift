@@ -28,7 +28,7 @@ public enum PushFormat: String, Sendable, Equatable {
 /// Parses and writes push messages in either format, with bounded nesting. The size bound is the
 /// caller's (checked on the HTTP body before any of this runs).
 enum PushCodec {
-    static func parse(_ bytes: [UInt8], format: PushFormat, maxDepth: Int) throws(WeChatPushError) -> PushValue {
+    static func parse(_ bytes: [UInt8], format: PushFormat, maxDepth: Int) throws(WeChatPushError) -> JSONValue {
         switch format {
         case .json: return try parseJSON(bytes, maxDepth: maxDepth)
         case .xml: return try parseXML(bytes, maxDepth: maxDepth)
@@ -37,11 +37,11 @@ enum PushCodec {
 
     // MARK: JSON
 
-    static func parseJSON(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> PushValue {
+    static func parseJSON(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> JSONValue {
         let members = try checkJSONDepth(bytes, maxDepth: maxDepth)
-        let value: PushValue
+        let value: JSONValue
         do {
-            value = try JSONDecoder().decode(PushValue.self, from: Data(bytes))
+            value = try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
         } catch {
             throw .invalidJSON("not a JSON document")
         }
@@ -53,7 +53,7 @@ enum PushCodec {
         return value
     }
 
-    static func memberCount(_ v: PushValue) -> Int {
+    static func memberCount(_ v: JSONValue) -> Int {
         switch v {
         case .object(let o): return o.values.reduce(o.count) { $0 + memberCount($1) }
         case .array(let a): return a.reduce(0) { $0 + memberCount($1) }
@@ -148,7 +148,7 @@ enum PushCodec {
         return nil
     }
 
-    static func parseXML(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> PushValue {
+    static func parseXML(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> JSONValue {
         // FoundationXML (swift-corelibs) traps on an element name that is not UTF-8 (found by the
         // fuzzer: `<E\xdaFmpty/>` kills the process). WeChat sends UTF-8 only: refuse anything else here.
         guard String(validating: bytes, as: UTF8.self) != nil else { throw .invalidXML("body is not valid UTF-8") }
@@ -175,11 +175,11 @@ enum PushCodec {
         private struct Frame {
             var name: String
             var text = ""
-            var children: [(String, PushValue)] = []
+            var children: [(String, JSONValue)] = []
         }
         private var stack: [Frame] = []
         private let maxDepth: Int
-        var root: PushValue?
+        var root: JSONValue?
         var rootName: String?
         var failure: WeChatPushError?
 
@@ -211,14 +211,14 @@ enum PushCodec {
 
         func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName qName: String?) {
             guard failure == nil, let frame = stack.popLast() else { return }
-            let value: PushValue
+            let value: JSONValue
             if frame.children.isEmpty {
                 value = .string(frame.text)
             } else {
                 guard frame.text.allSatisfy(\.isWhitespace) else {
                     return fail(parser, .invalidXML("element <\(frame.name)> mixes text and child elements"))
                 }
-                var object: [String: PushValue] = [:]
+                var object: [String: JSONValue] = [:]
                 for (name, child) in frame.children {
                     switch object[name] {
                     case nil: object[name] = child
@@ -260,14 +260,14 @@ enum PushCodec {
     static func write(_ fields: [(String, Field)], format: PushFormat) -> [UInt8] {
         switch format {
         case .json:
-            var o: [String: PushValue] = [:]
+            var o: [String: JSONValue] = [:]
             for (k, v) in fields {
                 switch v {
                 case .int(let i): o[k] = .integer(i)
                 case .string(let s): o[k] = .string(s)
                 }
             }
-            return Array(PushValue.object(o).canonicalJSON())
+            return Array(JSONValue.object(o).canonicalJSON())
         case .xml:
             var out = Array("<xml>".utf8)
             for (k, v) in fields {

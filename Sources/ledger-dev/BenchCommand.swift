@@ -16,8 +16,9 @@ enum BenchCommand {
                       fixed rate        --subscriptions N (5000) --connections C (32) --rate R (2000) --seconds S (10)
       rebuild         rebuild every projection from N seeded events vs COPY of the same rows
                       --events N (1000000) --keep-database
-      refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: p50/p99 and req/s
-                      --inquiries N (2000) --connections C (16)
+      refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: req/s, p50/p99 and the
+                      service's decidedInMs percentiles, median of 3 runs beside the URL check
+                      --inquiries N (2000) --connections C (16) --runs R (3)
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
       fold            pure projection folds: facts/s vs JSON decoding of the same payloads
 
@@ -35,7 +36,7 @@ enum BenchCommand {
         }
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
-                                      "seconds", "inquiries"],
+                                      "seconds", "inquiries", "runs"],
                              boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
@@ -85,7 +86,8 @@ enum BenchCommand {
         case "refund-inquiry":
             print(try await RefundInquiryBenchmark.run(serverConninfo: try needServer(),
                                                        inquiries: try args.int("inquiries", default: 2_000),
-                                                       connections: try args.int("connections", default: 16), log: progress))
+                                                       connections: try args.int("connections", default: 16),
+                                                       runs: try args.int("runs", default: 3), log: progress))
         case "verify":
             print(try VerifierBenchmark.run(seconds: Double(try args.int("seconds", default: 3))))
         case "fold":

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import LedgerCommandLine
 import LedgerCore
 import LedgerTesting
@@ -99,8 +100,8 @@ enum SimulateCommand {
         let signing = ProgressBar(total: notificationCount, label: "signing")
         let signStart = Date()
         // ProgressBar is not thread-safe and both phases report from several threads.
-        let barLock = NSLock()
-        let deliveries = try simulator.deliveries(lifecycles: lifecycles) { n in barLock.withLock { signing.update(n) } }
+        let barLock = Mutex(())
+        let deliveries = try simulator.deliveries(lifecycles: lifecycles) { n in barLock.withLock { _ in signing.update(n) } }
         signing.finish(notificationCount)
         let signSeconds = Date().timeIntervalSince(signStart)
 
@@ -110,7 +111,7 @@ enum SimulateCommand {
         if let poster {
             let posting = ProgressBar(total: deliveries.count, label: "posting")
             let postStart = Date()
-            tally = await poster.post(deliveries) { n in barLock.withLock { posting.update(n) } }
+            tally = await poster.post(deliveries) { n in barLock.withLock { _ in posting.update(n) } }
             posting.finish(tally.sent)
             postSeconds = Date().timeIntervalSince(postStart)
             print("posted to \(poster.endpoint.absoluteString)")

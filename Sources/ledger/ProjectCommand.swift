@@ -4,7 +4,6 @@ import LedgerCommandLine
 import LedgerCore
 import LedgerService
 import LedgerStore
-import Postgres
 
 enum ProjectCommand {
     static let help = """
@@ -30,13 +29,13 @@ enum ProjectCommand {
         do { catalog = try configuration.catalog() } catch {
             throw CommandFailure(message: "configuration products: \(error)", exitCode: 2)
         }
-        let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: 2)
-        defer { pool.close() }
-        let worker = ProjectionWorker(pool: pool, projector: Projector(catalog: catalog))
+        let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 2, catalog: catalog, liveProjections: false))
+        defer { store.close() }
+        let worker = store.worker
         if args.has("once") {
             do { _ = try await worker.catchUp() } catch { throw CommandFailure(message: "\(error)") }
             let statuses: [ProjectionStatus]
-            do { statuses = try await ProjectionStatusReader.statuses(pool) } catch { throw CommandFailure(message: "\(error)") }
+            do { statuses = try await store.projectionStatuses() } catch { throw CommandFailure(message: "\(error)") }
             for s in statuses {
                 print("\(s.name): position \(s.position) of \(s.head) (lag \(s.lag)), \(s.status)\(s.lastError.map { ": \($0)" } ?? "")")
             }

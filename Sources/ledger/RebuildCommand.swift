@@ -3,7 +3,6 @@ import LedgerCommandLine
 import LedgerCore
 import LedgerService
 import LedgerStore
-import Postgres
 
 enum RebuildCommand {
     static let help = """
@@ -38,23 +37,18 @@ enum RebuildCommand {
         if dryRun && args.options["projection"] != nil && projections != [.entitlements] {
             throw CommandFailure(message: "--dry-run compares entitlements only; drop --projection or use --projection entitlements", exitCode: 2)
         }
-        // On the record first, as the HTTP admin action is.
-        let pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: 1)
-        do {
-            try await AdminAudit.record(action: dryRun ? "rebuild_dry_run" : "rebuild", projections: projections.map(\.rawValue).sorted(),
-                                        requestedBy: AdminAudit.commandLineRequester, in: EventStore(pool: pool))
-        } catch {
-            pool.close()
-            throw CommandFailure(message: "cannot record the rebuild in the event log (nothing was rebuilt): \(error)")
-        }
-        pool.close()
+        // On the record first (by AdminActions), as the HTTP admin action is.
+        let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 1, catalog: catalog, liveProjections: false))
+        defer { store.close() }
         let bar = LazyProgressBar(label: dryRun ? "dry run" : "rebuild")
-        let rebuilder = Rebuilder(conninfo: configuration.databaseURL, projector: Projector(catalog: catalog))
         let report: RebuildReport
         do {
-            report = dryRun
-                ? try await rebuilder.dryRun { done, total in bar.update(done, total) }
-                : try await rebuilder.run(projections: projections) { done, total in bar.update(done, total) }
+            report = try await AdminActions(store: store).rebuild(RebuildRequest(projections: projections, dryRun: dryRun)) { done, total in
+                bar.update(done, total)
+            }
+        } catch let error as StoreError {
+            bar.finish()
+            throw CommandFailure(message: "cannot record the rebuild in the event log (nothing was rebuilt): \(error)")
         } catch {
             bar.finish()
             throw CommandFailure(message: "\(error)")

@@ -10,30 +10,33 @@ enum ServeCommand {
     usage: ledger serve
 
     Serves the HTTP API on LEDGER_LISTEN (default 127.0.0.1:8080): Apple and WeChat webhooks,
-    the query API, /healthz, /readyz and /metrics. Configuration: LEDGER_CONFIG and the LEDGER_*
+    the query API, /healthz and /readyz (status only), /metrics and the detailed /readyz with the
+    admin token — or without one on LEDGER_ADMIN_LISTEN when set. Beside it run the projection
+    catch-up worker and the group-commit writer. Configuration: LEDGER_CONFIG and the LEDGER_*
     environment variables (README.md §Configuration). SIGTERM or SIGINT stops accepting
-    connections, lets requests in flight finish (up to 10 s), then exits.
+    connections, lets requests in flight finish (up to 10 s), stops the worker, commits what the
+    writer holds, then exits.
     """
 
     static func run(_ raw: [String]) async throws {
         _ = try parse(raw, command: "serve", help: help)
         let configuration = try loadConfiguration()
-        let app = try LedgerApp(configuration: configuration)
-        let server = HTTPServer(configuration: app.httpConfiguration(), router: app.makeRouter())
-        server.observer = { app.observe($0) }
-        do { try server.start() } catch {
+        let app: LedgerApp
+        do { app = try LedgerApp(configuration: configuration) } catch {
+            throw CommandFailure(message: "\(error)", exitCode: 2)
+        }
+        let stop = AsyncStream<Void>.makeStream()
+        ShutdownSignals.install {
+            app.log.info("shutting down: finishing requests in flight")
+            stop.continuation.yield()
+        }
+        do {
+            try await app.serve(until: stop.stream) { listening in
+                app.log.info("serving", ["listen": listening.joined(separator: ", "), "pid": Int(getpid())])
+            }
+        } catch {
             throw CommandFailure(message: "\(error)")
         }
-        app.log.info("serving", ["listen": "\(configuration.listenHost):\(server.port ?? configuration.listenPort)",
-                                 "pid": Int(getpid())])
-        let stop = AsyncStream<Void>.makeStream()
-        ShutdownSignals.install { stop.continuation.yield() }
-        await app.startBackgroundWork()
-        for await _ in stop.stream { break }
-        app.log.info("shutting down: finishing requests in flight")
-        await server.shutdown(gracePeriod: .seconds(10))
-        await app.stopBackgroundWork()
-        app.shutdown()
         app.log.info("stopped")
     }
 }
@@ -52,7 +55,9 @@ enum MigrateCommand {
     static func run(_ raw: [String]) async throws {
         let args = try parse(raw, command: "migrate", boolean: ["status"], help: help)
         let configuration = try loadConfiguration()
-        let migrator = Migrator(conninfo: configuration.databaseURL, directory: try Migrator.locateDirectory())
+        let directory: URL
+        do { directory = try Migrator.locateDirectory() } catch { throw CommandFailure(message: "\(error)", exitCode: 2) }
+        let migrator = Migrator(conninfo: configuration.databaseURL, directory: directory)
         do {
             if args.has("status") {
                 let s = try migrator.status()

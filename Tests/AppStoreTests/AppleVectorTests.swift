@@ -16,7 +16,7 @@ final class AppleVectorTests: XCTestCase {
         let body = try AppleTestAuthority.body(signedPayload: vectorText("library-mock-signed/testNotification"))
         let event = try libraryIngestor().ingestV2(body: body)
         XCTAssertEqual(event.type, "TEST")
-        XCTAssertEqual(event.streamId, StreamNames.appleTest)
+        XCTAssertEqual(event.streamId, StreamId.appleTest.text)
         XCTAssertEqual(event.dedupeKey.prefix(8), "9ad56bd2")
         XCTAssertEqual(event.environment, "Sandbox")
         XCTAssertEqual(event.signedAt, 1_681_314_324_000)
@@ -130,7 +130,7 @@ final class AppleVectorTests: XCTestCase {
     }
 
     /// library-payload-json: every notification variant decodes, and, signed by the test authority,
-    /// lands in the stream StreamNames documents.
+    /// lands in the stream StreamId documents.
     func testLibraryPayloadJSONVariants() throws {
         func load(_ name: String) throws -> [String: Any] {
             try jsonObject(AppleVectors.read("library-payload-json/\(name).json"))
@@ -195,9 +195,9 @@ final class AppleVectorTests: XCTestCase {
         }
         XCTAssertEqual(sub.streamId, "12345")
         XCTAssertEqual(sub.type, "SUBSCRIBED/INITIAL_BUY")
-        XCTAssertEqual(try ingest("signedSummaryNotification").streamId, StreamNames.appleSummary(requestIdentifier: "efb27071-45a4-4aca-9854-2a1e9146f265"))
+        XCTAssertEqual(try ingest("signedSummaryNotification").streamId, StreamId.appleSummary(requestIdentifier: "efb27071-45a4-4aca-9854-2a1e9146f265").text)
         let sandboxToken = try ingest("signedExternalPurchaseTokenSandboxNotification")
-        XCTAssertEqual(sandboxToken.streamId, StreamNames.appleExternalPurchase(id: "SANDBOX_b2158121-7af9-49d4-9561-1f588205523e"))
+        XCTAssertEqual(sandboxToken.streamId, StreamId.appleExternalPurchase(id: "SANDBOX_b2158121-7af9-49d4-9561-1f588205523e").text)
         XCTAssertEqual(sandboxToken.environment, "Sandbox")
         // The non-SANDBOX token is inferred Production, which this acceptance does not take.
         let productionToken = try body("signedExternalPurchaseTokenNotification")
@@ -212,7 +212,7 @@ final class AppleVectorTests: XCTestCase {
             d["signedAppTransactionInfo"] = try auth.sign(app)
             obj["appData"] = d
         }
-        XCTAssertEqual(rescind.streamId, StreamNames.appleApp(bundleId: "com.example"))
+        XCTAssertEqual(rescind.streamId, StreamId.appleApp(bundleId: "com.example").text)
         XCTAssertEqual(rescind.type, "RESCIND_CONSENT")
         let stored = try jsonObject(rescind.payload)
         XCTAssertEqual((stored["appTransactionInfo"] as? [String: Any])?["receiptType"] as? String, "Sandbox")

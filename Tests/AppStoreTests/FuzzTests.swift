@@ -363,12 +363,12 @@ final class AppleTally: CustomStringConvertible {
     func storeSample() async throws {
         guard !sample.isEmpty else { return }
         let database = try TestDatabase.create()
-        let pool = ConnectionPool(conninfo: database.serviceConninfo, maxConnections: 2)
+        let ledger = Store(.init(databaseURL: database.serviceConninfo, poolSize: 2, liveProjections: false))
         defer {
-            pool.close()
+            ledger.close()
             try? database.drop()
         }
-        let store = EventStore(pool: pool)
+        let store = ledger.events
         var stored: [(Int64, NewEvent)] = []
         // Each sampled event gets its own dedupe key (its index, then the key cut to fit), so every one is
         // inserted and read back rather than answered as a duplicate of an earlier mutation.
@@ -494,7 +494,8 @@ enum FuzzKit {
         let required = isRenewal ? ["originalTransactionId", "autoRenewProductId", "environment"]
             : ["transactionId", "originalTransactionId", "productId", "bundleId", "environment"]
         for k in required where text(k) == nil { throw FuzzViolation("accepted a \(isRenewal ? "renewal" : "transaction") without \(k)") }
-        if !isRenewal, !(o["purchaseDate"] is NSNumber) || o["purchaseDate"] is Bool {
+        // A JSON boolean, not `is Bool`: on Linux a JSON 0 or 1 casts to Bool too (JSONNumbers.isBoolean).
+        if !isRenewal, !(o["purchaseDate"] is NSNumber) || (o["purchaseDate"] as? NSNumber).map(JSONNumbers.isBoolean) == true {
             throw FuzzViolation("accepted a transaction without a numeric purchaseDate")
         }
         if isRenewal, let t = o["transactionId"], !(t is NSNull) { throw FuzzViolation("accepted a renewal info with a transactionId") }

@@ -63,9 +63,9 @@ final class IngestV2Tests: XCTestCase {
 
     func testStreamsForNotificationsWithoutATransaction() throws {
         var n = AppleTestAuthority.sample(type: "TEST", subtype: nil).notification
-        XCTAssertEqual(try Fixtures.ingestor().ingestV2(body: auth.signNotification(n)).streamId, StreamNames.appleTest)
+        XCTAssertEqual(try Fixtures.ingestor().ingestV2(body: auth.signNotification(n)).streamId, StreamId.appleTest.text)
         n.notificationType = "CONSUMPTION_REQUEST"
-        XCTAssertEqual(try Fixtures.ingestor().ingestV2(body: auth.signNotification(n)).streamId, StreamNames.appleApp(bundleId: "com.example"))
+        XCTAssertEqual(try Fixtures.ingestor().ingestV2(body: auth.signNotification(n)).streamId, StreamId.appleApp(bundleId: "com.example").text)
         // Renewal info alone still names the subscription.
         let s = AppleTestAuthority.sample(originalTransactionId: "555")
         XCTAssertEqual(try Fixtures.ingestor().ingestV2(body: auth.signNotification(s.notification, renewal: s.renewal)).streamId, "555")

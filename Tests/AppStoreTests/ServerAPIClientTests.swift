@@ -403,7 +403,7 @@ final class ServerAPIClientTests: XCTestCase {
         let body = try XCTUnwrap(received.all.first)
         let event = try Fixtures.ingestor().ingestV2(body: body)
         XCTAssertEqual(event.type, "TEST")
-        XCTAssertEqual(event.streamId, StreamNames.appleTest)
+        XCTAssertEqual(event.streamId, StreamId.appleTest.text)
         XCTAssertEqual(try jsonObject(body)["signedPayload"] as? String, s.signedPayload)
         await assertAPIError(.fixRequest, code: 4_000_020) { _ = try await c.testNotificationStatus(token: "unknown") }
     }
@@ -580,7 +580,7 @@ final class ServerAPIClientTests: XCTestCase {
         XCTAssertEqual((items[0]["renewalInfo"] as? [String: Any])?["autoRenewStatus"] as? Int, 1)
         // Its facts fold (no unreadable).
         let facts = FactDecoder.facts(of: built[0])
-        XCTAssertEqual(facts.map(\.kind), [.transaction, .renewal])
+        XCTAssertEqual(facts.map(\.kind), [.transaction, .reversal, .renewal], "a transaction not revoked states a reversal")
         XCTAssertEqual(Set(facts.map(\.origin)), [.appleAPI])
 
         // Asked again: re-signed (different bytes), same keys. Changed: a new key for that one only.
@@ -599,7 +599,7 @@ final class ServerAPIClientTests: XCTestCase {
         XCTAssertEqual(keyed[0].dedupeKey, built[0].dedupeKey + "@17")
         XCTAssertEqual(keyed[1].dedupeKey, built[1].dedupeKey)
         XCTAssertTrue(built[0].dedupeKey.hasPrefix("api:status:"))
-        XCTAssertEqual(AppleAPIAnswerEvents.dedupeKey(type: built[0].type, payload: try JSONDecoder().decode(PushValue.self, from: built[0].payload)),
+        XCTAssertEqual(AppleAPIAnswerEvents.dedupeKey(type: built[0].type, payload: try JSONDecoder().decode(JSONValue.self, from: built[0].payload)),
                        built[0].dedupeKey, "the key is a function of the stored payload")
     }
 
@@ -684,7 +684,7 @@ final class ServerAPIClientTests: XCTestCase {
     static let receiptA = Data("receipt-a".utf8).base64EncodedString()
     static let receiptS = Data("receipt-sandbox".utf8).base64EncodedString()
 
-    static func receiptAnswer(expires: Int64 = 1_769_904_000_000, autoRenew: String = "1", appItemId: Int64 = 1234) -> PushValue {
+    static func receiptAnswer(expires: Int64 = 1_769_904_000_000, autoRenew: String = "1", appItemId: Int64 = 1234) -> JSONValue {
         let json: [String: Any] = [
             "receipt": ["bundle_id": "com.example", "receipt_creation_date_ms": "1767225600000", "app_item_id": appItemId],
             "latest_receipt": "MIIblob==",
@@ -697,7 +697,7 @@ final class ServerAPIClientTests: XCTestCase {
             "pending_renewal_info": [["original_transaction_id": "1000000000000001", "auto_renew_product_id": "com.example.monthly",
                                       "auto_renew_status": autoRenew]],
         ]
-        return try! JSONDecoder().decode(PushValue.self, from: JSONSerialization.data(withJSONObject: json))
+        return try! JSONDecoder().decode(JSONValue.self, from: JSONSerialization.data(withJSONObject: json))
     }
 
     func receiptFake(secret: String? = "s3cret") throws -> FakeVerifyReceipt {

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import LedgerTesting
 import XCTest
 #if canImport(Glibc)
 import Glibc

@@ -58,7 +58,7 @@ final class AppleV1FactsTests: XCTestCase {
     }
 
     func subject(_ body: [String: Any]) throws -> AppleV1Subscription {
-        try AppleV1Subscription(body: JSONDecoder().decode(PushValue.self, from: JSONSerialization.data(withJSONObject: body)))
+        try AppleV1Subscription(body: JSONDecoder().decode(JSONValue.self, from: JSONSerialization.data(withJSONObject: body)))
     }
 
     // MARK: which subscription

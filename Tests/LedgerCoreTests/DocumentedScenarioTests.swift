@@ -274,8 +274,8 @@ enum Documented {
         /// `ok` false: a refund that did not succeed (RetCode ≠ 0, no success time).
         case refund(order: String, at: Double, openId: String, ok: Bool = true)
 
-        func value(otid: String, clock c: Clock) -> PushValue {
-            func header(_ event: String, _ create: Double) -> [String: PushValue] {
+        func value(otid: String, clock c: Clock) -> JSONValue {
+            func header(_ event: String, _ create: Double) -> [String: JSONValue] {
                 ["ToUserName": .string("gh_97417a04a28d"), "FromUserName": .string("o_wechat_official"),
                  "CreateTime": .integer(c.sec(create)), "MsgType": .string("event"), "Event": .string(event)]
             }

@@ -52,7 +52,7 @@ final class RefundCasePropertyTests: XCTestCase {
                 // Askings under one id of the order (the same id every time: one case per order).
                 let askedId = [order.outTradeNo, order.mch, order.tx][Int(rng.next() % (order.delivered ? 3 : 1))]
                 for k in 0..<Int(rng.next() % 3) {
-                    let stream = early ? StreamNames.wechatProvisional(orderId: askedId) : otid
+                    let stream = early ? StreamId.wechatOrder(askedId).text : otid
                     let asking = W.event(W.inquiry(order: askedId, asked: day + 1 + Double(k) * 0.01), position: next(), stream: stream)
                     events.append(asking)
                     order.inquiries.append(asking.position)
@@ -73,7 +73,7 @@ final class RefundCasePropertyTests: XCTestCase {
                     let named = order.delivered && rng.next() % 2 == 0 ? order.mch : order.outTradeNo
                     let refund = W.event(W.refundNotify(order: named, wxOrder: order.wx, at: day + 2 + Double(k), ok: ok,
                                                         refundId: "r-\(name)-\(k)", openId: openId),
-                                         position: next(), stream: early ? StreamNames.wechatProvisional(orderId: named) : otid)
+                                         position: next(), stream: early ? StreamId.wechatOrder(named).text : otid)
                     events.append(refund)
                     order.refunds.append(refund.position)
                     order.refunded = order.refunded || ok

@@ -122,7 +122,7 @@ final class RefundCaseTests: XCTestCase {
             appleEvent("REFUND_DECLINED", position: 23, signed: 11, tx: "t10"),
             appleEvent("DID_RENEW", position: 24, signed: 9, tx: "t11"),
             // An inquiry that arrived before its delivery (a provisional stream), and the delivery.
-            W.event(W.inquiry(order: "O3", asked: 61), position: 25, stream: StreamNames.wechatProvisional(orderId: "O3")),
+            W.event(W.inquiry(order: "O3", asked: 61), position: 25, stream: StreamId.wechatOrder("O3").text),
             W.event(W.deliver(order: "O3", paid: 60, renewal: 90), position: 26),
             W.event(W.refundNotify(order: "O3", at: 62), position: 27),
         ]
@@ -210,7 +210,7 @@ final class RefundCaseTests: XCTestCase {
     }
 
     func testAProvisionalInquiryJoinsTheSubscriptionThroughTheLinkEvent() throws {
-        let provisional = StreamNames.wechatProvisional(orderId: "X9")
+        let provisional = StreamId.wechatOrder("X9").text
         let inquiry = W.event(W.inquiry(order: "X9", asked: 40), position: 10, stream: provisional)
         let answer = W.ledger(W.answer(order: "X9", allow: false, rule: "long_use"), type: XPayEventName.refundInquiryAnswer,
                               position: 11, stream: provisional, recorded: 40)
@@ -242,7 +242,7 @@ final class RefundCaseTests: XCTestCase {
     /// No link event at all: the delivery's own order ids join the inquiry that came first, and the
     /// delivery's aliases (MchOrderNo, TransactionId) join askings and refunds naming those.
     func testAnInquiryBeforeItsDeliveryFindsItThroughTheOrderIds() throws {
-        let early = W.event(W.inquiry(order: "X7", asked: 40), position: 1, stream: StreamNames.wechatProvisional(orderId: "X7"))
+        let early = W.event(W.inquiry(order: "X7", asked: 40), position: 1, stream: StreamId.wechatOrder("X7").text)
         let delivery = W.event(W.deliver(order: "X7", paid: 39, renewal: 69, price: 1200), position: 2)
         for events in [[early, delivery], [delivery, early]] {
             let c = try XCTUnwrap(cases(events).first)
@@ -254,7 +254,7 @@ final class RefundCaseTests: XCTestCase {
         }
         // Asked under the delivery's MchOrderNo; WeChat then refunds OutTradeNo / its own id.
         let byAlias = [
-            W.event(W.inquiry(order: "mch-X7", asked: 40), position: 1, stream: StreamNames.wechatProvisional(orderId: "mch-X7")),
+            W.event(W.inquiry(order: "mch-X7", asked: 40), position: 1, stream: StreamId.wechatOrder("mch-X7").text),
             delivery,
             W.event(W.refundNotify(order: "X7", at: 41, fee: 1200), position: 3),
         ]
@@ -349,7 +349,7 @@ final class RefundCaseTests: XCTestCase {
     /// the same refund push stored once in the provisional stream and once in the subscription's.
     /// Each counts once; both stay on the case's evidence trail.
     func testTheSameMessageStoredInTwoStreamsCountsOnce() throws {
-        let provisional = StreamNames.wechatProvisional(orderId: "O4")
+        let provisional = StreamId.wechatOrder("O4").text
         let once = [
             W.event(W.inquiry(order: "O4", asked: 40), position: 1, stream: provisional),
             W.event(W.refundNotify(order: "O4", at: 41), position: 2, stream: provisional),

@@ -16,13 +16,13 @@ enum WX {
     static func d(_ days: Double) -> EpochMillis { base + EpochMillis(days * Double(dayMs)) }
     static func sec(_ days: Double) -> Int64 { d(days) / 1000 }
 
-    static func header(_ event: String, create: Double) -> [String: PushValue] {
+    static func header(_ event: String, create: Double) -> [String: JSONValue] {
         ["ToUserName": .string("gh_97417a04a28d"), "FromUserName": .string("o_wechat_official"),
          "CreateTime": .integer(sec(create)), "MsgType": .string("event"), "Event": .string(event)]
     }
 
     static func signing(signed: Double, renewal: Double, otid: String = otid, openId: String = openId,
-                        product: String = product, autoRenew: Int64 = 1) -> PushValue {
+                        product: String = product, autoRenew: Int64 = 1) -> JSONValue {
         var o = header(XPayEventName.signingResult, create: signed + 0.001)
         o["OpenId"] = .string(openId)
         o["Attach"] = .string("uid=12345")
@@ -35,7 +35,7 @@ enum WX {
 
     static func deliver(order: String, paid: Double, renewal: Double, otid: String = otid, openId: String = openId,
                         product: String = product, price: Int64 = 3000, autoRenew: Int64 = 1,
-                        payInfo: Bool = true) -> PushValue {
+                        payInfo: Bool = true) -> JSONValue {
         var o = header(XPayEventName.goodsDeliver, create: paid + 0.002)
         o["OpenId"] = .string(openId)
         o["OutTradeNo"] = .string(order)
@@ -52,7 +52,7 @@ enum WX {
     }
 
     static func unsigning(unsigned: Double, renewal: Double, otid: String = otid, openId: String = openId,
-                          product: String = product) -> PushValue {
+                          product: String = product) -> JSONValue {
         var o = header(XPayEventName.unsigning, create: unsigned + 0.001)
         o["OpenId"] = .string(openId)
         o["Attach"] = .string("uid=12345")
@@ -65,7 +65,7 @@ enum WX {
     }
 
     static func refundNotify(order: String, wxOrder: String? = nil, at: Double, ok: Bool = true, fee: Int64 = 3000,
-                             refundId: String? = nil, openId: String = openId) -> PushValue {
+                             refundId: String? = nil, openId: String = openId) -> JSONValue {
         var o = header(XPayEventName.refundNotify, create: at + 0.01)
         o["OpenId"] = .string(openId)
         o["WxRefundId"] = .string(refundId ?? "wxrefund-\(order)-\(ok ? 0 : 1)")
@@ -83,7 +83,7 @@ enum WX {
 
     /// Flat, every value a string, as WeChat sends the iOS refund inquiry.
     static func inquiry(order: String, asked: Double, orderTime: Double = 0, provide: String = "1",
-                        reason: String = "UNINTENDED_PURCHASE") -> PushValue {
+                        reason: String = "UNINTENDED_PURCHASE") -> JSONValue {
         var o = header(XPayEventName.refundInquiry, create: asked)
         for (k, v) in [("refund_time", String(sec(asked))), ("order_time", String(sec(orderTime))),
                        ("channel_bill", "510001234567890"), ("bundleid", "com.tencent.xin"),
@@ -96,7 +96,7 @@ enum WX {
     }
 
     /// The ledger's answer event payload, as `RefundInquiryAnswer.event` writes it.
-    static func answer(order: String, allow: Bool, rule: String = "short_use", evidence: String = #"{"rule":"short_use"}"#) -> PushValue {
+    static func answer(order: String, allow: Bool, rule: String = "short_use", evidence: String = #"{"rule":"short_use"}"#) -> JSONValue {
         .object([
             "pay_order_id": .string(order), "result_code": .integer(allow ? 0 : 1),
             "result_info": .string(allow ? "entitlement used 5 minutes" : "entitlement used 5000 minutes"),
@@ -105,13 +105,13 @@ enum WX {
         ])
     }
 
-    static func link(order: String, to subscription: String = otid) -> PushValue {
-        .object(["order_id": .string(order), "provisional_stream": .string(StreamNames.wechatProvisional(orderId: order)),
+    static func link(order: String, to subscription: String = otid) -> JSONValue {
+        .object(["order_id": .string(order), "provisional_stream": .string(StreamId.wechatOrder(order).text),
                  "subscription_stream": .string(subscription)])
     }
 
     /// Every scalar as text, as an XML push arrives (objects stay objects).
-    static func xmlStyle(_ v: PushValue) -> PushValue {
+    static func xmlStyle(_ v: JSONValue) -> JSONValue {
         switch v {
         case .object(let o): return .object(o.mapValues(xmlStyle))
         case .integer(let i): return .string(String(i))
@@ -119,7 +119,7 @@ enum WX {
         }
     }
 
-    static func event(_ payload: PushValue, position: Int64, stream: String = otid, recorded: Double? = nil,
+    static func event(_ payload: JSONValue, position: Int64, stream: String = otid, recorded: Double? = nil,
                       source: EventSource = .wechat, type: String? = nil, signedAt: EpochMillis? = nil) -> RecordedEvent {
         let data = payload.canonicalJSON()
         let t = type ?? payload.text("Event") ?? "unknown"
@@ -130,7 +130,7 @@ enum WX {
                             environment: "Production", signedAt: signedAt, payload: data, raw: data))
     }
 
-    static func ledger(_ payload: PushValue, type: String, position: Int64, stream: String = otid, recorded: Double) -> RecordedEvent {
+    static func ledger(_ payload: JSONValue, type: String, position: Int64, stream: String = otid, recorded: Double) -> RecordedEvent {
         event(payload, position: position, stream: stream, recorded: recorded, source: .ledger, type: type)
     }
 

@@ -47,7 +47,7 @@ final class AppleWebhookTests: XCTestCase {
             n.subtype = nil
             let answer = try await h.post("/v1/apple/notifications", try h.authority.signNotification(n))
             XCTAssertEqual(answer.status, 200, answer.text)
-            XCTAssertEqual(try h.events(stream: StreamNames.appleTest).count, 1)
+            XCTAssertEqual(try h.events(stream: StreamId.appleTest.text).count, 1)
         }
     }
 
@@ -284,7 +284,7 @@ final class AppleWebhookTests: XCTestCase {
             // The baseline the hostile cases were derived from is accepted.
             let ok = try await h.post("/v1/apple/notifications", good)
             XCTAssertEqual(ok.status, 200, ok.text)
-            let metrics = try await h.request("GET", "/metrics").text
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
             XCTAssertTrue(metrics.contains("ledger_notifications_total{outcome=\"bad_signature\",source=\"apple_v2\"} 3"), metrics)
         }
     }

@@ -167,7 +167,7 @@ final class DocumentedScenarioTests: XCTestCase {
     }
 
     /// A secure-mode JSON push: (path with query, body), as WeChat sends it.
-    func secure(_ message: PushValue) throws -> (String, Data) {
+    func secure(_ message: JSONValue) throws -> (String, Data) {
         let nonce = UUID().uuidString, ts = "1775226065"
         let sealed = try sender.encryptReply(Array(message.canonicalJSON()), format: .json, timestamp: 1775226065, nonce: nonce)
         let encrypt = (try JSONSerialization.jsonObject(with: sealed) as! [String: Any])["Encrypt"] as! String
@@ -316,8 +316,8 @@ enum Documented {
         /// `ok` false: a refund that did not succeed (RetCode ≠ 0, no success time).
         case refund(order: String, at: Double, openId: String, ok: Bool = true)
 
-        func value(otid: String, clock c: Clock) -> PushValue {
-            func header(_ event: String, _ create: Double) -> [String: PushValue] {
+        func value(otid: String, clock c: Clock) -> JSONValue {
+            func header(_ event: String, _ create: Double) -> [String: JSONValue] {
                 ["ToUserName": .string("gh_97417a04a28d"), "FromUserName": .string("o_wechat_official"),
                  "CreateTime": .integer(c.sec(create)), "MsgType": .string("event"), "Event": .string(event)]
             }

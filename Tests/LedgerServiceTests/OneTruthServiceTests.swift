@@ -61,7 +61,7 @@ final class OneTruthServiceTests: XCTestCase {
             XCTAssertEqual(stored.count, 1)
             XCTAssertEqual((stored.first?["facts"] as? [[String: Any]])?.first?["subscription"] as? String, "Sandbox:7000000000000001")
 
-            let ready = try await h.request("GET", "/readyz")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token")
             let catalog = ready.json["catalog"] as? [String: Any]
             XCTAssertEqual(catalog?["default"] as? Bool, true, ready.text)
             XCTAssertNotNil(catalog?["note"])
@@ -91,7 +91,7 @@ final class OneTruthServiceTests: XCTestCase {
         try await withService(environment: ["LEDGER_DATABASE_URL": database.serviceConninfo], configJSON: second) { h in
             let recorded = try await h.app.recordCatalogIfChanged()
             XCTAssertTrue(recorded, "a different catalog is recorded")
-            let ready = try await h.request("GET", "/readyz")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token")
             XCTAssertNil((ready.json["catalog"] as? [String: Any])?["mismatch"], ready.text)
             // Live tables use the current catalog once rebuilt; the recorded one answers for its time.
             let rebuilt = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token")
@@ -103,20 +103,20 @@ final class OneTruthServiceTests: XCTestCase {
             XCTAssertEqual((then.json["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["entitlement"] as? String },
                            ["basic"], "what the ledger knew then, under the catalog of then: \(then.text)")
             let catalogEvents = try Connection(conninfo: database.adminConninfo).query(
-                "SELECT type FROM events WHERE stream_id = $1 ORDER BY position", [.text(StreamNames.ledgerConfig)])
+                "SELECT type FROM events WHERE stream_id = $1 ORDER BY position", [.text(StreamId.ledgerConfig.text)])
                 .rows.map { try $0.decode(String.self, "type") }
             XCTAssertEqual(catalogEvents, [LedgerEventType.catalog, LedgerEventType.catalog])
         }
         // An instance still running the first catalog says so.
         try await withService(environment: ["LEDGER_DATABASE_URL": database.serviceConninfo], configJSON: first) { h in
-            let ready = try await h.request("GET", "/readyz")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token")
             XCTAssertNotNil((ready.json["catalog"] as? [String: Any])?["mismatch"], ready.text)
             // An active product the catalog does not list is counted.
             let b = try await h.post("/v1/apple/notifications",
                                      purchase(h, otid: "7000000000000003", environment: "Production", token: token,
                                               product: "com.example.unlisted", signed: LedgerApp.nowMillis() - day))
             XCTAssertEqual(b.status, 200, b.text)
-            let metrics = try await h.request("GET", "/metrics")
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token")
             XCTAssertTrue(metrics.text.contains("ledger_unmapped_products 1"), metrics.text)
         }
     }

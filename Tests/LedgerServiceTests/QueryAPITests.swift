@@ -149,7 +149,7 @@ final class QueryAPITests: XCTestCase {
             XCTAssertEqual(run.json["status"] as? String, "rebuilt")
             let bad = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"projection": "nope"}"#.utf8), token: "admin-token")
             XCTAssertEqual(bad.status, 400)
-            let audit = try h.events(stream: StreamNames.ledgerAdmin)
+            let audit = try h.events(stream: StreamId.ledgerAdmin.text)
             XCTAssertEqual(audit.map(\.type), ["admin/rebuild-dry-run", "admin/rebuild"])
             let record = String(decoding: audit[1].raw, as: UTF8.self)
             XCTAssertTrue(record.contains("\"role\":\"admin\""), record)
@@ -164,14 +164,14 @@ final class QueryAPITests: XCTestCase {
         try await withService { h in
             let answer7 = try await h.request("GET", "/healthz")
             XCTAssertEqual(answer7.json["status"] as? String, "ok")
-            let ready = try await h.request("GET", "/readyz")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token")
             XCTAssertEqual(ready.status, 200, ready.text)
             XCTAssertEqual(ready.json["status"] as? String, "ready")
             XCTAssertEqual((ready.json["migrations"] as? [String: Any])?["pending"] as? Int, 0)
             let missing = try await h.request("GET", "/v1/nothing-here")
             XCTAssertEqual(missing.status, 404)
             XCTAssertEqual(missing.errorCode, "not_found")
-            let metrics = try await h.request("GET", "/metrics")
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token")
             XCTAssertTrue(metrics.text.contains("ledger_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 1"), metrics.text)
             XCTAssertTrue(metrics.text.contains("ledger_db_pool_connections{state=\"max\"}"), metrics.text)
             XCTAssertTrue(metrics.text.contains("ledger_projection_lag{projection=\"subscriptions\"} 0"), metrics.text)
@@ -180,7 +180,7 @@ final class QueryAPITests: XCTestCase {
 
     func testReadinessIs503WhileTheDatabaseIsUnreachable() async throws {
         try await withService(environment: ["LEDGER_DATABASE_URL": "host=/nonexistent-socket-dir port=1 dbname=ledger connect_timeout=1"]) { h in
-            let ready = try await h.request("GET", "/readyz")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token")
             XCTAssertEqual(ready.status, 503, ready.text)
             XCTAssertEqual(ready.json["database"] as? String, "unavailable")
             let body = try h.authority.signSample(AppleTestAuthority.sample())

@@ -514,7 +514,7 @@ final class MigratorTests: XCTestCase {
         XCTAssertThrowsError(try migrator.migrate()) { error in
             guard case MigrationError.failed(let file, let cause) = error else { return XCTFail("\(error)") }
             XCTAssertEqual(file, "0002_broken.sql")
-            XCTAssertEqual(cause.sqlState, "42883")
+            XCTAssertTrue(cause.contains("42883"), cause)
         }
         let admin = try Connection(conninfo: database.adminConninfo)
         XCTAssertEqual(try count(admin, "SELECT count(*) FROM pg_tables WHERE tablename = 'half_done'"), 0)

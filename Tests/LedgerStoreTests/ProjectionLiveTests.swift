@@ -28,7 +28,7 @@ final class ProjectionLiveTests: XCTestCase {
         var events = try ProjectionFixture.events(customers: 30, seed: 42)
         events.append(ProjectionFixture.hostileEvent(stream: "9000000000001", customer: "cust\twith\\odd\nchars"))
         events += [
-            NewEvent(streamId: StreamNames.appleTest, dedupeKey: "test-1", source: .apple, type: "TEST",
+            NewEvent(streamId: StreamId.appleTest.text, dedupeKey: "test-1", source: .apple, type: "TEST",
                      payload: Data(#"{"notificationType":"TEST","data":{"bundleId":"com.example.app"}}"#.utf8), raw: Data("x".utf8)),
         ]
         try await ProjectionFixture.append(events, to: store)

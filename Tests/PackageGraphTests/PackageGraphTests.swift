@@ -69,6 +69,54 @@ final class PackageGraphTests: XCTestCase {
         XCTAssertEqual(offences, [])
     }
 
+    /// The boundaries the architecture promises (README §Architecture): libpq is reached only
+    /// through LedgerStore's façade — neither the service nor the command line may name `Postgres`
+    /// or a C module, in the graph or in an import — and every C module is imported `internal`, so
+    /// no C type can appear in a public API (the compiler refuses one).
+    func testOnlyTheStoreSeesPostgresAndCModulesAreInternalImports() throws {
+        let graph = try PackageGraph(json: Self.dumped.get())
+        let cModules = Set(graph.targets.filter { $0.value.type == "system" }.map(\.key))
+        XCTAssertEqual(cModules, ["CLibPQ", "COpenSSL", "CMicroHTTPD"], "the C libraries the package wraps")
+        let walledOff = cModules.union(["Postgres"])
+        for name in ["LedgerService", "ledger", "LedgerCommandLine", "LedgerCore", "AppStore", "WeChatPay"] {
+            let target = try XCTUnwrap(graph.targets[name], name)
+            XCTAssertEqual(Set(target.dependencies).intersection(walledOff).sorted(), [], "\(name) depends directly on \(walledOff.sorted())")
+        }
+        var offences: [String] = []
+        var cImports = 0
+        for (name, target) in graph.targets where target.type != "system" && target.type != "test" {
+            for (url, text) in try Self.sources(of: name, target) {
+                for line in text.split(separator: "\n") {
+                    let words = line.split(whereSeparator: \.isWhitespace).map(String.init)
+                    guard let module = Self.importedModules(String(line)).first else { continue }
+                    if cModules.contains(module) {
+                        cImports += 1
+                        if !words.contains("internal") && !words.contains("private") && !words.contains("fileprivate") {
+                            offences.append("\(url.lastPathComponent) (\(name)) imports the C module \(module) without `internal import`")
+                        }
+                    }
+                    if module == "Postgres", ["LedgerService", "ledger", "LedgerCommandLine", "LedgerCore", "AppStore", "WeChatPay"].contains(name) {
+                        offences.append("\(url.lastPathComponent) (\(name)) imports Postgres: go through LedgerStore's Store")
+                    }
+                }
+            }
+        }
+        XCTAssertGreaterThan(cImports, 5, "no C imports found: the check read nothing")
+        XCTAssertEqual(offences, [])
+    }
+
+    /// The Swift sources of a target.
+    static func sources(of name: String, _ target: PackageGraph.Target) throws -> [(URL, String)] {
+        let directory = packageRoot.appendingPathComponent(target.path ?? "Sources/\(name)")
+        var out: [(URL, String)] = []
+        let enumerator = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: nil)
+        while let url = enumerator?.nextObject() as? URL {
+            guard url.pathExtension == "swift" else { continue }
+            out.append((url, try String(contentsOf: url, encoding: .utf8)))
+        }
+        return out
+    }
+
     // MARK: the checker itself must be able to fail
 
     func testTheClosureFollowsEveryDependencyFormAndFindsATestSupportTargetTwoHopsAway() throws {

@@ -30,14 +30,14 @@ struct PushFixture {
         Hex.encode(Digest.sha1(Array(parts.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }.joined().utf8)))
     }
 
-    static func encode(_ v: PushValue, _ format: PushFormat) -> [UInt8] {
+    static func encode(_ v: JSONValue, _ format: PushFormat) -> [UInt8] {
         switch format {
         case .json: return Array(v.canonicalJSON())
         case .xml: return Array("<xml>\(xmlInner(v))</xml>".utf8)
         }
     }
 
-    static func xmlInner(_ v: PushValue) -> String {
+    static func xmlInner(_ v: JSONValue) -> String {
         guard case .object(let o) = v else { return "" }
         var s = ""
         for (k, child) in o.sorted(by: { $0.key < $1.key }) {
@@ -52,7 +52,7 @@ struct PushFixture {
     }
 
     /// Plaintext mode: the message is the body; only `signature` authenticates (the query).
-    static func plaintext(_ message: PushValue, _ format: PushFormat, timestamp: String = "1775226065",
+    static func plaintext(_ message: JSONValue, _ format: PushFormat, timestamp: String = "1775226065",
                           nonce: String = "123456789") -> (PushQuery, Data) {
         let query = PushQuery(signature: sha1Hex([token, timestamp, nonce]), timestamp: timestamp, nonce: nonce,
                               openid: "o_official")
@@ -60,7 +60,7 @@ struct PushFixture {
     }
 
     /// Secure mode: `{"ToUserName":…,"Encrypt":…}` with msg_signature over the Encrypt value.
-    static func secure(_ message: PushValue, _ format: PushFormat, timestamp: String = "1775226065",
+    static func secure(_ message: JSONValue, _ format: PushFormat, timestamp: String = "1775226065",
                        nonce: String = "987654321", key: EncodingAESKey = PushFixture.key,
                        appId: String = PushFixture.appId, random: [UInt8]? = nil) -> (PushQuery, Data) {
         let encrypt = try! MessageCipher.encrypt(encode(message, format), appId: appId, key: key,
@@ -69,8 +69,8 @@ struct PushFixture {
     }
 
     static func secureEnvelope(encrypt: String, format: PushFormat, timestamp: String = "1775226065",
-                               nonce: String = "987654321", extra: [String: PushValue] = [:]) -> (PushQuery, Data) {
-        var env: [String: PushValue] = ["ToUserName": .string("gh_97417a04a28d"), "Encrypt": .string(encrypt)]
+                               nonce: String = "987654321", extra: [String: JSONValue] = [:]) -> (PushQuery, Data) {
+        var env: [String: JSONValue] = ["ToUserName": .string("gh_97417a04a28d"), "Encrypt": .string(encrypt)]
         for (k, v) in extra { env[k] = v }
         let query = PushQuery(signature: sha1Hex([token, timestamp, nonce]), timestamp: timestamp, nonce: nonce,
                               encryptType: "aes", msgSignature: sha1Hex([token, timestamp, nonce, encrypt]),
@@ -80,12 +80,12 @@ struct PushFixture {
 
     // MARK: the five xpay messages, as the seed document describes them
 
-    static func header(_ event: String, createTime: Int64 = 1775226065) -> [String: PushValue] {
+    static func header(_ event: String, createTime: Int64 = 1775226065) -> [String: JSONValue] {
         ["ToUserName": .string("gh_97417a04a28d"), "FromUserName": .string("o_wechat_official"),
          "CreateTime": .integer(createTime), "MsgType": .string("event"), "Event": .string(event)]
     }
 
-    static func signing(createTime: Int64 = 1775226065) -> PushValue {
+    static func signing(createTime: Int64 = 1775226065) -> JSONValue {
         var o = header(XPayEventName.signingResult, createTime: createTime)
         o["OpenId"] = .string("oUser1")
         o["Attach"] = .string("uid=12345")
@@ -96,7 +96,7 @@ struct PushFixture {
         return .object(o)
     }
 
-    static func deliver(order: String = "ORDER-0001", apple: Bool = true, createTime: Int64 = 1775226066) -> PushValue {
+    static func deliver(order: String = "ORDER-0001", apple: Bool = true, createTime: Int64 = 1775226066) -> JSONValue {
         var o = header(XPayEventName.goodsDeliver, createTime: createTime)
         o["OpenId"] = .string("oUser1")
         o["OutTradeNo"] = .string(order)
@@ -110,7 +110,7 @@ struct PushFixture {
         return .object(o)
     }
 
-    static func unsigning(createTime: Int64 = 1776000000) -> PushValue {
+    static func unsigning(createTime: Int64 = 1776000000) -> JSONValue {
         var o = header(XPayEventName.unsigning, createTime: createTime)
         o["OpenId"] = .string("oUser1")
         o["Attach"] = .string("uid=12345")
@@ -124,7 +124,7 @@ struct PushFixture {
 
     /// All strings, flat, as WeChat sends the iOS refund inquiry.
     static func refundInquiry(order: String = "93594000000005171", refundTime: String = "1776100000",
-                              provideStatus: String = "1", createTime: Int64 = 1776100000) -> PushValue {
+                              provideStatus: String = "1", createTime: Int64 = 1776100000) -> JSONValue {
         var o = header(XPayEventName.refundInquiry, createTime: createTime)
         for (k, v) in [("refund_time", refundTime), ("order_time", "1775226066"), ("channel_bill", "510001234567890"),
                        ("bundleid", "com.tencent.xin"), ("product_id", "subscription_vip_monthly"), ("p_count", "1"),
@@ -135,7 +135,7 @@ struct PushFixture {
         return .object(o)
     }
 
-    static func refundNotify(retCode: Int64 = 0, retryTimes: Int64 = 0, createTime: Int64 = 1776200000) -> PushValue {
+    static func refundNotify(retCode: Int64 = 0, retryTimes: Int64 = 0, createTime: Int64 = 1776200000) -> JSONValue {
         var o = header(XPayEventName.refundNotify, createTime: createTime)
         o["OpenId"] = .string("oUser1")
         o["WxRefundId"] = .string("wxrefund-1")

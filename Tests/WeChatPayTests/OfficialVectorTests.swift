@@ -70,7 +70,7 @@ final class OfficialVectorTests: XCTestCase {
         let r = try docReceiver()
         let body = try r.encryptReply(Array(#"{"demo_resp":"good luck"}"#.utf8), format: .json, timestamp: 1713424427,
                                       nonce: "415670741", random: Array("707722b803182950".utf8))
-        let v = try JSONDecoder().decode(PushValue.self, from: body)
+        let v = try JSONDecoder().decode(JSONValue.self, from: body)
         XCTAssertEqual(v.text("Encrypt"), "ELGduP2YcVatjqIS+eZbp80MNLoAUWvzzyJxgGzxZO/5sAvd070Bs6qrLARC9nVHm48Y4hyRbtzve1L32tmxSQ==")
         XCTAssertEqual(v.text("MsgSignature"), "1b9339964ed2e271e7c7b6ff2b0ef902fc94dea1")
         XCTAssertEqual(v["TimeStamp"], .integer(1713424427))

@@ -109,7 +109,7 @@ final class TransportTests: XCTestCase {
         let (q0, body0) = PushFixture.secure(PushFixture.deliver(), .json)
         let push = try r.open(query: q0, body: body0)
         XCTAssertEqual(push.event, XPayEventName.goodsDeliver)
-        let encrypt = try JSONDecoder().decode(PushValue.self, from: body0).text("Encrypt")!
+        let encrypt = try JSONDecoder().decode(JSONValue.self, from: body0).text("Encrypt")!
         // Not a multiple of 4: not base64 at all.
         let (q1, body1) = PushFixture.secureEnvelope(encrypt: String(encrypt.dropLast(3)), format: .json)
         let e1 = pushError { try r.open(query: q1, body: body1) }
@@ -148,7 +148,7 @@ final class TransportTests: XCTestCase {
     }
 
     func testCDATAMentioningDoctypeAccepted() throws {
-        let msg = PushValue.object(["MsgType": .string("text"), "Content": .string("<!DOCTYPE is just text here"),
+        let msg = JSONValue.object(["MsgType": .string("text"), "Content": .string("<!DOCTYPE is just text here"),
                                     "MsgId": .string("1")])
         let (q, body) = PushFixture.plaintext(msg, .xml)
         let push = try r.open(query: q, body: body)

@@ -74,7 +74,7 @@ public struct AppleAPIAnswerEvents: Sendable {
                 }
                 group["lastTransactions"] = .array([.object(item)])
                 envelope["data"] = .array([.object(group)])
-                let payload = PushValue.object([AppleAPIEvents.statusResponseKey: .object(envelope)])
+                let payload = JSONValue.object([AppleAPIEvents.statusResponseKey: .object(envelope)])
                 events.append(try event(
                     type: AppleAPIEvents.subscriptionStatus, stream: original, payload: payload, raw: answer.body,
                     environment: identity.environment, signedAt: signedAt, expiresAt: expiresAt, after: after[original]))
@@ -95,7 +95,7 @@ public struct AppleAPIAnswerEvents: Sendable {
         for (i, jws) in page.signedTransactions.enumerated() {
             let tx = try verifiedTransaction(.string(jws), slot: "signedTransactions[\(i)]", identity: identity)
             guard let original = tx.text("originalTransactionId") else { throw .missingField("signedTransactions[\(i)].originalTransactionId") }
-            var body: [String: PushValue] = ["transactionInfo": tx]
+            var body: [String: JSONValue] = ["transactionInfo": tx]
             if let e = page.environment { body["environment"] = .string(e) }
             if let b = page.bundleId { body["bundleId"] = .string(b) }
             if let a = page.appAppleId { body["appAppleId"] = .integer(a) }
@@ -163,7 +163,7 @@ public struct AppleAPIAnswerEvents: Sendable {
 
     /// The dedupe key of a stored (or about to be stored) API answer event; nil when `payload`
     /// is not that type's payload. `after`: see the type's documentation.
-    public static func dedupeKey(type: String, payload: PushValue, after: Int64? = nil) -> String? {
+    public static func dedupeKey(type: String, payload: JSONValue, after: Int64? = nil) -> String? {
         guard let kind = AppleAPIEvents.keyKind(of: type),
               let content = AppleAPIEvents.dedupeContent(type: type, payload: payload) else { return nil }
         let hex = Digest.sha256([UInt8](content)).map { String(format: "%02x", $0) }.joined()
@@ -191,7 +191,7 @@ public struct AppleAPIAnswerEvents: Sendable {
         return Identity(bundleId: bundleId, environment: environment)
     }
 
-    func verifiedTransaction(_ value: PushValue, slot: String, identity: Identity) throws(AppleVerificationError) -> PushValue {
+    func verifiedTransaction(_ value: JSONValue, slot: String, identity: Identity) throws(AppleVerificationError) -> JSONValue {
         guard case .string(let jws) = value else { throw .malformed("\(slot) is not a string") }
         let verified = try verifier.verify(jws, kind: .transaction)
         try AppleNotificationIngestor.NestedType.transaction.check(verified.object, slot: slot)
@@ -201,7 +201,7 @@ public struct AppleAPIAnswerEvents: Sendable {
         return tree
     }
 
-    func verifiedRenewal(_ value: PushValue, slot: String, identity: Identity) throws(AppleVerificationError) -> PushValue {
+    func verifiedRenewal(_ value: JSONValue, slot: String, identity: Identity) throws(AppleVerificationError) -> JSONValue {
         guard case .string(let jws) = value else { throw .malformed("\(slot) is not a string") }
         let verified = try verifier.verify(jws, kind: .renewalInfo)
         try AppleNotificationIngestor.NestedType.renewalInfo.check(verified.object, slot: slot)
@@ -217,7 +217,7 @@ public struct AppleAPIAnswerEvents: Sendable {
     }
 
     func event(
-        type: String, stream: String, payload: PushValue, raw: Data, environment: String,
+        type: String, stream: String, payload: JSONValue, raw: Data, environment: String,
         signedAt: Int64?, expiresAt: Int64?, after: Int64?
     ) throws(AppleVerificationError) -> NewEvent {
         try Identifier.check(stream, "the stream id (originalTransactionId)")
@@ -226,16 +226,16 @@ public struct AppleAPIAnswerEvents: Sendable {
         }
         return NewEvent(
             streamId: stream, dedupeKey: key, source: .apple, type: type, environment: environment,
-            signedAt: signedAt.flatMap { JSONValue.storableMillis.contains($0) ? $0 : nil },
-            expiresAt: expiresAt.flatMap { JSONValue.storableMillis.contains($0) ? $0 : nil },
+            signedAt: signedAt.flatMap { JSONNumbers.storableMillis.contains($0) ? $0 : nil },
+            expiresAt: expiresAt.flatMap { JSONNumbers.storableMillis.contains($0) ? $0 : nil },
             payload: payload.canonicalJSON(), raw: raw)
     }
 
     /// Parses JSON through the same guard notifications pass (depth, NUL escapes, repeated
     /// members), then as a tree.
-    static func tree<C: Collection>(_ bytes: C, what: String) throws(AppleVerificationError) -> PushValue where C.Element == UInt8 {
+    static func tree<C: Collection>(_ bytes: C, what: String) throws(AppleVerificationError) -> JSONValue where C.Element == UInt8 {
         _ = try JSONGuard.object(bytes, what: what)
-        do { return try JSONDecoder().decode(PushValue.self, from: Data(bytes)) } catch {
+        do { return try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) } catch {
             throw .malformed("\(what) is not JSON")
         }
     }

@@ -159,7 +159,7 @@ public struct VerifyReceiptClient: Sendable {
                 let response = try await transport.send(request)
                 if response.status == 200 {
                     // A tree, not JSONSerialization: on Linux an NSNumber 0 also reads as a Bool.
-                    guard let object = (try? JSONDecoder().decode(PushValue.self, from: response.body))?.objectValue,
+                    guard let object = (try? JSONDecoder().decode(JSONValue.self, from: response.body))?.objectValue,
                           case .integer(let status)? = object["status"] else {
                         throw VerifyReceiptError.transport("the answer is not JSON with a numeric status")
                     }

@@ -32,6 +32,7 @@ import Foundation
 /// |---|---|---|---|
 /// | each `transactionInfo` | `transaction` (the snapshot) | its signedDate, else the event's | purchaseDate |
 /// | each `transactionInfo` with a `revocationDate` | `revocation` of it | its signedDate, else the event's | revocationDate |
+/// | each `transactionInfo` without one | `reversal` of it (`detail.basis`): not revoked as of signing, so earlier revocations no longer hold | its signedDate, else the event's | signedAt |
 /// | each `renewalInfo` | `renewal` (the snapshot, absent fields cleared) | its signedDate, else the event's | signedAt |
 /// | receipt: each `latest_receipt_info` entry with `expires_date_ms` | `transaction` | the entry's own latest date (purchase, cancellation) | purchase_date_ms |
 /// | receipt: each such entry with `cancellation_date_ms` | `revocation` | cancellation_date_ms | cancellation_date_ms |
@@ -71,7 +72,7 @@ public enum AppleAPIEvents {
     /// The bytes a dedupe key hashes: the canonical JSON of the payload's namespace without the
     /// members Apple changes on every call (signedDate of each decoded JWS; a receipt's request
     /// dates and `latest_receipt`). Nil when the payload lacks its type's namespace.
-    public static func dedupeContent(type: String, payload: PushValue) -> Data? {
+    public static func dedupeContent(type: String, payload: JSONValue) -> Data? {
         switch type {
         case subscriptionStatus:
             guard var b = payload[statusResponseKey]?.objectValue else { return nil }
@@ -82,7 +83,7 @@ public enum AppleAPIEvents {
                     return .object(g)
                 })
             }
-            return PushValue.object(b).canonicalJSON()
+            return JSONValue.object(b).canonicalJSON()
         case transaction:
             guard let body = payload[historyTransactionKey], body.objectValue != nil else { return nil }
             return withoutSignedDates(body).canonicalJSON()
@@ -92,14 +93,14 @@ public enum AppleAPIEvents {
             if let receipt = b["receipt"] {
                 b["receipt"] = receipt.removing(["request_date", "request_date_ms", "request_date_pst"])
             }
-            return PushValue.object(b).canonicalJSON()
+            return JSONValue.object(b).canonicalJSON()
         default:
             return nil
         }
     }
 
     /// An item (or history entry) without the signedDate of its decoded transaction and renewal info.
-    static func withoutSignedDates(_ item: PushValue) -> PushValue {
+    static func withoutSignedDates(_ item: JSONValue) -> JSONValue {
         guard var o = item.objectValue else { return item }
         for key in ["transactionInfo", "renewalInfo"] {
             if let v = o[key], v.objectValue != nil { o[key] = v.removing(["signedDate"]) }
@@ -232,9 +233,9 @@ enum AppleAPIFacts {
         return try transactionFacts(tx, environment: environment, bundleId: body.bundleId, event: event)
     }
 
-    /// The transaction snapshot and, when it carries a revocationDate, its revocation; both dated by
-    /// the transaction's own signedDate (the request time), so they outrank what the ledger knew
-    /// before it asked.
+    /// The transaction snapshot and its revocation (with a revocationDate) or reversal (without);
+    /// all dated by the transaction's own signedDate (the request time), so they outrank what the
+    /// ledger knew before it asked.
     static func transactionFacts(
         _ tx: AppleTransaction, environment: String, bundleId: String?, event: NewEvent
     ) throws(FactDecodingError) -> [Fact] {
@@ -257,6 +258,14 @@ enum AppleAPIFacts {
             facts.append(Fact(
                 subscription: key, kind: .revocation, origin: .appleAPI, message: event.type, signedAt: signed,
                 effectiveAt: revoked, transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot))
+        } else {
+            // Apple states the transaction as it is when it signs: no revocationDate means not
+            // revoked now. As a reversal signed then, it undoes every earlier revocation, so a
+            // lost REFUND_REVERSED is healed by the next answer (and a later refund still wins).
+            facts.append(Fact(
+                subscription: key, kind: .reversal, origin: .appleAPI, message: event.type, signedAt: signed,
+                effectiveAt: signed, transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot,
+                detail: Detail.json(["basis": .string("snapshot without revocationDate")])))
         }
         return facts
     }
@@ -271,8 +280,8 @@ enum AppleAPIFacts {
     // MARK: verifyReceipt
 
     static func receiptFacts(_ event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let stored: PushValue
-        do { stored = try JSONDecoder().decode(PushValue.self, from: event.payload) } catch {
+        let stored: JSONValue
+        do { stored = try JSONDecoder().decode(JSONValue.self, from: event.payload) } catch {
             throw FactDecodingError("the payload is not JSON: \(error)")
         }
         guard let body = stored[AppleAPIEvents.verifyReceiptKey], body.objectValue != nil else {

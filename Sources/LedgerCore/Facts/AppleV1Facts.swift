@@ -21,8 +21,8 @@ enum AppleV1Facts {
     static func isV1(_ event: NewEvent) -> Bool { event.source == .apple && event.type.hasPrefix("V1/") }
 
     static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let stored: PushValue
-        do { stored = try JSONDecoder().decode(PushValue.self, from: event.payload) } catch {
+        let stored: JSONValue
+        do { stored = try JSONDecoder().decode(JSONValue.self, from: event.payload) } catch {
             throw FactDecodingError("the payload is not JSON: \(error)")
         }
         let body = stored[AppleV1Subscription.payloadKey] ?? stored
@@ -79,7 +79,7 @@ enum AppleV1Facts {
 
     static func millis(_ s: String?) -> EpochMillis? { AppleV1Subscription.millis(s) }
 
-    static func transaction(_ e: PushValue, id: String, environment: String, bundleId: String?) -> TransactionFact {
+    static func transaction(_ e: JSONValue, id: String, environment: String, bundleId: String?) -> TransactionFact {
         let expires = millis(e.text("expires_date_ms"))
         return TransactionFact(
             transactionId: id, originalTransactionId: e.text("original_transaction_id"),
@@ -114,7 +114,7 @@ enum AppleV1Facts {
 /// 5. Business time: the greatest of its entries' `purchase_date_ms` and
 ///    `cancellation_date_ms` and the top-level `auto_renew_status_change_date_ms`.
 ///
-/// Values are read as text (`PushValue.text`); a date is a decimal string of positive
+/// Values are read as text (`JSONValue.text`); a date is a decimal string of positive
 /// milliseconds, anything else counts as absent.
 public struct AppleV1Subscription: Sendable, Equatable {
     /// The member of a stored V1 payload that holds the (redacted) body: `{"responseBodyV1": …}`.
@@ -122,13 +122,13 @@ public struct AppleV1Subscription: Sendable, Equatable {
 
     public let originalTransactionId: String
     /// Its `latest_receipt_info` entries, oldest first by the order of rule 3.
-    public let entries: [PushValue]
+    public let entries: [JSONValue]
     /// The last of `entries`: the subscription's latest transaction.
-    public var latest: PushValue { entries[entries.count - 1] }
+    public var latest: JSONValue { entries[entries.count - 1] }
     /// `latest`'s `transaction_id` (never empty).
     public let latestTransactionId: String
     /// Its `pending_renewal_info` entry, if the body has one.
-    public let pending: PushValue?
+    public let pending: JSONValue?
     /// The greatest date the body states for this subscription (rule 5).
     public let businessTime: EpochMillis
 
@@ -154,12 +154,12 @@ public struct AppleV1Subscription: Sendable, Equatable {
     }
 
     /// `body` is the V1 body itself (not the stored `{"responseBodyV1": …}` wrapper).
-    public init(body: PushValue) throws(Problem) {
+    public init(body: JSONValue) throws(Problem) {
         let receipt = body["unified_receipt"] ?? .null
         let all = (receipt["latest_receipt_info"]?.arrayValue ?? []).filter { $0.objectValue != nil }
         let pendingAll = (receipt["pending_renewal_info"]?.arrayValue ?? []).filter { $0.objectValue != nil }
         guard !all.isEmpty else { throw .noEntries }
-        var byOriginal: [String: [PushValue]] = [:]
+        var byOriginal: [String: [JSONValue]] = [:]
         for e in all {
             if let id = e.text("original_transaction_id") { byOriginal[id, default: []].append(e) }
         }
@@ -176,7 +176,7 @@ public struct AppleV1Subscription: Sendable, Equatable {
         }
         if candidates.isEmpty { candidates = Set(byOriginal.keys) }
         // Each candidate's entries sorted; the candidate whose last entry is latest wins.
-        var best: (id: String, entries: [PushValue])?
+        var best: (id: String, entries: [JSONValue])?
         for id in candidates {
             let sorted = byOriginal[id, default: []].sorted(by: Self.precedes)
             guard let last = sorted.last else { continue }
@@ -214,7 +214,7 @@ public struct AppleV1Subscription: Sendable, Equatable {
     }
 
     /// Rule 3: purchase_date_ms (absent first), then transaction_id, then canonical JSON.
-    static func precedes(_ a: PushValue, _ b: PushValue) -> Bool {
+    static func precedes(_ a: JSONValue, _ b: JSONValue) -> Bool {
         let (pa, pb) = (millis(a.text("purchase_date_ms")) ?? .min, millis(b.text("purchase_date_ms")) ?? .min)
         if pa != pb { return pa < pb }
         let (ta, tb) = (a.text("transaction_id") ?? "", b.text("transaction_id") ?? "")
@@ -222,5 +222,5 @@ public struct AppleV1Subscription: Sendable, Equatable {
         return canonical(a) < canonical(b)
     }
 
-    private static func canonical(_ v: PushValue) -> String { String(decoding: v.canonicalJSON(), as: UTF8.self) }
+    private static func canonical(_ v: JSONValue) -> String { String(decoding: v.canonicalJSON(), as: UTF8.self) }
 }

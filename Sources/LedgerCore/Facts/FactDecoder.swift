@@ -14,11 +14,17 @@ import Foundation
 /// A decoder never throws: an event it cannot interpret gives one `unreadable` fact naming the
 /// reason, so the evidence stays on record, is counted, and is folded by nobody.
 ///
+/// Version 3: App Store API transaction snapshots without a revocationDate state a `reversal`;
+/// consent records and consumption answers have facts.
+///
+/// Version 4: WeChat deliveries without PaidTime carry no purchase date, ordinary purchases and
+/// WeChat's API answers are facts, order links name their environment and the id they matched.
+///
 /// `schemaVersion` names the fact schema these decoders produce. Change it whenever a decoder
 /// would derive different facts from the same event; `ledger rederive` then derives the new
 /// version beside the old one (blue/green) and the readers switch when it is complete.
 public enum FactDecoder {
-    public static let schemaVersion = 2
+    public static let schemaVersion = 4
 
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).
@@ -85,14 +91,14 @@ public struct FactDecodingError: Error, Sendable, Equatable, CustomStringConvert
 
 /// Canonical JSON for `Fact.detail` (sorted keys, so equal details are equal text).
 enum Detail {
-    static func json(_ object: [String: PushValue?]) -> String? {
-        var o: [String: PushValue] = [:]
+    static func json(_ object: [String: JSONValue?]) -> String? {
+        var o: [String: JSONValue] = [:]
         for (k, v) in object { if let v { o[k] = v } }
         if o.isEmpty { return nil }
-        return String(decoding: PushValue.object(o).canonicalJSON(), as: UTF8.self)
+        return String(decoding: JSONValue.object(o).canonicalJSON(), as: UTF8.self)
     }
 
-    static func text(_ s: String?) -> PushValue? { s.map(PushValue.string) }
-    static func int(_ i: Int64?) -> PushValue? { i.map(PushValue.integer) }
-    static func int(_ i: Int?) -> PushValue? { i.map { PushValue.integer(Int64($0)) } }
+    static func text(_ s: String?) -> JSONValue? { s.map(JSONValue.string) }
+    static func int(_ i: Int64?) -> JSONValue? { i.map(JSONValue.integer) }
+    static func int(_ i: Int?) -> JSONValue? { i.map { JSONValue.integer(Int64($0)) } }
 }

@@ -80,17 +80,17 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
     /// The body `query_subscribe_contract` would send: `errcode` 0, `errmsg` "ok", the state and,
     /// unless UNBINDUSER, `apple_subscription_info`. Sorted keys, so equal states give equal bytes.
     public func responseJSON() -> Data {
-        var o: [String: PushValue] = [
+        var o: [String: JSONValue] = [
             "errcode": .integer(0), "errmsg": .string("ok"),
             "authorization_state": .string(authorizationState.rawValue),
         ]
         if let info = appleSubscriptionInfo {
-            var i: [String: PushValue] = ["original_transaction_id": .string(info.originalTransactionId)]
+            var i: [String: JSONValue] = ["original_transaction_id": .string(info.originalTransactionId)]
             if let v = info.autoRenewStatus { i["auto_renew_status"] = .integer(Int64(v)) }
             if let v = info.recentSubscriptionStartDate { i["recent_subscription_start_date"] = .integer(v) }
             if let v = info.renewalDate { i["renewal_date"] = .integer(v) }
             o["apple_subscription_info"] = .object(i)
         }
-        return PushValue.object(o).canonicalJSON()
+        return JSONValue.object(o).canonicalJSON()
     }
 }

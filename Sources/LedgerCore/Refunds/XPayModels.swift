@@ -1,7 +1,7 @@
 import Foundation
 
 // WeChat mini-program virtual payment (xpay) push messages for Apple subscriptions, decoded from a
-// `PushValue` so the projections can read stored payloads without the WeChatPay module.
+// `JSONValue` so the projections can read stored payloads without the WeChatPay module.
 // Field names and units follow the xpay iOS subscription document (seed 000): the Apple subscription
 // times are milliseconds, every other push time (CreateTime, refund_time, …) is seconds. Fields are
 // optional: the module that receives a push decides which ones it requires.
@@ -17,6 +17,11 @@ public enum XPayEventName {
     public static let refundInquiryAnswer = "ledger_wechat_refund_inquiry_answer"
     /// The ledger's link from a provisional order stream to a subscription stream (source `ledger`).
     public static let orderLinked = "ledger_wechat_order_linked"
+    /// WeChat's answer to the ledger's `query_subscribe_contract` (mode=apple), asked by
+    /// `ledger reconcile --wechat` (source `wechat`: what WeChat said, unsigned, at the time asked).
+    public static let contractQueryAnswer = "xpay_api_query_subscribe_contract"
+    /// WeChat's answer to the ledger's `query_order` (source `wechat`): the ids of one order.
+    public static let orderQueryAnswer = "xpay_api_query_order"
 }
 
 /// `AppleSubscriptionInfo` as it appears in the signing, deliver and unsigning pushes.
@@ -30,7 +35,7 @@ public struct XPayAppleSubscription: Sendable, Equatable {
     public var signedTime: EpochMillis?
     public var unsignedTime: EpochMillis?
 
-    public init(_ v: PushValue) {
+    public init(_ v: JSONValue) {
         originalTransactionId = v.text("OriginalTransactionId")
         productId = v.text("ProductId")
         autoRenewStatus = v.int64("AutoRenewStatus")
@@ -137,7 +142,7 @@ public enum XPayMessage: Sendable, Equatable {
     case other(event: String?, msgType: String?)
 
     /// Decodes a message tree (the stored payload, or a freshly decrypted push).
-    public init(_ v: PushValue) {
+    public init(_ v: JSONValue) {
         let createTime = v.int64("CreateTime")
         switch v.text("Event") {
         case XPayEventName.signingResult:
@@ -182,6 +187,6 @@ public enum XPayMessage: Sendable, Equatable {
 
     /// Decodes a stored payload (UTF-8 JSON object).
     public init(payload: Data) throws {
-        self.init(try JSONDecoder().decode(PushValue.self, from: payload))
+        self.init(try JSONDecoder().decode(JSONValue.self, from: payload))
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// `ledger rederive`: derives the facts of this build's schema version for every event that has
 /// none yet, in position order, beside the facts of other versions (blue/green). Appends record

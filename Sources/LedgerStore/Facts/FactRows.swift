@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// `public.facts` ⇄ `Fact`: the column order (Migrations/0004_facts.sql), the COPY lines the
 /// writers send, and the one row reader every projection uses (binary query rows and COPY text

@@ -1,5 +1,5 @@
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// The projections the ledger keeps, one checkpoint row each. All three are cut from the same
 /// fold of a subscription's facts; they are separate so that one can be rebuilt alone (after a

@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// Reads for the service: each answer is one indexed query; statuses are re-evaluated at the
 /// caller's `now` (`SubscriptionState.reevaluated(at:)`), because they change with time alone. A
@@ -8,10 +8,10 @@ import Postgres
 /// e.g. a renewal signed before its period) is folded again from its facts instead, so the table
 /// never answers differently from the fold.
 public struct ProjectionQueries: Sendable {
-    public let pool: ConnectionPool
+    let pool: ConnectionPool
     public let catalog: ProductCatalog
 
-    public init(pool: ConnectionPool, catalog: ProductCatalog = .productIds) {
+    init(pool: ConnectionPool, catalog: ProductCatalog = .productIds) {
         self.pool = pool
         self.catalog = catalog
     }

@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// What one subscription contributes to the projection tables, from one fold.
 struct SubscriptionRows {

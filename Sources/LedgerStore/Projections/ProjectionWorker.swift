@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 import Synchronization
 
 /// What one pass of the worker did for one projection.
@@ -33,14 +33,14 @@ public struct ProjectionPass: Sendable, Equatable {
 /// and its position recorded; every later pass retries it (never skipping it), so fixing the cause
 /// resumes the projection.
 public final class ProjectionWorker: Sendable {
-    public let pool: ConnectionPool
+    let pool: ConnectionPool
     public let projector: Projector
     public let batchSize: Int
     public let projections: [ProjectionName]
     private let stopped = Atomic<Bool>(false)
     private let waiter = DispatchQueue(label: "ledger.projection.worker.wait")
 
-    public init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases) {
+    init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases) {
         precondition(batchSize > 0, "batchSize must be positive")
         self.pool = pool
         self.projector = projector
@@ -98,16 +98,7 @@ public final class ProjectionWorker: Sendable {
             }
             if more || stopped.load(ordering: .relaxed) { continue }
             if let current = listener {
-                let healthy = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                    waiter.async {
-                        do {
-                            _ = try current.wait(timeout: pollInterval)
-                            continuation.resume(returning: true)
-                        } catch {
-                            continuation.resume(returning: false)
-                        }
-                    }
-                }
+                let healthy = (try? await BlockingWork.run(on: waiter) { _ = try current.wait(timeout: pollInterval) }) != nil
                 if !healthy {
                     listener = nil
                     try? await Task.sleep(for: pollInterval)
@@ -220,9 +211,9 @@ public struct ProjectionStatus: Sendable, Equatable, Codable {
     public var isFailed: Bool { status == "failed" }
 }
 
-public enum ProjectionStatusReader {
+enum ProjectionStatusReader {
     /// Every projection's checkpoint against the head, in name order (one query).
-    public static func statuses(_ pool: ConnectionPool) async throws(ProjectionError) -> [ProjectionStatus] {
+    static func statuses(_ pool: ConnectionPool) async throws(ProjectionError) -> [ProjectionStatus] {
         do {
             return try await pool.withConnection { connection in try statuses(on: connection) }
         } catch {
@@ -230,7 +221,7 @@ public enum ProjectionStatusReader {
         }
     }
 
-    public static func statuses(on connection: Connection) throws -> [ProjectionStatus] {
+    static func statuses(on connection: Connection) throws -> [ProjectionStatus] {
         let result = try connection.query(
             """
             SELECT c.projection, c.position, h.position AS head, c.status, c.last_error, c.failed_position

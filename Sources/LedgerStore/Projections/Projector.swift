@@ -1,6 +1,6 @@
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 
 /// Refolds subscriptions from their facts and replaces their rows in the projection tables. The
 /// one place that writes projection rows for the live hook, the catch-up worker and a rebuild's
@@ -57,13 +57,13 @@ public struct Projector: Sendable {
 /// recorded in the same transaction, and advances a projection only when that projection's
 /// checkpoint is exactly at the batch's first position − 1 and it is running; otherwise the
 /// catch-up worker owns the gap and will apply these events in order.
-public struct LiveProjectionHook: AppendHook {
-    public let name = "projections"
-    public let projector: Projector
+struct LiveProjectionHook: AppendHook {
+    let name = "projections"
+    let projector: Projector
 
-    public init(projector: Projector) { self.projector = projector }
+    init(projector: Projector) { self.projector = projector }
 
-    public func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws {
+    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws {
         guard let first = events.first?.position, let last = events.last?.position else { return }
         // Locks the checkpoint rows: a worker holding one makes this wait for its commit, and
         // then the WHERE is evaluated again on the row it committed.

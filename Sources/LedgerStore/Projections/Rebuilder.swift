@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import LedgerCore
-import Postgres
+internal import Postgres
 import Synchronization
 
 /// One entitlement a dry run says a customer would gain or lose.
@@ -159,14 +159,7 @@ public struct Rebuilder: Sendable {
     }
 
     static func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ProjectionError) -> T {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, ProjectionError>, Never>) in
-            Thread.detachNewThread {
-                do { continuation.resume(returning: .success(try body())) } catch {
-                    continuation.resume(returning: .failure(ProjectionError(error)))
-                }
-            }
-        }
-        return try result.get()
+        do { return try await BlockingWork.run(body) } catch { throw ProjectionError(error) }
     }
 
     // MARK: rebuild
@@ -370,21 +363,9 @@ public struct Rebuilder: Sendable {
         return (head, snapshot, ranges, Int(total))
     }
 
-    /// Runs `body(0..<count)` on threads of their own and returns the results in order.
+    /// Runs `body(0..<count)` concurrently and returns the results in order.
     static func inParallel<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) -> T) -> [T] {
-        if count == 1 { return [body(0)] }
-        let results = Mutex<[Int: T]>([:])
-        let group = DispatchGroup()
-        for index in 0..<count {
-            group.enter()
-            Thread.detachNewThread {
-                let value = body(index)
-                results.withLock { $0[index] = value }
-                group.leave()
-            }
-        }
-        group.wait()
-        return results.withLock { all in (0..<count).map { all[$0]! } }
+        BlockingWork.inParallel(count, body)
     }
 
     /// Streams every fact with a subscription in `range` up to `head` in the exported snapshot (or,
@@ -467,14 +448,16 @@ public struct Rebuilder: Sendable {
         return (head, rows, subscriptions)
     }
 
-    /// The facts without a subscription (WeChat refunds and inquiries naming orders) up to `head`,
-    /// read once in the rebuild's snapshot and joined to each subscription as it is folded.
+    /// The facts without a subscription that can change a fold (WeChat refunds and order aliases)
+    /// up to `head`, read once in the rebuild's snapshot and joined to each subscription as it is
+    /// folded. Inquiries, answers and ordinary purchases change no fold and are left out: a shop
+    /// selling items through xpay may hold millions of purchases.
     static func orderFacts(upTo head: Int64, on connection: Connection) throws -> OrderFacts {
         let rows = try connection.query(
             """
             SELECT \(FactRows.columns) FROM public.facts
             WHERE schema_version = $1 AND subscription IS NULL AND origin IN ('wechat', 'ledger') AND position <= $2
-              AND transaction_id IS NOT NULL
+              AND transaction_id IS NOT NULL AND kind NOT IN ('purchase', 'refund_inquiry', 'refund_answer')
             ORDER BY position, ordinal
             """, [.int64(Int64(FactStore.version)), .int64(head)], name: "order facts")
         return OrderFacts(try rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) })

@@ -15,9 +15,9 @@ public final class FakeVerifyReceipt: Sendable {
     /// `environment` (`receipt`, `latest_receipt_info`, `pending_renewal_info`, `latest_receipt`).
     public struct Receipt: Sendable {
         public var environment: AppStoreEnvironment
-        public var answer: PushValue
+        public var answer: JSONValue
 
-        public init(environment: AppStoreEnvironment, answer: PushValue) {
+        public init(environment: AppStoreEnvironment, answer: JSONValue) {
             self.environment = environment
             self.answer = answer
         }
@@ -78,7 +78,7 @@ public final class FakeVerifyReceipt: Sendable {
     public var requests: [Seen] { state.withLock { $0.seen } }
 
     func answer(_ request: HTTPRequest, at environment: AppStoreEnvironment) -> HTTPResponse {
-        let body = (try? JSONDecoder().decode(PushValue.self, from: request.body))?.objectValue
+        let body = (try? JSONDecoder().decode(JSONValue.self, from: request.body))?.objectValue
         let data = body?["receipt-data"]?.text
         let password = body?["password"]?.text
         var exclude: Bool?
@@ -91,7 +91,7 @@ public final class FakeVerifyReceipt: Sendable {
         }
         if let http { return HTTPResponse(status: http) }
         if let (status, retryable) = scripted {
-            var o: [String: PushValue] = ["status": .integer(Int64(status)), "environment": .string(environment.rawValue)]
+            var o: [String: JSONValue] = ["status": .integer(Int64(status)), "environment": .string(environment.rawValue)]
             if let retryable { o["is-retryable"] = .bool(retryable) }
             return Self.json(.object(o))
         }
@@ -116,7 +116,7 @@ public final class FakeVerifyReceipt: Sendable {
         return Self.json(.object(o))
     }
 
-    static func json(_ value: PushValue) -> HTTPResponse { .json(200, value.canonicalJSON()) }
+    static func json(_ value: JSONValue) -> HTTPResponse { .json(200, value.canonicalJSON()) }
 }
 
 private final class Box: @unchecked Sendable {

@@ -1,7 +1,6 @@
 import Foundation
 import LedgerCore
 import LedgerStore
-import Postgres
 
 /// After a crash: do the live projection tables say what a rebuild from the event log says?
 /// The catch-up worker first applies whatever the crash left unapplied (as `serve` would on
@@ -9,11 +8,10 @@ import Postgres
 /// are read, the projections are rebuilt from position 0, and read again.
 public enum ProjectionConsistency {
     public static func compareWithRebuild(conninfo: String, catalog: ProductCatalog = .productIds) async throws -> String? {
-        let pool = ConnectionPool(conninfo: conninfo, maxConnections: 2)
-        defer { pool.close() }
-        let projector = Projector(catalog: catalog)
-        _ = try await ProjectionWorker(pool: pool, projector: projector).catchUp()
-        let queries = ProjectionQueries(pool: pool)
+        let store = Store(.init(databaseURL: conninfo, poolSize: 2, catalog: catalog))
+        defer { store.close() }
+        _ = try await store.worker.catchUp()
+        let queries = store.projections
         let now = Projector.wallClock()
 
         func snapshot() async throws -> [String: String] {
@@ -26,7 +24,7 @@ public enum ProjectionConsistency {
             return out
         }
         let live = try await snapshot()
-        _ = try await Rebuilder(conninfo: conninfo, projector: projector).run()
+        _ = try await store.rebuilder().run()
         let rebuilt = try await snapshot()
         if live == rebuilt { return nil }
         let missing = Set(rebuilt.keys).subtracting(live.keys).sorted().prefix(3)

@@ -4,29 +4,30 @@ import Glibc
 #endif
 
 /// A deliberately dumb blocking HTTP/1.1 client over a POSIX socket, so tests control every byte
-/// (malformed requests, half-sent requests, pipelining on one connection).
-final class RawClient {
-    struct Response {
-        var status: Int
-        var headers: [String: String]  // lower-cased names
-        var body: Data
+/// (malformed requests, half-sent requests, pipelining on one connection, connection limits).
+/// Test tooling: it reads only what the ledger's own server writes.
+public final class RawClient {
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [String: String]  // lower-cased names
+        public var body: Data
 
-        var errorBody: [String: String]? {
+        public var errorBody: [String: String]? {
             (try? JSONSerialization.jsonObject(with: body)) as? [String: String]
         }
     }
 
-    enum Failure: Error {
+    public enum Failure: Error {
         case connect(Int32)
         case closedBeforeResponse(received: Int)
         case malformedResponse(String)
         case timedOut
     }
 
-    private(set) var fd: Int32
+    public private(set) var fd: Int32
     private var buffer = [UInt8]()
 
-    init(port: Int, receiveTimeout: Double = 5) throws {
+    public init(port: Int, receiveTimeout: Double = 5) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -47,14 +48,14 @@ final class RawClient {
     deinit { if fd >= 0 { close(fd) } }
 
     /// Hangs up without reading the answer.
-    func closeNow() {
+    public func closeNow() {
         close(fd)
         fd = -1
     }
 
-    func send(_ text: String) { send(Array(text.utf8)) }
+    public func send(_ text: String) { send(Array(text.utf8)) }
 
-    func send(_ bytes: [UInt8]) {
+    public func send(_ bytes: [UInt8]) {
         var offset = 0
         while offset < bytes.count {
             let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -64,12 +65,12 @@ final class RawClient {
     }
 
     /// Reads one response framed by Content-Length (all libmicrohttpd buffer responses are).
-    func readResponse() throws -> Response {
+    public func readResponse() throws -> Response {
         try readResponse(expectBody: true)
     }
 
     /// The answer to HEAD: a head that announces a length with no body following.
-    func readResponseHeadOnly() throws -> Response {
+    public func readResponseHeadOnly() throws -> Response {
         try readResponse(expectBody: false)
     }
 
@@ -96,7 +97,7 @@ final class RawClient {
     }
 
     /// True when the server closes the connection (EOF or reset) before `seconds` pass.
-    func waitForClose(seconds: Double) -> Bool {
+    public func waitForClose(seconds: Double) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         var chunk = [UInt8](repeating: 0, count: 4096)
         while Date() < deadline {
@@ -126,7 +127,7 @@ final class RawClient {
     }
 
     /// One request on a fresh connection.
-    static func request(
+    public static func request(
         port: Int, method: String = "GET", path: String, headers: [String: String] = [:], body: [UInt8] = []
     ) throws -> Response {
         let client = try RawClient(port: port)

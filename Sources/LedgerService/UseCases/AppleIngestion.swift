@@ -5,10 +5,11 @@ import HTTPServer
 import LedgerCore
 import LedgerStore
 
-/// Apple's webhooks. Apple retries anything but a 2xx, so the answer is 200 only once the event is
-/// committed (or was already stored: a retry of an accepted notification), 503 when the database
-/// is down (Apple will retry), and 4xx for what can never be stored.
-struct AppleWebhook: Sendable {
+/// Use case: a notification from Apple, verified and stored. Apple retries anything but a 2xx, so
+/// the answer is "stored" only once the event is committed (or was already stored: a retry of an
+/// accepted notification); the database being down throws `StoreError.unavailable` (503, Apple
+/// retries), and what can never be stored throws an `AppleVerificationError` (4xx).
+struct AppleIngestion: Sendable {
     /// Nil when the deployment accepts no Apple notifications; `refusal` says what to configure.
     let ingestor: AppleNotificationIngestor?
     let refusal: String
@@ -17,8 +18,13 @@ struct AppleWebhook: Sendable {
     /// LEDGER_APPLE_ALLOW_TEST_ROOTS=true (logged at start-up); empty otherwise.
     let allowedTestRoots: [AppleRootPolicy.Root]
 
-    /// - Parameter allowTestRoots: LEDGER_APPLE_ALLOW_TEST_ROOTS; see `AppleRootPolicy`.
-    init(configuration: LedgerConfiguration.Apple, allowTestRoots: Bool = false) throws(AppleWebhookConfigurationError) {
+    let intake: NotificationIntake
+
+    /// Refuses a Production-accepting configuration whose trusted roots are not Apple's unless
+    /// `configuration.allowTestRoots` (see `AppleRootPolicy`).
+    init(configuration: LedgerConfiguration.Apple, intake: NotificationIntake) throws(AppleWebhookConfigurationError) {
+        self.intake = intake
+        let allowTestRoots = configuration.allowTestRoots
         sharedSecret = configuration.sharedSecret
         // Loaded file by file so that a refusal can name the file holding the wrong root.
         var configured: [AppleRootPolicy.Root] = []
@@ -112,64 +118,35 @@ private extension String {
     }
 }
 
-extension LedgerApp {
-    func addAppleRoutes(to router: inout Router) {
-        router.add("POST", "/v1/apple/notifications") { [self] request in
-            await ingestApple(version: "v2", request: request) { (ingestor) throws(AppleVerificationError) -> NewEvent in
-                try ingestor.ingestV2(body: request.body)
-            }
-        }
-        router.add("POST", "/v1/apple/notifications/v1") { [self] request in
-            await ingestApple(version: "v1", request: request) { [apple] (ingestor) throws(AppleVerificationError) -> NewEvent in
-                try ingestor.ingestV1(body: request.body, sharedSecret: apple.sharedSecret?.value)
-            }
-        }
-    }
+/// The two notification formats Apple sends.
+enum AppleNotificationVersion: String, Sendable {
+    /// App Store Server Notifications V2: a signed JWS payload.
+    case v2
+    /// Status update notifications V1: JSON with the shared secret.
+    case v1
 
-    private func ingestApple(
-        version: String, request: HTTPRequest,
-        _ verify: (AppleNotificationIngestor) throws(AppleVerificationError) -> NewEvent
-    ) async -> HTTPResponse {
-        guard let ingestor = apple.ingestor else {
-            countNotification(source: "apple_\(version)", outcome: "not_configured")
-            return .error(status: 422, code: "apple_not_configured", message: apple.refusal)
+    var source: String { "apple_\(rawValue)" }
+}
+
+extension AppleIngestion {
+    /// Verifies `body` and stores it; the receipt says whether it was new.
+    func ingest(_ version: AppleNotificationVersion, body: Data, remoteAddress: String?) async throws -> NotificationReceipt {
+        guard let ingestor else {
+            intake.count(source: version.source, outcome: "not_configured")
+            throw ServiceFailure(422, "apple_not_configured", refusal)
         }
         let event: NewEvent
         do {
-            event = try verify(ingestor)
+            switch version {
+            case .v2: event = try ingestor.ingestV2(body: body)
+            case .v1: event = try ingestor.ingestV1(body: body, sharedSecret: sharedSecret?.value)
+            }
         } catch {
-            countNotification(source: "apple_\(version)", outcome: error.code)
-            log.warn("apple notification refused", ["version": version, "code": error.code, "remote": request.remoteAddress ?? "-"])
-            return .error(status: error.kind.httpStatus, code: error.code, message: error.message)
+            intake.count(source: version.source, outcome: error.code)
+            intake.log.warn("apple notification refused", ["version": version.rawValue, "code": error.code, "remote": remoteAddress ?? "-"])
+            throw error
         }
-        return await append(event, source: "apple_\(version)")
-    }
-
-    /// Appends one verified event and answers the webhook: 200 only after the commit.
-    func append(_ event: NewEvent, source: String) async -> HTTPResponse {
-        do {
-            let outcome = try await store.append(event)
-            countNotification(source: source, outcome: outcome.duplicate ? "duplicate" : "stored")
-            return JSONBody.response(200, ["status": outcome.duplicate ? "duplicate" : "stored", "position": outcome.position])
-        } catch {
-            return storeFailure(error, source: source)
-        }
-    }
-
-    func storeFailure(_ error: StoreError, source: String) -> HTTPResponse {
-        if error.isUnavailable {
-            countNotification(source: source, outcome: "database_unavailable")
-            log.error("database unavailable; answered 503 so the sender retries", ["source": source, "error": "\(error)"])
-            return .error(status: 503, code: "database_unavailable",
-                          message: "the ledger's database is unavailable; nothing was stored — retry later")
-        }
-        countNotification(source: source, outcome: "storage_rejected")
-        log.error("the database refused a verified event", ["source": source, "error": "\(error)"])
-        return .error(status: 500, code: "storage_rejected",
-                      message: "the database refused the event; nothing was stored. This is a ledger defect: report it with the time of the request")
-    }
-
-    func countNotification(source: String, outcome: String) {
-        metrics.increment("ledger_notifications_total", ["source": source, "outcome": outcome])
+        let outcome = try await intake.append([event], source: version.source)[0]
+        return NotificationReceipt(outcome)
     }
 }

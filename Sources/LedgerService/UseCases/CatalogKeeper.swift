@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import LedgerCore
 import LedgerStore
+import Synchronization
 
 /// The product catalog a service runs with, recorded as a `config/catalog` event (stream
 /// `ledger:config`) whenever it differs from the last one recorded, so `?recordedAt=` answers with
@@ -11,11 +12,11 @@ enum CatalogRecord {
     /// for the default (each product grants an entitlement named after itself).
     static func canonical(_ catalog: ProductCatalog) -> Data {
         if catalog.grantsProductIds { return Data(#"{"productIdsAsEntitlements":true}"#.utf8) }
-        var products: [String: PushValue] = [:]
+        var products: [String: JSONValue] = [:]
         for (id, product) in catalog.products {
-            products[id] = .object(["entitlements": .array(Array(Set(product.entitlements)).sorted().map(PushValue.string))])
+            products[id] = .object(["entitlements": .array(Array(Set(product.entitlements)).sorted().map(JSONValue.string))])
         }
-        return PushValue.object(["products": .object(products)]).canonicalJSON()
+        return JSONValue.object(["products": .object(products)]).canonicalJSON()
     }
 
     /// Hex SHA-256 of the canonical JSON.
@@ -23,16 +24,15 @@ enum CatalogRecord {
         Hex.encode(Digest.sha256([UInt8](canonical(catalog))))
     }
 
-    /// The event recording `catalog`, after the recorded catalog at `afterPosition` (0: none): the
-    /// dedupe key names both, so two instances starting together record one transition, and going
-    /// back to an earlier catalog is recorded again.
+    /// The event recording `catalog`, after the recorded catalog at `afterPosition` (0: none; see
+    /// `DedupeKey.catalog`).
     static func event(_ catalog: ProductCatalog, afterPosition: Int64, instance: String, at: EpochMillis) -> NewEvent {
         let digest = digest(catalog)
-        let catalogValue = (try? JSONDecoder().decode(PushValue.self, from: canonical(catalog))) ?? .null
-        let payload = PushValue.object([
+        let catalogValue = (try? JSONDecoder().decode(JSONValue.self, from: canonical(catalog))) ?? .null
+        let payload = JSONValue.object([
             "digest": .string(digest), "catalog": catalogValue, "instance": .string(instance),
         ]).canonicalJSON()
-        return NewEvent(streamId: StreamNames.ledgerConfig, dedupeKey: "catalog:\(digest):after:\(afterPosition)", source: .ledger,
+        return NewEvent(streamId: StreamId.ledgerConfig.text, dedupeKey: DedupeKey.catalog(digest: digest, afterPosition: afterPosition), source: .ledger,
                         type: LedgerEventType.catalog, signedAt: at, payload: payload, raw: payload)
     }
 
@@ -47,19 +47,32 @@ enum CatalogRecord {
     static func digest(of fact: Fact) -> String? { fact.details["digest"]?.text }
 }
 
-extension LedgerApp {
+/// Use case: the catalog this instance runs with — recorded at start when it changed, reported in
+/// `/readyz`, and checked against the products customers actually hold (`/metrics`).
+final class CatalogKeeper: Sendable {
+    let store: Store
+    let catalog: ProductCatalog
+    let log: Log
+    /// Unmapped products already logged (each is logged once per process).
+    private let unmappedLogged = Mutex<Set<String>>([])
+
+    init(store: Store, catalog: ProductCatalog, log: Log) {
+        self.store = store
+        self.catalog = catalog
+        self.log = log
+    }
+
     /// Records this instance's catalog as a `config/catalog` event when its digest differs from the
     /// last one recorded (`serve` calls it at start; every instance may, the dedupe key makes two
     /// instances starting together record one transition). Returns whether it recorded one.
     @discardableResult
-    public func recordCatalogIfChanged() async throws -> Bool {
-        let recorded: [Fact]
-        do { recorded = try await queries.recordedCatalogs() } catch { throw StoreError.unavailable("\(error)") }
+    func recordIfChanged() async throws -> Bool {
+        let recorded = try await store.projections.recordedCatalogs()
         let digest = CatalogRecord.digest(catalog)
         if let last = recorded.last, CatalogRecord.digest(of: last) == digest { return false }
         let event = CatalogRecord.event(catalog, afterPosition: recorded.last?.position ?? 0,
-                                        instance: ProcessInfo.processInfo.hostName + ":" + String(getpid()), at: Self.nowMillis())
-        let outcome = try await store.append(event)
+                                        instance: ProcessInfo.processInfo.hostName + ":" + String(getpid()), at: Clock.nowMillis())
+        let outcome = try await store.events.append(event)
         if !outcome.duplicate {
             log.info("recorded the product catalog", ["digest": String(digest.prefix(16)), "default": catalog.grantsProductIds])
         }
@@ -68,26 +81,26 @@ extension LedgerApp {
 
     /// `/readyz` detail: which catalog this instance runs, and whether it is the last one recorded
     /// (instances started with different catalogs answer entitlements differently).
-    func catalogHealth() async -> [String: Any] {
+    func health() async -> JSONValue {
         let digest = CatalogRecord.digest(catalog)
-        var out: [String: Any] = ["digest": digest, "products": catalog.products.count]
+        var out: [String: JSONValue] = ["digest": .string(digest), "products": .integer(Int64(catalog.products.count))]
         if catalog.grantsProductIds {
             out["default"] = true
             out["note"] = "no product catalog is configured: each product grants an entitlement named after its productId"
         }
-        if let last = try? await queries.recordedCatalogs().last, let recorded = CatalogRecord.digest(of: last) {
-            out["lastRecordedDigest"] = recorded
+        if let last = try? await store.projections.recordedCatalogs().last, let recorded = CatalogRecord.digest(of: last) {
+            out["lastRecordedDigest"] = .string(recorded)
             if recorded != digest {
-                out["mismatch"] = "this instance's catalog differs from the last one recorded (position \(last.position)); instances running different catalogs grant different entitlements"
+                out["mismatch"] = .string("this instance's catalog differs from the last one recorded (position \(last.position)); instances running different catalogs grant different entitlements")
             }
         }
-        return out
+        return .object(out)
     }
 
     /// Products of entitled subscriptions the configured catalog does not list: counted in
     /// `/metrics` (`ledger_unmapped_products`) and logged once per product.
     func unmappedProductsMetric() async -> String {
-        guard !catalog.grantsProductIds, let products = try? await queries.unmappedProducts(now: Self.nowMillis()) else { return "" }
+        guard !catalog.grantsProductIds, let products = try? await store.projections.unmappedProducts(now: Clock.nowMillis()) else { return "" }
         let fresh = unmappedLogged.withLock { logged in products.filter { logged.insert($0).inserted } }
         for product in fresh {
             log.warn("an active product is missing from the product catalog; it grants no entitlement", ["productId": product])

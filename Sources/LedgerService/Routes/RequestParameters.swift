@@ -1,0 +1,85 @@
+import Crypto
+import Foundation
+import HTTPServer
+import LedgerCore
+
+/// Reading the API's parameters out of a request: each refusal is a `ServiceFailure` that says how
+/// to ask instead.
+extension HTTPRequest {
+    /// `?at=` and `?recordedAt=`: milliseconds since 1970 (see `Moment`).
+    func moment() throws -> Moment {
+        func millis(_ name: String) throws -> EpochMillis? {
+            guard let text = query[name] else { return nil }
+            guard let v = Int64(text), v >= 0 else {
+                throw ServiceFailure.invalidParameter(
+                    "\(name) must be milliseconds since 1970-01-01T00:00:00Z as a non-negative integer, e.g. \(name)=1767225600000")
+            }
+            return v
+        }
+        var moment = Moment(at: try millis("at"), recordedAt: try millis("recordedAt"))
+        moment.minPosition = try minPosition()
+        return moment
+    }
+
+    /// `?minPosition=N`: the answer must include the event at position N (the `position` an append
+    /// answered), for reading your own write when reads may be served by a replica.
+    func minPosition() throws -> Int64? {
+        guard let text = query["minPosition"] else { return nil }
+        guard let v = Int64(text), v >= 0 else {
+            throw ServiceFailure.invalidParameter("minPosition must be a non-negative event position, e.g. the position an append answered")
+        }
+        return v
+    }
+
+    /// `?environment=` (Production by default).
+    func environment() throws -> String {
+        guard let raw = query["environment"] else { return SubscriptionKey.production }
+        guard let env = SubscriptionKey.environment(raw), raw != "PROD" else {
+            throw ServiceFailure.invalidParameter("environment must be Production or Sandbox (Apple's spelling); it defaults to Production")
+        }
+        return env
+    }
+
+    /// The path's originalTransactionId: Apple's ids are 1–20 decimal digits.
+    func originalTransactionId() throws -> String {
+        let id = pathParameters["originalTransactionId"] ?? ""
+        guard OriginalTransactionId.isValid(id) else {
+            throw ServiceFailure.invalidParameter("originalTransactionId must be 1–20 decimal digits, as Apple issues them")
+        }
+        return id
+    }
+
+    /// The subscription the path and `?environment=` name.
+    func subscriptionKey() throws -> SubscriptionKey {
+        SubscriptionKey(environment: try environment(), originalTransactionId: try originalTransactionId())
+    }
+
+    /// The path's customerId, normalised; 1–256 bytes without control characters.
+    func customerId() throws -> String {
+        let raw = pathParameters["customerId"] ?? ""
+        guard !raw.isEmpty, raw.utf8.count <= 256, !raw.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw ServiceFailure.invalidParameter("customerId must be 1–256 bytes without control characters")
+        }
+        return CustomerId.normalised(raw)
+    }
+
+    /// The body as a JSON object; an empty body is `[:]` when `allowEmpty`.
+    func jsonObject(allowEmpty: Bool = false, example: String) throws -> [String: JSONValue] {
+        if body.isEmpty && allowEmpty { return [:] }
+        guard let value = try? JSONValue(json: body), let object = value.objectValue else {
+            throw ServiceFailure.malformed("the body must be a JSON object like \(example)")
+        }
+        return object
+    }
+}
+
+extension TokenAuthority {
+    /// Who sent `request`: its role and token fingerprint (never the token), and its address.
+    func requester(of request: HTTPRequest) -> Requester {
+        let header = request.headers["authorization"] ?? ""
+        let token = header.count > 7 ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : ""
+        return Requester(role: role(forAuthorizationHeader: header)?.rawValue ?? "unknown",
+                         tokenFingerprint: String(Hex.encode(Digest.sha256(Array(token.utf8))).prefix(12)),
+                         remoteAddress: request.remoteAddress)
+    }
+}

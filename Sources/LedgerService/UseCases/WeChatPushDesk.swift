@@ -1,0 +1,312 @@
+import Crypto
+import Foundation
+import HTTPServer
+import LedgerCore
+import LedgerStore
+import WeChatPay
+
+/// Use case: WeChat's message push (URL check and xpay events, with the ledger's answer to a refund
+/// inquiry) and the xpay helpers for app backends (contract state, signing parameters).
+///
+/// A push is verified (signature, decryption, appid), checked for freshness (plaintext mode: the
+/// replay window and the nonce memory; other modes: a stale timestamp is only counted), turned into
+/// an event — an authentic push the ledger cannot fully interpret is stored as evidence, never
+/// refused — and appended with the links its order needs; 200 only after the commit.
+struct WeChatPushDesk: Sendable {
+    let receiver: PushReceiver?
+    let refusal: String
+    let policy: RefundPolicy
+    /// SHA-256 (hex, 16 digits) of the policy's canonical JSON: named in every answer's evidence and
+    /// in the `config/wechat-refund-policy` record.
+    let policyDigest: String
+    let signer: AppleSubscribeSigner?
+    let intake: NotificationIntake
+    let store: Store
+    let metrics: Metrics
+    let log: Log
+    let replayWindow: ReplayWindow
+    let refundBudget: Duration
+    let refundAnswerDeadline: Duration
+    let fallbackVerdict: RefundDecision.Verdict
+    let linker: WeChatOrderLinker
+    /// Unix seconds now (tests move it).
+    let clock: @Sendable () -> Int64
+
+    init(configuration c: LedgerConfiguration.WeChat, intake: NotificationIntake, store: Store, metrics: Metrics, log: Log,
+         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) throws(LedgerAppError) {
+        self.intake = intake
+        self.store = store
+        self.metrics = metrics
+        self.log = log
+        self.clock = clock
+        do {
+            policy = try c.refundPolicyJSON.map { data throws(RefundPolicyError) in try RefundPolicy.fromJSON(data) } ?? .default
+        } catch {
+            throw .configuration("wechat.refundPolicy: \(error)")
+        }
+        policyDigest = String(Hex.encode(Digest.sha256([UInt8](policy.canonicalJSON))).prefix(16))
+        replayWindow = ReplayWindow(seconds: Int64(c.replayWindowSeconds))
+        refundBudget = .milliseconds(c.refundBudgetMs)
+        refundAnswerDeadline = .milliseconds(c.refundAnswerDeadlineMs)
+        fallbackVerdict = c.refundFallback == "refuse" ? .refuse : .allow
+        linker = WeChatOrderLinker(store: store, log: log)
+        metrics.describeWeChat()
+        if let appId = c.appId, let token = c.token {
+            do {
+                let key = try c.aesKey.map { s throws(WeChatPushError) in try EncodingAESKey(s.value) }
+                let previous = try c.previousAESKey.map { s throws(WeChatPushError) in try EncodingAESKey(s.value) }
+                receiver = PushReceiver(config: try WeChatPushConfig(
+                    appId: appId, token: token.value, aesKey: key, previousAESKey: previous, allowPlaintext: c.allowPlaintext))
+            } catch {
+                throw .configuration("WeChat: \(error.message)")
+            }
+            refusal = ""
+        } else {
+            receiver = nil
+            refusal = "WeChat is not configured: set LEDGER_WECHAT_APPID and LEDGER_WECHAT_TOKEN (and LEDGER_WECHAT_AES_KEY for secure mode)"
+        }
+        if let offerId = c.offerId, let appKey = c.appKey {
+            do { signer = try AppleSubscribeSigner(offerId: offerId, appKey: appKey.value) } catch {
+                throw .configuration("WeChat sign params: \(error.message)")
+            }
+        } else {
+            signer = nil
+        }
+    }
+}
+
+/// The push answer: WeChat's format (XML or JSON), possibly encrypted.
+struct WeChatReply: Sendable {
+    var body: Data
+    var contentType: String
+}
+
+extension WeChatPushDesk {
+    private func requireReceiver() throws -> PushReceiver {
+        guard let receiver else {
+            intake.count(source: "wechat", outcome: "not_configured")
+            throw ServiceFailure(422, "wechat_not_configured", refusal)
+        }
+        return receiver
+    }
+
+    /// WeChat's URL check: echoes `echostr` when the signature holds.
+    func verifyURL(query: [String: String]) throws -> String {
+        let receiver = try requireReceiver()
+        do { return try receiver.verifyURL(PushQuery(query)) } catch {
+            intake.count(source: "wechat", outcome: error.code)
+            throw error
+        }
+    }
+
+    /// Verifies, checks freshness, stores (with the ledger's answer, for a refund inquiry, in the
+    /// same transaction), links the order, then replies in the push's own format — only after the commit.
+    func handle(query: [String: String], body: Data, remoteAddress: String?) async throws -> WeChatReply {
+        let arrival = ContinuousClock.now
+        let receiver = try requireReceiver()
+        let push: ReceivedPush
+        do {
+            push = try receiver.open(query: PushQuery(query), body: body)
+        } catch {
+            refused(error, remoteAddress)
+            throw error
+        }
+        let nonceHash = try await checkFreshness(push, body: body, remoteAddress: remoteAddress)
+        let note = XPayNotification(push)
+        if let reason = note.unreadableReason {
+            metrics.increment("ledger_wechat_unreadable_pushes_total", ["event": String((push.event ?? push.msgType ?? "unknown").prefix(64))])
+            log.warn("an authentic WeChat push could not be interpreted; stored as evidence", [
+                "event": push.event ?? "-", "reason": reason, "stream": note.stream,
+            ])
+        }
+        if note.asking != nil {
+            return try await answerInquiry(note, receiver: receiver, arrival: arrival, nonceHash: nonceHash)
+        }
+        let group = note.orderIds.isEmpty ? nil : try await store.wechat.orderGroup(naming: note.orderIds)
+        let event = note.event()
+        let batch = [event] + (group.map { linker.links(for: note, group: $0) } ?? [])
+        let outcomes = try await intake.append(batch, source: "wechat")
+        if let nonceHash { try? await store.wechat.markNonceStored(push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        // Re-checked after the commit: a push of the same order committed meanwhile is linked now.
+        try await linker.relink(after: note)
+        return WeChatReply(body: try receiver.reply(.success, to: push), contentType: contentType(push))
+    }
+
+    private func contentType(_ push: ReceivedPush) -> String {
+        push.format == .xml ? "text/xml; charset=utf-8" : "application/json"
+    }
+
+    private func refused(_ error: WeChatPushError, _ remoteAddress: String?) {
+        intake.count(source: "wechat", outcome: error.code)
+        intake.log.warn("wechat push refused", ["code": error.code, "remote": remoteAddress ?? "-"])
+    }
+
+    /// The replay window. Plaintext: a stale timestamp is refused, and the nonce may carry this
+    /// body only (returns the body's hash, to mark the nonce stored). Other modes: counted.
+    private func checkFreshness(_ push: ReceivedPush, body: Data, remoteAddress: String?) async throws -> String? {
+        let skew = replayWindow.skew(of: push.timestamp, now: clock())
+        guard push.mode == .plaintext else {
+            if let skew {
+                metrics.increment("ledger_wechat_stale_timestamps_total", ["mode": push.mode.rawValue])
+                log.info("wechat push with a timestamp outside the replay window; stored (its signature covers the body)",
+                         ["skew_seconds": skew == .max || skew == -.max ? "out of range" : String(skew), "mode": push.mode.rawValue])
+            }
+            return nil
+        }
+        if let skew {
+            let error = WeChatPushError.staleTimestamp(skew: skew, window: replayWindow.seconds)
+            refused(error, remoteAddress)
+            throw error
+        }
+        let hash = Hex.encode(Digest.sha256([UInt8](body)))
+        if try await store.wechat.claimNonce(push.nonce, timestamp: push.timestamp, bodySHA256: hash,
+                                             windowSeconds: Int(replayWindow.seconds)) == .reused {
+            let error = WeChatPushError.nonceReused
+            refused(error, remoteAddress)
+            throw error
+        }
+        return hash
+    }
+
+    // MARK: refund inquiries
+
+    /// One asking of a refund inquiry: decided from the ledger's facts in one read transaction
+    /// within the budget (else the configured fallback, rule `deadline`), stored with the asking,
+    /// then answered — or 503 when not even that could be stored before WeChat stops waiting.
+    private func answerInquiry(_ note: XPayNotification, receiver: PushReceiver, arrival: ContinuousClock.Instant,
+                               nonceHash: String?) async throws -> WeChatReply {
+        guard let (order, refundTime) = note.asking else { throw ServiceFailure(500, "internal", "not a refund inquiry") }
+        let answerKey = RefundInquiryAnswer.key(payOrderId: order, refundTime: refundTime)
+        let inquiryEvent = note.event()
+        let budgetEnd = arrival + refundBudget
+        let store = self.store, stream = note.stream
+        let remaining = max(budgetEnd - ContinuousClock.now, .milliseconds(1))
+        let read = await Deadline.run(until: budgetEnd) {
+            try await store.wechat.refundDecisionInputs(payOrderId: order, stream: stream, answerKey: answerKey, timeout: remaining)
+        }
+        var decision: RefundDecision
+        var inputs: RefundDecisionInputs?
+        var repeated = false
+        switch read {
+        case .value(let i):
+            inputs = i
+            if let stored = i.storedAnswer, let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
+                decision = d
+                repeated = true
+            } else {
+                do {
+                    decision = try decide(note, inputs: i)
+                } catch {
+                    log.error("a refund inquiry could not be decided from the facts; fallback answer", ["error": "\(error)", "pay_order_id": order])
+                    decision = fallback(order, note, reason: "decision_error", why: "\(error)")
+                }
+            }
+        case .timedOut:
+            decision = fallback(order, note, reason: "deadline", why: "the decision's read did not finish within the budget")
+        case .failed(let error):
+            decision = fallback(order, note, reason: "deadline", why: "the decision's read failed: \((error as? StoreError)?.isUnavailable == true ? "database unavailable or too slow" : "\(error)")")
+        }
+        let decidedInMs = Int64((ContinuousClock.now - arrival).milliseconds)
+        if !repeated {
+            metrics.observe("ledger_wechat_refund_decision_seconds", value: Double(decidedInMs) / 1000)
+            if decision.rule == "deadline" || decision.rule == "decision_error" {
+                metrics.increment("ledger_wechat_refund_fallbacks_total", ["reason": decision.rule])
+                log.warn("refund inquiry answered with the fallback", ["pay_order_id": order, "reason": decision.rule, "decided_in_ms": decidedInMs])
+            }
+        }
+        guard let answerEvent = RefundInquiryAnswer.event(decision, for: note, decidedInMs: decidedInMs,
+                                                          budgetMs: Int64(refundBudget.milliseconds),
+                                                          policyDigest: decision.rule == "deadline" || decision.rule == "decision_error" ? nil : policyDigest) else {
+            throw ServiceFailure(500, "internal", "the refund answer could not be built")
+        }
+        // Stored before it is sent; not stored in time → 503, WeChat asks again (the stored answer
+        // is then repeated if the append did land late).
+        let intake = self.intake
+        let stored = await Deadline.run(until: arrival + refundAnswerDeadline) {
+            try await intake.append([inquiryEvent, answerEvent], source: "wechat")
+        }
+        let outcomes: [AppendOutcome]
+        switch stored {
+        case .value(let o): outcomes = o
+        case .failed(let error): throw error
+        case .timedOut:
+            metrics.increment("ledger_wechat_refund_answers_not_stored_total")
+            log.error("a refund answer could not be stored before WeChat's deadline; answered 503 so WeChat asks again", ["pay_order_id": order])
+            throw ServiceFailure(503, "refund_answer_not_stored",
+                                 "the answer could not be stored within \(refundAnswerDeadline.milliseconds) ms; nothing is sent unstored — ask again",
+                                 headers: [("Retry-After", "1")])
+        }
+        if let nonceHash { try? await store.wechat.markNonceStored(note.push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
+           let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
+            // A concurrent copy of this asking stored its answer first: that one, word for word.
+            decision = d
+        }
+        let reply = try receiver.reply(.refundAnswer(decision), to: note.push)
+        // Linking the inquiry's order stream is not part of the answer: it runs after the reply is
+        // ready, off the deadline (any later push of the order, or the reconciliation, retries it).
+        // Skipped when the decision's read did not finish: the database is struggling, and any
+        // later push of the order (or the reconciliation) links the stream.
+        let linker = self.linker, log = self.log
+        guard let known = inputs?.group, !known.subscriptions.isEmpty, !known.linkedStreams.contains(note.stream) else {
+            return WeChatReply(body: reply, contentType: contentType(note.push))
+        }
+        Task {
+            do {
+                try await linker.relink(after: note)
+            } catch {
+                log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
+                         ["stream": note.stream, "error": "\(error)"])
+            }
+        }
+        return WeChatReply(body: reply, contentType: contentType(note.push))
+    }
+
+    /// The policy's decision on the facts read (`RefundEvidence` folds them like every other reader).
+    private func decide(_ note: XPayNotification, inputs: RefundDecisionInputs) throws -> RefundDecision {
+        let inquiry = try RefundEvidence.inquiry(in: FactDecoder.facts(of: note.event()))
+        let cases = inputs.customer.map { customer in
+            RefundCaseFold.cases(from: inputs.customerFacts).filter { $0.openId == customer }
+        } ?? []
+        let facts = try RefundEvidence.facts(for: inquiry, known: inputs.known, customerRefundCases: cases,
+                                             deliveryRawSHA256: { inputs.rawSHA256[$0] })
+        return policy.decide(facts, policyDigest: policyDigest)
+    }
+
+    private func fallback(_ order: String, _ note: XPayNotification, reason: String, why: String) -> RefundDecision {
+        RefundDecision.fallback(fallbackVerdict, reason: reason, budgetMs: Int64(refundBudget.milliseconds), payOrderId: order,
+                                askedAt: note.asking.flatMap { epochMillisOrNil(seconds: $0.refundTime) }, why: why)
+    }
+
+    // MARK: app backends
+
+    /// The xpay contract state of `openId` for `productId`, from the facts of the customer's
+    /// subscriptions.
+    func contract(openId: String, productId: String) async throws -> WeChatContractState {
+        let facts = try await store.projections.facts(of: try await store.projections.subscriptions(customerId: openId))
+        return WeChatContractState.of(openId: openId, productId: productId, facts: facts)
+    }
+
+    /// Signing parameters for `wx.requestAppleSubscribeSign`.
+    func signParams(_ request: AppleSubscribeSignRequest, sessionKey: String) throws -> AppleSubscribeSignParams {
+        guard let signer else {
+            throw ServiceFailure(422, "wechat_not_configured", "signing needs LEDGER_WECHAT_OFFER_ID and LEDGER_WECHAT_APP_KEY")
+        }
+        do { return try signer.sign(request, sessionKey: sessionKey) } catch {
+            throw ServiceFailure(400, error.code, error.message)
+        }
+    }
+}
+
+private func epochMillisOrNil(seconds: Int64) -> EpochMillis? {
+    let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+    return overflow ? nil : ms
+}
+
+extension Duration {
+    /// Whole milliseconds.
+    var milliseconds: Int {
+        let (s, atto) = components
+        return Int(s) * 1000 + Int(atto / 1_000_000_000_000_000)
+    }
+}

@@ -1,0 +1,188 @@
+import Foundation
+import LedgerCore
+internal import Postgres
+
+/// LedgerStore's one entry point for the service and the command line: it owns the connection
+/// pool and hands out everything that touches the database — the event log (`events`), the
+/// projection reads (`projections`, `refunds`), the catch-up worker, rebuilds, fact derivation,
+/// migrations and health. Nothing of libpq or of the pool appears in its API.
+public final class Store: Sendable {
+    public struct Configuration: Sendable {
+        /// libpq connection string or URL.
+        public var databaseURL: String
+        /// Connections in the pool shared by reads, the worker and health checks (each
+        /// group-commit writer has a connection of its own besides).
+        public var poolSize: Int
+        /// How long a read waits for a pooled connection before answering "unavailable".
+        public var acquireTimeout: Duration
+        /// Product → entitlements for the projections.
+        public var catalog: ProductCatalog
+        /// The projections' evaluation time (tests fix it).
+        public var clock: @Sendable () -> EpochMillis
+        /// Fold live projections in the append transaction (the service does; a store used only to
+        /// record, e.g. by the command line, need not).
+        public var liveProjections: Bool
+        /// Told when a live projection failed for a batch (its events were stored anyway).
+        public var onProjectionFailure: (@Sendable (HookFailure) -> Void)?
+        /// A streaming replica (hot standby) for app and auditor reads; nil reads the primary.
+        public var readDatabaseURL: String?
+        /// A read without a position goes to the replica only when it is at most this far behind.
+        public var replicaMaxLag: Duration
+
+        public init(
+            databaseURL: String, poolSize: Int = 16, acquireTimeout: Duration = .seconds(5),
+            catalog: ProductCatalog = .productIds, clock: @escaping @Sendable () -> EpochMillis = Projector.wallClock,
+            liveProjections: Bool = true, readDatabaseURL: String? = nil, replicaMaxLag: Duration = .seconds(2),
+            onProjectionFailure: (@Sendable (HookFailure) -> Void)? = nil
+        ) {
+            self.readDatabaseURL = readDatabaseURL
+            self.replicaMaxLag = replicaMaxLag
+            self.databaseURL = databaseURL
+            self.poolSize = poolSize
+            self.acquireTimeout = acquireTimeout
+            self.catalog = catalog
+            self.clock = clock
+            self.liveProjections = liveProjections
+            self.onProjectionFailure = onProjectionFailure
+        }
+    }
+
+    public let configuration: Configuration
+    let pool: ConnectionPool
+    public let projector: Projector
+    /// Appends (group commit) and reads of the event log.
+    public let events: EventStore
+    /// Subscription states, entitlements, transactions and facts for time travel.
+    public let projections: ProjectionQueries
+    /// Refund cases' facts.
+    public let refunds: RefundFactQueries
+    /// Advances projections (and derives missing facts) from their checkpoints.
+    public let worker: ProjectionWorker
+    /// `ledger rederive`: facts of this build's schema version for every event.
+    public let facts: FactDeriver
+    /// The primary's read side.
+    public let primaryReads: Reads
+    let replica: ReadReplica?
+    /// Reconciliation runs, job locks and the consumption outbox (Migrations/0007).
+    public let reconciliation: ReconciliationStore
+    /// WeChat: the order alias index, refund-decision reads, plaintext nonces, orphans.
+    public let wechat: WeChatQueries
+
+    public init(_ configuration: Configuration) {
+        self.configuration = configuration
+        pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize,
+                              acquireTimeout: configuration.acquireTimeout)
+        projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
+        events = EventStore(
+            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector)] : [],
+            onHookFailure: configuration.onProjectionFailure)
+        projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
+        refunds = RefundFactQueries(pool: pool)
+        worker = ProjectionWorker(pool: pool, projector: projector)
+        facts = FactDeriver(conninfo: configuration.databaseURL)
+        primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
+        replica = configuration.readDatabaseURL.map {
+            ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,
+                        catalog: configuration.catalog, maxLag: configuration.replicaMaxLag)
+        }
+        reconciliation = ReconciliationStore(pool: pool, conninfo: configuration.databaseURL)
+        wechat = WeChatQueries(pool: pool)
+    }
+
+    /// Runs a read on the replica when it may answer it (see `ReadReplica`: it has replayed
+    /// `minPosition`, or without one it is within `replicaMaxLag`), else on the primary. A read
+    /// that fails on the replica is run again on the primary, so a replica problem never reaches
+    /// the caller. Writes never go through here.
+    public func read<T: Sendable>(atLeast minPosition: Int64? = nil, _ body: (Reads) async throws -> T) async throws -> T {
+        guard let replica, await replica.mayServe(atLeast: minPosition, primary: pool) else {
+            replica?.count(.primary)
+            return try await body(primaryReads)
+        }
+        do {
+            let value = try await body(replica.reads)
+            replica.count(.replica)
+            return value
+        } catch let error as StoreError where error.isUnavailable {
+            replica.countFallback()
+        } catch let error as ProjectionError {
+            guard case .database = error else { throw error }
+            replica.countFallback()
+        }
+        replica.count(.primary)
+        return try await body(primaryReads)
+    }
+
+    /// Reads served by where, and the replica's state (checked now unless checked within the TTL).
+    public func readStatistics() async -> ReadStatistics {
+        guard let replica else { return ReadStatistics() }
+        return ReadStatistics(served: replica.servedCounts, replicaFallbacks: replica.fallbackCount,
+                              replica: await replica.status(primary: pool), replicaConfigured: true)
+    }
+
+    /// A rebuild of the projections under this store's catalog (each run opens its own connections).
+    public func rebuilder() -> Rebuilder {
+        Rebuilder(conninfo: configuration.databaseURL, projector: projector)
+    }
+
+    /// Migrations from `directory` (run them as the database owner, not the service role).
+    public func migrator(directory: URL) -> Migrator {
+        Migrator(conninfo: configuration.databaseURL, directory: directory)
+    }
+
+    /// Every projection's (and the facts') checkpoint against the head, in name order.
+    public func projectionStatuses() async throws(ProjectionError) -> [ProjectionStatus] {
+        try await ProjectionStatusReader.statuses(pool)
+    }
+
+    /// What `/readyz` reports: the database answers, migrations are current, no projection stopped.
+    public func health(migrationsDirectory: URL) async -> StoreHealth {
+        var health = StoreHealth()
+        do {
+            let status = try await Migrator(conninfo: configuration.databaseURL, directory: migrationsDirectory).status(pool: pool)
+            health.migrations = status
+        } catch {
+            if case .database(let reason, let unavailable) = error, unavailable {
+                health.databaseReachable = false
+                health.problem = "the database is not reachable: \(reason)"
+            } else {
+                health.problem = "\(error)"
+            }
+        }
+        if health.databaseReachable, let statuses = try? await projectionStatuses() {
+            health.projections = statuses
+        }
+        if let replica {
+            // A replica that cannot be asked does not make the service unready (reads go to the
+            // primary), but operators see why.
+            health.replica = await replica.status(primary: pool)
+            health.replicaProblem = replica.problem.withLock { $0 }
+        }
+        return health
+    }
+
+    /// Counters of the event log and the pool, for `/metrics`.
+    public var statistics: EventStoreMetrics { events.metrics }
+
+    /// Closes the pools (in-flight reads finish; appends already queued are answered).
+    public func close() {
+        pool.close()
+        replica?.pool.close()
+    }
+}
+
+/// The store's side of readiness.
+public struct StoreHealth: Sendable {
+    public var databaseReachable = true
+    public var migrations: MigrationStatus?
+    public var projections: [ProjectionStatus] = []
+    /// Why the store is not fit to serve, for operators (never shown on the open `/readyz`).
+    public var problem: String?
+    /// The read replica's state when one is configured (nil: none, or it could not be asked).
+    public var replica: ReplicaStatus?
+    /// Why the replica could not be asked.
+    public var replicaProblem: String?
+
+    public var isReady: Bool {
+        databaseReachable && problem == nil && (migrations?.isCurrent ?? false) && !projections.contains { $0.isFailed }
+    }
+}
