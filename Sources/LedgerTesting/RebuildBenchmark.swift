@@ -12,6 +12,11 @@ import Postgres
 /// peak RSS next to a plain `COPY (SELECT …) TO STDOUT` of the same fact rows (the rebuild's own
 /// read) timed in the same run.
 ///
+/// The COPY and the rebuild run `runs` times, alternately (each rebuild starts from the tables
+/// the previous one left); the medians are compared, with min–max, and the CPU time of this
+/// process and of the whole machine (/proc/stat: PostgreSQL's share, and anything else running)
+/// is printed for each, since wall times on a shared machine move with its load.
+///
 /// Targets: ≥ 100k events/s, ≤ 1.5× the COPY time of what it reads, peak RSS < 200 MB.
 public enum RebuildBenchmark {
     public struct Result: Sendable, CustomStringConvertible {
@@ -30,9 +35,26 @@ public enum RebuildBenchmark {
         /// CPU time of this process (user + system) during the rebuild: the client's share of
         /// the work, independent of what else runs on the machine.
         public var rebuildCPUSeconds: Double
+        /// Every run's COPY and rebuild seconds (the fields above hold the medians' runs).
+        public var copyRuns: [Double] = []
+        public var rebuildRuns: [Double] = []
+        /// CPU of the whole machine (every process, PostgreSQL's included) during the median COPY
+        /// and the median rebuild, and the 1-minute load average when the runs began.
+        public var copyMachineCPUSeconds: Double?
+        public var rebuildMachineCPUSeconds: Double?
+        public var loadAverage: Double?
 
         public var copyEventsPerSecond: Double { Double(events) / max(copySeconds, 1e-9) }
         public var ratio: Double { rebuild.seconds / max(copySeconds, 1e-9) }
+
+        var runsText: String {
+            func span(_ xs: [Double]) -> String {
+                String(format: "%.2f–%.2f s", xs.min() ?? 0, xs.max() ?? 0)
+            }
+            func cpu(_ x: Double?) -> String { x.map { String(format: "%.2f s", $0) } ?? "n/a" }
+            return "medians of \(copyRuns.count) runs (COPY \(span(copyRuns)), rebuild \(span(rebuildRuns)), load \(loadAverage.map { String(format: "%.2f", $0) } ?? "n/a")); "
+                + "machine CPU: COPY \(cpu(copyMachineCPUSeconds)), rebuild \(cpu(rebuildMachineCPUSeconds))"
+        }
 
         public var description: String {
             let rss = rebuildPeakRSSBytes.map { String(format: "%.1f MB", Double($0) / 1_048_576) } ?? "n/a"
@@ -44,12 +66,13 @@ public enum RebuildBenchmark {
                       rebuild (all projections, fold + COPY IN + swap):             %.2f s, %.0f events/s, %.2f× the COPY
                         (bulk read + fold + COPY IN %.2f s, keys and indexes %.2f s, swap %.3f s)
                       client CPU during the rebuild: %.2f s (%.0f events per CPU-second)
+                      %@
                       peak RSS during the rebuild: %@
                       targets: ≥ 100000 events/s, ≤ 1.5× the COPY, RSS < 200 MB
                     """,
                 events, streams, seedSeconds, deriveSeconds, Double(events) / max(deriveSeconds, 1e-9), facts,
                 copySeconds, copyEventsPerSecond, rebuild.seconds,
-                rebuild.eventsPerSecond, ratio, rebuild.bulkSeconds, rebuild.indexSeconds, rebuild.swapSeconds, rebuildCPUSeconds, Double(events) / max(rebuildCPUSeconds, 1e-9), rss)
+                rebuild.eventsPerSecond, ratio, rebuild.bulkSeconds, rebuild.indexSeconds, rebuild.swapSeconds, rebuildCPUSeconds, Double(events) / max(rebuildCPUSeconds, 1e-9), runsText, rss)
         }
     }
 
@@ -58,7 +81,7 @@ public enum RebuildBenchmark {
     ///     created next to it and dropped afterwards unless `keepDatabase`.
     ///   - progress: (phase, done, total) for a progress bar.
     public static func run(
-        conninfo: String, events: Int = 1_000_000, seed: UInt64 = 1, keepDatabase: Bool = false,
+        conninfo: String, events: Int = 1_000_000, seed: UInt64 = 1, keepDatabase: Bool = false, runs runCount: Int = 3,
         progress: @escaping @Sendable (String, Int, Int) -> Void = { _, _, _ in }
     ) async throws -> Result {
         let database = try TestDatabase.create(serverConninfo: conninfo, prefix: "ledger_bench")
@@ -79,22 +102,54 @@ public enum RebuildBenchmark {
         let facts = try analyze.query("SELECT count(*) AS n FROM facts WHERE subscription IS NOT NULL", name: "facts")
             .first?.decode(Int64.self, "n") ?? 0
 
-        // The read alone, same query, same rows: the floor the rebuild is compared with.
-        let reader = try Connection(conninfo: target)
-        let copyStart = clock.now
-        var copied = 0
-        try reader.copyOut(Rebuilder.bulkQuery(head: Int64(seeded))) { _ in copied += 1 }
-        let copySeconds = seconds(copyStart.duration(to: clock.now))
-        guard copied == Int(facts) else { throw BenchmarkFailure("COPY returned \(copied) rows for \(facts) facts") }
-
-        resetPeakRSS()
-        let cpuBefore = processCPUSeconds()
+        // The read alone, same query, same rows: the floor the rebuild is compared with. Each run
+        // is a COPY then a rebuild; the medians are compared.
+        let loadAverage = Self.loadAverage()
         let projector = Projector(catalog: catalog, clock: { start + 730 * 86_400_000 })
-        let report = try await Rebuilder(conninfo: target, projector: projector).run { done, total in progress("rebuild", done, total) }
-        return Result(
-            events: seeded, streams: report.streams, seedSeconds: seedSeconds, deriveSeconds: deriveSeconds, facts: Int(facts),
-            copySeconds: copySeconds,
-            rebuild: report, rebuildPeakRSSBytes: report.peakRSSBytes, rebuildCPUSeconds: processCPUSeconds() - cpuBefore)
+        var runs: [(copy: Double, copyMachine: Double?, report: RebuildReport, cpu: Double, machine: Double?)] = []
+        resetPeakRSS()
+        for _ in 0..<max(1, runCount) {
+            let reader = try Connection(conninfo: target)
+            let machineBeforeCopy = machineCPUSeconds()
+            let copyStart = clock.now
+            var copied = 0
+            try reader.copyOut(Rebuilder.bulkQuery(head: Int64(seeded))) { _ in copied += 1 }
+            let copySeconds = seconds(copyStart.duration(to: clock.now))
+            let copyMachine = machineCPUSeconds().flatMap { after in machineBeforeCopy.map { after - $0 } }
+            guard copied == Int(facts) else { throw BenchmarkFailure("COPY returned \(copied) rows for \(facts) facts") }
+
+            let cpuBefore = processCPUSeconds()
+            let machineBefore = machineCPUSeconds()
+            let report = try await Rebuilder(conninfo: target, projector: projector).run { done, total in progress("rebuild", done, total) }
+            let machine = machineCPUSeconds().flatMap { after in machineBefore.map { after - $0 } }
+            runs.append((copySeconds, copyMachine, report, processCPUSeconds() - cpuBefore, machine))
+        }
+        let copyMedian = runs.sorted { $0.copy < $1.copy }[runs.count / 2]
+        let rebuildMedian = runs.sorted { $0.report.seconds < $1.report.seconds }[runs.count / 2]
+        var result = Result(
+            events: seeded, streams: rebuildMedian.report.streams, seedSeconds: seedSeconds, deriveSeconds: deriveSeconds,
+            facts: Int(facts), copySeconds: copyMedian.copy, rebuild: rebuildMedian.report,
+            rebuildPeakRSSBytes: runs.compactMap(\.report.peakRSSBytes).max(), rebuildCPUSeconds: rebuildMedian.cpu)
+        result.copyRuns = runs.map(\.copy)
+        result.rebuildRuns = runs.map(\.report.seconds)
+        result.copyMachineCPUSeconds = copyMedian.copyMachine
+        result.rebuildMachineCPUSeconds = rebuildMedian.machine
+        result.loadAverage = loadAverage
+        return result
+    }
+
+    /// user + nice + system of every CPU (/proc/stat), in seconds; nil off Linux.
+    static func machineCPUSeconds() -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = stat.split(separator: "\n").first, line.hasPrefix("cpu ") else { return nil }
+        let ticks = line.split(separator: " ").dropFirst().prefix(3).compactMap { Double($0) }
+        guard ticks.count == 3 else { return nil }
+        return ticks.reduce(0, +) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    static func loadAverage() -> Double? {
+        guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return nil }
+        return text.split(separator: " ").first.flatMap { Double($0) }
     }
 
     static let start: EpochMillis = 1_735_689_600_000

@@ -102,45 +102,132 @@ public enum FactOrigin: String, Sendable, Hashable, CaseIterable, Codable {
 /// Times are epoch milliseconds. `signedAt` orders facts of one kind (latest statement wins);
 /// `effectiveAt` is the business time the fact takes effect (purchaseDate for a transaction,
 /// revocationDate for a revocation, the signing time for renewal info and everything else).
+///
+/// Representation: every field lives in one immutable object shared by all copies, so copying a
+/// fact retains one reference. Folds keep facts in several arrays and every loop over them copies
+/// them; with the fields stored inline (a dozen strings, two boxed snapshots) each copy retained
+/// and released every string, which was a fifth of a rebuild's client time. Setting a field
+/// replaces the object (facts are built once and rarely changed).
 public struct Fact: Sendable, Hashable {
+    /// The stored fields (what the struct held inline before).
+    struct Fields: Sendable, Hashable {
+        var position: Int64
+        var ordinal: Int
+        var recordedAt: EpochMillis
+        var streamId: String
+        var subscription: SubscriptionKey?
+        var kind: FactKind
+        var origin: FactOrigin
+        var message: String?
+        var signedAt: EpochMillis
+        var effectiveAt: EpochMillis
+        var transactionId: String?
+        var orderAlias: String?
+        var customerId: String?
+        var transaction: TransactionFact?
+        var renewal: RenewalFact?
+        var detail: String?
+
+        /// Equal content: every field but the place in the log (position, ordinal, recordedAt, streamId).
+        func sameContent(as o: Fields) -> Bool {
+            subscription == o.subscription && kind == o.kind && origin == o.origin && message == o.message
+                && signedAt == o.signedAt && effectiveAt == o.effectiveAt && transactionId == o.transactionId
+                && orderAlias == o.orderAlias && customerId == o.customerId && detail == o.detail
+                && transaction == o.transaction && renewal == o.renewal
+        }
+    }
+
+    /// Immutable: readers need no exclusivity checks and the value is trivially Sendable.
+    final class Storage: Sendable {
+        let fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    fileprivate var storage: Storage
+
+    private mutating func update(_ change: (inout Fields) -> Void) {
+        var fields = storage.fields
+        change(&fields)
+        storage = Storage(fields)
+    }
+
     /// Where the fact came from: its event's position, the fact's index among that event's facts,
     /// when the event was recorded and its stream. Not content: two events stating the same thing
     /// give equal facts for every fold.
-    public var position: Int64
-    public var ordinal: Int
-    public var recordedAt: EpochMillis
-    public var streamId: String
+    public var position: Int64 {
+        get { storage.fields.position }
+        set { update { $0.position = newValue } }
+    }
+    public var ordinal: Int {
+        get { storage.fields.ordinal }
+        set { update { $0.ordinal = newValue } }
+    }
+    public var recordedAt: EpochMillis {
+        get { storage.fields.recordedAt }
+        set { update { $0.recordedAt = newValue } }
+    }
+    public var streamId: String {
+        _read { yield storage.fields.streamId }
+        set { update { $0.streamId = newValue } }
+    }
 
     /// The subscription the fact is about; nil when the source does not say (a WeChat refund names
     /// only an order: it joins its subscription through the order's ids).
-    public var subscription: SubscriptionKey?
-    public var kind: FactKind
-    public var origin: FactOrigin
+    public var subscription: SubscriptionKey? {
+        _read { yield storage.fields.subscription }
+        set { update { $0.subscription = newValue } }
+    }
+    public var kind: FactKind {
+        get { storage.fields.kind }
+        set { update { $0.kind = newValue } }
+    }
+    public var origin: FactOrigin {
+        get { storage.fields.origin }
+        set { update { $0.origin = newValue } }
+    }
     /// The message that stated it: `notificationType[/subtype]`, `V1/<notification_type>`, the
     /// WeChat event name, or the ledger's event type.
-    public var message: String?
-    public var signedAt: EpochMillis
-    public var effectiveAt: EpochMillis
+    public var message: String? {
+        _read { yield storage.fields.message }
+        set { update { $0.message = newValue } }
+    }
+    public var signedAt: EpochMillis {
+        get { storage.fields.signedAt }
+        set { update { $0.signedAt = newValue } }
+    }
+    public var effectiveAt: EpochMillis {
+        get { storage.fields.effectiveAt }
+        set { update { $0.effectiveAt = newValue } }
+    }
     /// The transaction (Apple) or order (WeChat) the fact is about.
-    public var transactionId: String?
+    public var transactionId: String? {
+        _read { yield storage.fields.transactionId }
+        set { update { $0.transactionId = newValue } }
+    }
     /// Another id of the same WeChat order (WeChatPayInfo.MchOrderNo / TransactionId, WxOrderId).
-    public var orderAlias: String?
+    public var orderAlias: String? {
+        _read { yield storage.fields.orderAlias }
+        set { update { $0.orderAlias = newValue } }
+    }
     /// Normalised customer id: a lowercase appAccountToken, a WeChat openid, or a tie's customer.
-    public var customerId: String?
+    public var customerId: String? {
+        _read { yield storage.fields.customerId }
+        set { update { $0.customerId = newValue } }
+    }
     public var transaction: TransactionFact? {
-        get { transactionBox?.value }
-        set { transactionBox = newValue.map(FactBox.init) }
+        _read { yield storage.fields.transaction }
+        set { update { $0.transaction = newValue } }
     }
     public var renewal: RenewalFact? {
-        get { renewalBox?.value }
-        set { renewalBox = newValue.map(FactBox.init) }
+        _read { yield storage.fields.renewal }
+        set { update { $0.renewal = newValue } }
     }
     /// Evidence fields that no subscription fold reads, as canonical JSON (an object): refund
     /// inquiry fields, decisions, reasons. Read with `details`.
-    public var detail: String?
-
-    private var transactionBox: FactBox<TransactionFact>?
-    private var renewalBox: FactBox<RenewalFact>?
+    public var detail: String? {
+        _read { yield storage.fields.detail }
+        set { update { $0.detail = newValue } }
+    }
 
     public init(
         position: Int64 = 0, ordinal: Int = 0, recordedAt: EpochMillis = 0, streamId: String = "",
@@ -149,23 +236,18 @@ public struct Fact: Sendable, Hashable {
         orderAlias: String? = nil, customerId: String? = nil, transaction: TransactionFact? = nil,
         renewal: RenewalFact? = nil, detail: String? = nil
     ) {
-        self.position = position
-        self.ordinal = ordinal
-        self.recordedAt = recordedAt
-        self.streamId = streamId
-        self.subscription = subscription
-        self.kind = kind
-        self.origin = origin
-        self.message = message
-        self.signedAt = signedAt
-        self.effectiveAt = effectiveAt ?? signedAt
-        self.transactionId = transactionId
-        self.orderAlias = orderAlias
-        self.customerId = customerId
-        self.transactionBox = transaction.map(FactBox.init)
-        self.renewalBox = renewal.map(FactBox.init)
-        self.detail = detail
+        storage = Storage(Fields(
+            position: position, ordinal: ordinal, recordedAt: recordedAt, streamId: streamId, subscription: subscription,
+            kind: kind, origin: origin, message: message, signedAt: signedAt, effectiveAt: effectiveAt ?? signedAt,
+            transactionId: transactionId, orderAlias: orderAlias, customerId: customerId, transaction: transaction,
+            renewal: renewal, detail: detail))
     }
+
+    public static func == (a: Fact, b: Fact) -> Bool {
+        a.storage === b.storage || a.storage.fields == b.storage.fields
+    }
+
+    public func hash(into hasher: inout Hasher) { storage.fields.hash(into: &hasher) }
 
     /// `detail` as a JSON object (empty when absent).
     public var details: [String: JSONValue] {
@@ -177,10 +259,12 @@ public struct Fact: Sendable, Hashable {
     /// The same fact with its place in the log set (decoders leave it empty; the store fills it).
     public func placed(position: Int64, ordinal: Int, recordedAt: EpochMillis, streamId: String) -> Fact {
         var f = self
-        f.position = position
-        f.ordinal = ordinal
-        f.recordedAt = recordedAt
-        f.streamId = streamId
+        f.update {
+            $0.position = position
+            $0.ordinal = ordinal
+            $0.recordedAt = recordedAt
+            $0.streamId = streamId
+        }
         return f
     }
 
@@ -190,9 +274,9 @@ public struct Fact: Sendable, Hashable {
     /// A total order on content only (never position, recordedAt or stream), so which of two
     /// equally-ranked facts wins can never depend on arrival.
     public func contentPrecedes(_ other: Fact) -> Bool {
-        let a = content, b = other.content
-        if a == b { return false }
-        return a.contentKey < b.contentKey
+        // Compared in place: the same answer as comparing `content` copies, without building them.
+        if storage === other.storage || storage.fields.sameContent(as: other.storage.fields) { return false }
+        return contentKey < other.contentKey
     }
 
     private var contentKey: String {
@@ -204,12 +288,18 @@ public struct Fact: Sendable, Hashable {
     }
 }
 
-/// An immutable, shared value: copying a fact copies a reference, not the value.
-final class FactBox<Value: Hashable & Sendable>: Hashable, Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
-    static func == (a: FactBox, b: FactBox) -> Bool { a === b || a.value == b.value }
-    func hash(into hasher: inout Hasher) { hasher.combine(value) }
+/// Printing a fact (test failures, `dump`) shows its fields, not the shared object that holds them.
+extension Fact: CustomReflectable {
+    public var customMirror: Mirror {
+        let f = storage.fields
+        return Mirror(self, children: [
+            "position": f.position, "ordinal": f.ordinal, "recordedAt": f.recordedAt, "streamId": f.streamId,
+            "subscription": f.subscription as Any, "kind": f.kind, "origin": f.origin, "message": f.message as Any,
+            "signedAt": f.signedAt, "effectiveAt": f.effectiveAt, "transactionId": f.transactionId as Any,
+            "orderAlias": f.orderAlias as Any, "customerId": f.customerId as Any, "transaction": f.transaction as Any,
+            "renewal": f.renewal as Any, "detail": f.detail as Any,
+        ], displayStyle: .struct)
+    }
 }
 
 /// Customer ids compare case-insensitively where the source does not define case: Apple sends

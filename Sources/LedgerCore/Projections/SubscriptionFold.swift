@@ -59,6 +59,9 @@ public struct SubscriptionFold: Sendable {
     private var isWeChat = false
     /// Every customer id any fact of this subscription named (for the customer → subscriptions index).
     public private(set) var customersNamed: Set<String> = []
+    /// The customer id inserted last: a subscription's facts name the same customer over and
+    /// over, and comparing with the previous one (usually the same String) is cheaper than hashing.
+    private var lastCustomerNamed: String?
 
     public init(key: SubscriptionKey) {
         self.key = key
@@ -74,7 +77,10 @@ public struct SubscriptionFold: Sendable {
     public mutating func apply(_ fact: Fact) {
         if let s = fact.subscription, s != key { return }
         if fact.origin == .wechat { isWeChat = true }
-        if let c = fact.customerId, !c.isEmpty, fact.kind != .customerTie { customersNamed.insert(c) }
+        if let c = fact.customerId, !c.isEmpty, fact.kind != .customerTie, c != lastCustomerNamed {
+            customersNamed.insert(c)
+            lastCustomerNamed = c
+        }
         switch fact.kind {
         case .transaction:
             guard let tx = fact.transaction else { return }
@@ -123,6 +129,23 @@ public struct SubscriptionFold: Sendable {
             for other in aliasEdges[id] ?? [] where ids.insert(other).inserted { frontier.append(other) }
         }
         return ids
+    }
+
+    /// The names a revocation or reversal may give `transactionId` by: the id itself, or (WeChat)
+    /// every id of its order. A fact's missing id reads as "" (as it always did).
+    struct Names {
+        let id: String
+        let aliases: Set<String>?
+        func contain(_ name: String?) -> Bool {
+            if let aliases { return aliases.contains(name ?? "") }
+            return (name ?? "") == id
+        }
+    }
+
+    /// Apple ids need no set (one name each); building one per transaction and evaluation was a
+    /// visible share of a rebuild.
+    func names(of transactionId: String) -> Names {
+        Names(id: transactionId, aliases: isWeChat ? ids(of: transactionId) : nil)
     }
 
     /// The ids one order is known by (itself and its aliases).
@@ -244,14 +267,15 @@ public struct SubscriptionFold: Sendable {
 
     /// The revocation date in force on `transactionId` at T (nil: not revoked then).
     func revocationInForce(of transactionId: String, at asOf: EpochMillis?) -> EpochMillis? {
-        let names = isWeChat ? ids(of: transactionId) : [transactionId]
+        if revocations.isEmpty { return nil }
+        let names = names(of: transactionId)
         var latest: Fact?
-        for f in revocations where names.contains(f.transactionId ?? "") || names.contains(f.orderAlias ?? "") {
+        for f in revocations where names.contain(f.transactionId) || names.contain(f.orderAlias) {
             if let asOf, f.effectiveAt > asOf { continue }
             if latest == nil || Self.signedPrecedes(latest!, f) { latest = f }
         }
         guard let revocation = latest else { return nil }
-        for f in reversals where names.contains(f.transactionId ?? "") {
+        for f in reversals where names.contain(f.transactionId) {
             if let asOf, f.signedAt > asOf { continue }
             if f.signedAt >= revocation.signedAt { return nil }
         }
@@ -512,8 +536,8 @@ public struct SubscriptionFold: Sendable {
         let tx = slot.transaction
         let id = tx.transactionId
         let revokedAt = revocationInForce(of: id, at: nil)
-        let names = isWeChat ? ids(of: id) : [id]
-        let mine = revocations.filter { names.contains($0.transactionId ?? "") || names.contains($0.orderAlias ?? "") }
+        let names = names(of: id)
+        let mine = revocations.filter { names.contain($0.transactionId) || names.contain($0.orderAlias) }
         let winning = revokedAt == nil ? nil : mine.max(by: Self.signedPrecedes)?.transaction
         return TransactionRecord(
             transactionId: id,
@@ -531,7 +555,7 @@ public struct SubscriptionFold: Sendable {
             // An App Store API snapshot states a reversal whenever the transaction is not revoked:
             // only reversals after a revocation reverse anything.
             refundReversedSignedDate: reversals.filter {
-                names.contains($0.transactionId ?? "") && $0.signedAt >= (mine.map(\.signedAt).min() ?? .max)
+                names.contain($0.transactionId) && $0.signedAt >= (mine.map(\.signedAt).min() ?? .max)
             }.map(\.signedAt).max(),
             isUpgraded: slot.upgraded,
             price: tx.price,

@@ -51,8 +51,10 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
     /// catch-up (streams touched after the snapshot are refolded once before, without the lock).
     public var caughtUpStreams: Int
     public var seconds: Double
-    /// Where the time went: the bulk read+fold+COPY, building keys and indexes, the swap
-    /// (appends wait during the swap only).
+    /// Where the time went: the bulk read+fold+COPY (until the last partition has read and
+    /// folded its range), then the table writers' rest (their last rows, keys, indexes and
+    /// statistics) and the catch-up before the lock, then the swap (appends wait during the swap
+    /// only) and dropping the retired tables.
     public var bulkSeconds: Double = 0
     public var indexSeconds: Double = 0
     public var swapSeconds: Double = 0
@@ -86,7 +88,10 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
 ///    to H, ordered by subscription, with `COPY (SELECT …) TO STDOUT` (never an event's payload or
 ///    `raw`). Fold one subscription at a time (memory stays bounded by the largest subscription,
 ///    plus the few WeChat order facts that have no subscription yet, held to join theirs) and COPY
-///    the rows into fresh `projections.<table>_next` tables.
+///    the rows into fresh `projections.<table>_next` tables. The read is split into `partitions`
+///    ranges of subscriptions, each with its reader and fold on a thread of its own; one writer
+///    per table (`TableWriter`) creates its fresh table, loads every partition's rows, and builds
+///    the table's keys, indexes and statistics, all tables at once.
 /// 2. In ONE transaction: take the event-head lock (appends wait from here to the commit), refold
 ///    the subscriptions that facts after H touched, drop the live tables and rename the fresh ones
 ///    into place, set the checkpoints, commit. Readers see the old tables or the new ones, never a
@@ -97,11 +102,14 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
 public struct Rebuilder: Sendable {
     public let conninfo: String
     public let projector: Projector
-    /// Buffered COPY bytes before a flush to the writer connection.
-    public var flushBytes = 4 << 20
-    /// Bulk-pass partitions, each a reader, a fold and a writer of its own over a range of
-    /// streams, all in one exported snapshot: PostgreSQL's extraction is the bottleneck and runs
-    /// on one core per reader.
+    /// Buffered COPY bytes of one table before a partition hands them to the table's writer.
+    /// Memory in flight is about 4 tables × (partitions + a queue of 4 + the writer's chunk and
+    /// libpq's copy of it) chunks: 256 KB keeps that under 10 MB (4 MB chunks held 60 MB at
+    /// 1M events: peak RSS 40 MB instead of 100).
+    public var flushBytes = 256 << 10
+    /// Bulk-pass partitions, each a reader and a fold of its own over a range of streams, all in
+    /// one exported snapshot, feeding one writer per table: PostgreSQL's extraction runs on one
+    /// core per reader.
     public var partitions = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
     /// Called between the bulk pass and the swap (tests append here to exercise the catch-up).
     var beforeSwap: (@Sendable () -> Void)?
@@ -167,17 +175,7 @@ public struct Rebuilder: Sendable {
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
 
         try Self.deriveMissingFacts(on: writer)
-        // Fresh tables, committed so that every partition's writer can fill them.
         try Self.dropRetired(tables, on: writer)
-        try writer.transaction { writer in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            for table in tables {
-                try writer.query("DROP TABLE IF EXISTS \(table.qualified(next: true))", name: "drop stale next table")
-                try writer.query(
-                    "CREATE TABLE \(table.qualified(next: true)) (LIKE \(table.qualified()) INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
-                    name: "create next table")
-            }
-        }
 
         // One snapshot shared by every partition: exported here, imported by each reader.
         let exporter = try Connection.unbounded(conninfo: conninfo)
@@ -189,38 +187,53 @@ public struct Rebuilder: Sendable {
             let total = done.withLock { $0 += rows; return $0 }
             progress(total, totalFacts)
         }
-        let results = Self.inParallel(bounds.count) { index -> Result<(Int, Int), any Error> in
-            Result {
-                let writer = try Connection.unbounded(conninfo: conninfo)
-                return try writer.transaction { writer -> (Int, Int) in
-                    try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-                    var buffers = CopyBuffers()
-                    let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: reportRows) { key, facts in
-                        let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
-                        buffers.add(SubscriptionRows(fold: fold, catalog: projector.catalog, now: now), for: projections)
-                        if buffers.byteCount >= flushBytes { try buffers.flush(on: writer, next: true) }
-                    }
-                    try buffers.flush(on: writer, next: true)
-                    return scan
-                }
+        // The partitions read and fold; one writer per table creates the fresh table and loads
+        // every partition's rows into it (see `TableWriter`), so all threads run at once.
+        let writers = tables.map { TableWriter(table: $0, conninfo: conninfo) }
+        let chunkBytes = flushBytes
+        let partitionsLeft = Mutex(bounds.count)
+        let bulkEnd = Mutex(ContinuousClock.now)
+        let results = Self.inParallel(bounds.count + writers.count) { index -> Result<(Int, Int), any Error> in
+            if index >= bounds.count {
+                return Result { try writers[index - bounds.count].run(); return (0, 0) }
             }
+            let result = Result { () throws -> (Int, Int) in
+                var buffers = CopyBuffers()
+                let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: reportRows) { key, facts in
+                    let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
+                    buffers.add(SubscriptionRows(fold: fold, catalog: projector.catalog, now: now), for: projections)
+                    try buffers.send(to: writers, atLeast: chunkBytes)
+                }
+                try buffers.send(to: writers, atLeast: 1)
+                return scan
+            }
+            if case .failure(let error) = result {
+                // Stops the other partitions and makes every writer roll back.
+                for writer in writers { writer.queue.fail(error) }
+            }
+            let last = partitionsLeft.withLock { left -> Bool in left -= 1; return left == 0 }
+            if last {
+                bulkEnd.withLock { $0 = ContinuousClock.now }
+                for writer in writers { writer.queue.close() }
+            }
+            return result
         }
         _ = try? exporter.query("COMMIT", name: "end snapshot")
         var events = 0, streams = 0
+        // The error that started a failure, not the aborts it caused elsewhere.
+        if let first = results.lazy.compactMap({ result -> (any Error)? in
+            if case .failure(let error) = result, !(error is ChunkQueue.Aborted) { return error }
+            return nil
+        }).first {
+            throw first
+        }
         for result in results {
             let (rows, folded) = try result.get()
             events += rows
             streams += folded
         }
         progress(events, totalFacts)
-        let bulkDone = ContinuousClock.now
-        try writer.transaction { writer in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            for table in tables {
-                for statement in table.indexStatements(next: true) { try writer.query(statement, name: "index next table") }
-                try writer.query("ANALYZE \(table.qualified(next: true))", name: "analyze next table")
-            }
-        }
+        let bulkDone = bulkEnd.withLock { $0 }
 
         // Catch up without blocking appends first, so the locked swap only has to fold what
         // arrived during this pass: after a long rebuild under heavy ingestion that can be a lot.
@@ -296,7 +309,7 @@ public struct Rebuilder: Sendable {
         }
         var gains: [EntitlementChange] = []
         var losses: [EntitlementChange] = []
-        let (head, events, streams) = try streamFacts(progress: progress) { key, facts, orderFacts in
+        let (head, factRows, streams) = try streamFacts(progress: progress) { key, facts, orderFacts in
             let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
             let grants = Set((fold.state(at: now).map { EntitlementGrant.grants(of: $0, catalog: projector.catalog) } ?? []).map(EntitlementChange.init))
             let before = stored.removeValue(forKey: key.text) ?? []
@@ -305,10 +318,12 @@ public struct Rebuilder: Sendable {
         }
         for rest in stored.values { losses += rest }
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
-        return RebuildReport(
+        var report = RebuildReport(
             projections: [.entitlements], dryRun: true, snapshotHead: head, swapHead: head, events: Int(head), streams: streams,
             caughtUpStreams: 0, seconds: seconds, eventsPerSecond: Double(head) / seconds, peakRSSBytes: Self.peakRSS(),
             gains: gains.sorted(), losses: losses.sorted(), evaluatedAt: now)
+        report.facts = factRows
+        return report
     }
 
     // MARK: the bulk read
@@ -372,13 +387,13 @@ public struct Rebuilder: Sendable {
             }
             var current: SubscriptionKey?
             var currentBytes: [UInt8] = []
-            let repeated = RepeatedStrings()
+            let columns = FactColumn.allCases.count
+            let text = CopyRowReader(columns: columns)
+            let subscriptionColumn = FactColumn.subscription.rawValue
             var facts: [Fact] = []
             var rows = 0
             var reported = 0
             var subscriptions = 0
-            var bounds: [(Int, Int)] = []
-            bounds.reserveCapacity(FactColumn.allCases.count)
             func emit() throws {
                 if let current, !facts.isEmpty {
                     subscriptions += 1
@@ -388,23 +403,22 @@ public struct Rebuilder: Sendable {
             }
             try reader.copyOut(Self.bulkQuery(head: head, range: range)) { data in
                 try data.withUnsafeBytes { bytes in
-                    let text = CopyText(bytes: bytes, reuse: bounds)
-                    defer { bounds = text.bounds }
-                    guard text.count == FactColumn.allCases.count else {
-                        throw ProjectionError.corrupt("a COPY row has \(text.count) fields, expected \(FactColumn.allCases.count)")
+                    let count = text.split(bytes)
+                    guard count == columns else {
+                        throw ProjectionError.corrupt("a COPY row has \(count) fields, expected \(columns)")
                     }
                     // Rows come grouped by subscription: compare bytes, parse the key once per group.
-                    if current == nil || !text.equals(FactColumn.subscription.rawValue, currentBytes) {
+                    if current == nil || !text.equals(subscriptionColumn, currentBytes) {
                         try emit()
-                        let raw = text.string(FactColumn.subscription.rawValue) ?? ""
+                        let raw = text.string(subscriptionColumn) ?? ""
                         guard let key = SubscriptionKey(text: raw) else {
                             throw ProjectionError.corrupt("fact subscription '\(raw)' is not <environment>:<id>")
                         }
                         current = key
                         // Compared as sent: a key holding a tab or backslash arrives escaped.
-                        currentBytes = text.rawBytes(FactColumn.subscription.rawValue) ?? []
+                        currentBytes = text.rawBytes(subscriptionColumn) ?? []
                     }
-                    facts.append(try FactRows.fact(FactCopyRow(text: text, strings: repeated), knownSubscription: current))
+                    facts.append(try FactRows.fact(text, knownSubscription: current))
                 }
                 rows += 1
                 if rows & 0x3FFF == 0 {
@@ -460,14 +474,22 @@ public struct Rebuilder: Sendable {
     /// The rebuild's read, whole (the benchmark copies it out without folding to compare).
     public static func bulkQuery(head: Int64) -> String { bulkQuery(head: head, range: (nil, nil)) }
 
-    /// A text value as SQL (COPY takes no parameters): hex digits only, so nothing in the value
-    /// can end the literal or change the statement.
+    /// A text value as SQL (COPY takes no parameters): an escape string literal with every
+    /// backslash and quote doubled, so nothing in the value can end the literal or change the
+    /// statement (and the meaning does not depend on standard_conforming_strings). A plain
+    /// literal, not an expression: the planner uses it as a bound of the index scan. An
+    /// expression (`convert_from(decode(…))` before) was only a filter, so each partition walked
+    /// the whole index and heap and two partitions cost PostgreSQL twice the reading of one.
     static func literal(_ value: String) -> String {
-        let hex = value.utf8.map { byte in
-            let digits = Array("0123456789abcdef".utf8)
-            return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]], as: UTF8.self)
-        }.joined()
-        return "convert_from(decode('\(hex)', 'hex'), 'UTF8')"
+        var out = "E'"
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\\": out += "\\\\"
+            case "'": out += "''"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "'"
     }
 
     /// VmHWM of /proc/self/status, in bytes.
@@ -516,5 +538,128 @@ struct OrderFacts: Sendable {
         if found.isEmpty { return fold }
         let candidates = found.keys.sorted().flatMap { p in found[p]!.keys.sorted().map { found[p]![$0]! } }
         return SubscriptionProjection.attach(candidates, to: fold)
+    }
+}
+
+/// Loads one fresh table (`projections.<table>_next`) in a transaction of its own, fed by every
+/// partition through `queue`: creates the table, streams all rows into it with ONE
+/// `COPY … WITH (FREEZE)`, then adds its keys and indexes and analyzes it, and commits.
+///
+/// Why one writer per table instead of one per partition: a table created in the loading
+/// transaction can take COPY FREEZE (rows written frozen and all-visible, so neither the index
+/// builds, ANALYZE nor the first readers after the swap stop to set hint bits on every row),
+/// and each table's keys, indexes and statistics are built as soon as its rows are in, in
+/// parallel with the other tables', instead of one after another after the bulk pass.
+final class TableWriter: Sendable {
+    let table: ProjectionTable
+    let conninfo: String
+    let queue = ChunkQueue(capacity: 4)
+
+    init(table: ProjectionTable, conninfo: String) {
+        self.table = table
+        self.conninfo = conninfo
+    }
+
+    func run() throws {
+        do {
+            let connection = try Connection.unbounded(conninfo: conninfo)
+            try connection.transaction { connection in
+                try connection.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+                try connection.query("DROP TABLE IF EXISTS \(table.qualified(next: true))", name: "drop stale next table")
+                try connection.query(
+                    "CREATE TABLE \(table.qualified(next: true)) (LIKE \(table.qualified()) INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+                    name: "create next table")
+                try connection.copyIn("COPY \(table.qualified(next: true)) (\(table.columns)) FROM STDIN WITH (FREEZE)") { writer in
+                    while var chunk = try queue.pop() {
+                        try writer.write(chunk)
+                        chunk.removeAll(keepingCapacity: true)  // the only reference now: no copy
+                        queue.recycle(chunk)
+                    }
+                }
+                for statement in table.indexStatements(next: true) { try connection.query(statement, name: "index next table") }
+                try connection.query("ANALYZE \(table.qualified(next: true)) (\(table.statisticsColumns))", name: "analyze next table")
+            }
+        } catch {
+            queue.fail(error)
+            throw error
+        }
+    }
+}
+
+/// A bounded hand-off of COPY text chunks from the partitions to one table's writer: a full
+/// queue makes the partitions wait (memory stays bounded), a failure on either side stops both.
+final class ChunkQueue: @unchecked Sendable {
+    /// Thrown on one side because the other side failed (the original error is reported).
+    struct Aborted: Error, CustomStringConvertible {
+        var cause: String
+        var description: String { "rebuild aborted: \(cause)" }
+    }
+
+    private let condition = NSCondition()
+    private let capacity: Int
+    // Guarded by `condition`.
+    private var chunks: [[UInt8]] = []
+    private var head = 0
+    /// Written chunks, emptied, for the partitions to fill again (see `spare`).
+    private var spares: [[UInt8]] = []
+    private var closed = false
+    private var failure: Aborted?
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    /// Hands `chunk` to the writer; waits while the queue is full.
+    func push(_ chunk: [UInt8]) throws {
+        condition.lock()
+        defer { condition.unlock() }
+        while failure == nil && chunks.count - head >= capacity { condition.wait() }
+        if let failure { throw failure }
+        chunks.append(chunk)
+        condition.broadcast()
+    }
+
+    /// The next chunk; nil once the queue is closed and drained.
+    func pop() throws -> [UInt8]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while failure == nil && head == chunks.count && !closed { condition.wait() }
+        if let failure { throw failure }
+        guard head < chunks.count else { return nil }
+        let chunk = chunks[head]
+        chunks[head] = []
+        head += 1
+        if head == chunks.count { chunks.removeAll(keepingCapacity: true); head = 0 }
+        condition.broadcast()
+        return chunk
+    }
+
+    /// A written (emptied) chunk's storage, to be handed out again by `spare`.
+    func recycle(_ chunk: [UInt8]) {
+        condition.lock()
+        if spares.count < capacity { spares.append(chunk) }
+        condition.unlock()
+    }
+
+    /// An empty buffer with the capacity of a written chunk when one is spare: a fresh buffer of
+    /// this size is a new mapping from malloc that faults in page by page as it fills.
+    func spare() -> [UInt8] {
+        condition.lock()
+        defer { condition.unlock() }
+        return spares.popLast() ?? []
+    }
+
+    /// No more chunks will come.
+    func close() {
+        condition.lock()
+        closed = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Stops both sides: pending and later pushes and pops throw.
+    func fail(_ error: any Error) {
+        condition.lock()
+        if failure == nil { failure = error as? Aborted ?? Aborted(cause: String(describing: error)) }
+        condition.broadcast()
+        condition.unlock()
     }
 }
