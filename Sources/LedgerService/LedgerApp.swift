@@ -26,6 +26,8 @@ public final class LedgerApp: Sendable {
     let admin: AdminActions
     let catalogKeeper: CatalogKeeper
     let readiness: Readiness
+    /// The auditor's pages: sessions and evidence re-verification (Audit/).
+    let audit: AuditDesk
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
@@ -54,12 +56,16 @@ public final class LedgerApp: Sendable {
         }
         wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store)
         queries = SubscriptionQueries(store: store, catalog: catalog)
-        refunds = RefundDesk(store: store)
+        refunds = RefundDesk(store: store, catalogDigest: CatalogRecord.digest(catalog))
         ties = CustomerTies(store: store)
         admin = AdminActions(store: store, log: log)
         catalogKeeper = CatalogKeeper(store: store, catalog: catalog, log: log)
         readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)
         tokens = TokenAuthority(tokens: configuration.tokens)
+        audit = AuditDesk(configuration: configuration)
+        if audit.sessions.ephemeralKey {
+            log.warn("LEDGER_SESSION_KEY is not set: auditor sessions are signed with a key made up at start, so they end at restart and other instances refuse them")
+        }
         describeMetrics()
     }
 

@@ -53,6 +53,10 @@ public final class Store: Sendable {
     public let worker: ProjectionWorker
     /// `ledger rederive`: facts of this build's schema version for every event.
     public let facts: FactDeriver
+    /// The hash chain over the log (head, anchors, the walk `ledger verify` makes).
+    public let chain: ChainStore
+    /// The refund-case projection: pages, exports at a position, single cases.
+    public let refundCases: RefundCaseQueries
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -60,12 +64,14 @@ public final class Store: Sendable {
                               acquireTimeout: configuration.acquireTimeout)
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
         events = EventStore(
-            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector)] : [],
+            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector), RefundCaseHook()] : [],
             onHookFailure: configuration.onProjectionFailure)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
         refunds = RefundFactQueries(pool: pool)
         worker = ProjectionWorker(pool: pool, projector: projector)
         facts = FactDeriver(conninfo: configuration.databaseURL)
+        chain = ChainStore(pool: pool)
+        refundCases = RefundCaseQueries(pool: pool, conninfo: configuration.databaseURL)
     }
 
     /// A rebuild of the projections under this store's catalog (each run opens its own connections).

@@ -16,6 +16,7 @@ commands:
   project          run the catch-up worker that advances projection checkpoints
   rederive         derive the facts of this build's fact schema version for every event
   verify-payload   verify an Apple JWS or notification body offline and print it decoded
+  verify           walk the hash chain over the log and re-verify every stored signature
 
 Run `ledger <command> --help` for a command's options. Configuration comes from LEDGER_CONFIG
 (a JSON file) and the LEDGER_* environment variables listed in README.md. The development tools
@@ -37,6 +38,7 @@ do {
     case "project": try await ProjectCommand.run(rest)
     case "rederive": try await RederiveCommand.run(rest)
     case "verify-payload": try await VerifyPayloadCommand.run(rest)
+    case "verify": try await VerifyCommand.run(rest)
     case "simulate", "bench", "reliability":
         FileHandle.standardError.write(Data("ledger: '\(command)' is a development tool: run `ledger-dev \(command)` (swift build --product ledger-dev)\n".utf8))
         exit(2)
