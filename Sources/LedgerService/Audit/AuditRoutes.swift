@@ -181,8 +181,8 @@ extension LedgerApp {
         }
         let (_, cookie) = audit.sessions.issue(tokenHash: Digest.sha256(Array(token.utf8)), role: role)
         var response = redirect(safeNext(form["next"]) ?? AuditURL("search").text)
-        response.headers.append(("Set-Cookie", cookie))
         response.headers.append(("Set-Cookie", audit.sessions.cookie(AuditSessions.loginCookieName, "", maxAge: 0)))
+        response.headers.append(("Set-Cookie", cookie))
         return response
     }
 
