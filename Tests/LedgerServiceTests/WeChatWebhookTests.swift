@@ -223,8 +223,9 @@ final class WeChatWebhookTests: XCTestCase {
             let csv = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token")
             XCTAssertEqual(csv.status, 200)
             XCTAssertTrue(csv.headers["content-type"]?.hasPrefix("text/csv") ?? false)
-            // RFC 4180 lines end in CRLF (one grapheme in Swift, so count bytes): a header and one case.
-            XCTAssertEqual(csv.body.split(separator: 0x0A).count, 2, csv.text)
+            // RFC 4180 lines end in CRLF (one grapheme in Swift, so count bytes): the export's position
+            // line, a header and one case.
+            XCTAssertEqual(csv.body.split(separator: 0x0A).count, 3, csv.text)
             let denied = try await h.request("GET", "/v1/refunds", token: "app-token")
             XCTAssertEqual(denied.status, 403)
         }

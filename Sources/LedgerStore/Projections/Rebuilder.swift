@@ -138,7 +138,7 @@ public struct Rebuilder: Sendable {
 
     /// Rebuilds `projections` (all by default). `progress(done, total)` counts fact rows.
     public func run(
-        projections: Set<ProjectionName> = Set(ProjectionName.allCases),
+        projections: Set<ProjectionName> = Set(ProjectionName.subscriptionCuts),
         progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(ProjectionError) -> RebuildReport {
         // Refund cases are not cut from subscription folds: their own rebuild (Refunds/RefundCaseRebuild.swift).
