@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-ui clean
 
 deps:
 	@$(DB) deps
@@ -38,7 +38,7 @@ migrate: db-start build
 	@eval "$$($(DB) env)"; LEDGER_DATABASE_URL="$$LEDGER_ADMIN_DATABASE_URL" $(LEDGER) migrate
 
 run: migrate
-	@eval "$$($(DB) env)"; exec $(LEDGER) serve
+	@eval "$$($(DB) env)"; LEDGER_INSECURE_COOKIES=$${LEDGER_INSECURE_COOKIES:-true} exec $(LEDGER) serve
 
 test: db-start
 	@eval "$$($(DB) env)"; swift test --disable-swift-testing $(SWIFT_TEST_FLAGS)
@@ -50,6 +50,12 @@ demo: deps
 # schemathesis (PyPI, in a git-ignored .venv) against the running service and docs/openapi.yaml.
 test-api: deps
 	@scripts/api-test.sh
+
+# The auditor's pages in Debian's Chromium (chromium-driver + selenium in the git-ignored .venv):
+# sign-in, search, timeline, refund case, CSV = API, sign-out, app-token refusal, CSP; screenshots
+# in .build/ui/.
+test-ui: deps
+	@scripts/ui-test.sh
 
 # Crash, outage, duplicate-storm, slowloris and graceful-shutdown scenarios against the real binary.
 test-reliability: deps

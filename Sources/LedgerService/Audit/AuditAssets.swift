@@ -90,6 +90,9 @@ enum AuditAssets {
     });
     """
 
+    /// The tab icon (browsers ask for one; a 404 would be a console error on every page).
+    static let favicon = ##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#14202e"/><path d="M4 4h8M4 8h8M4 12h5" stroke="#fff" stroke-width="1.6"/></svg>"##
+
     static let cssETag = "\"" + Hex.encode(Digest.sha256(Array(css.utf8)).prefix(8)) + "\""
     static let jsETag = "\"" + Hex.encode(Digest.sha256(Array(js.utf8)).prefix(8)) + "\""
 }

@@ -61,22 +61,29 @@ enum AuditPages {
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
         <title>\(title) · Auditor’s desk</title>
-        <link rel="stylesheet" href="\(AuditURL("static", "audit.css"))"><script src="\(AuditURL("static", "audit.js"))" defer></script></head>
+        <link rel="icon" href="\(AuditURL("static", "favicon.svg"))"><link rel="stylesheet" href="\(AuditURL("static", "audit.css"))"><script src="\(AuditURL("static", "audit.js"))" defer></script></head>
         <body>\(header)<main>\(notice ?? .empty)\(body)</main></body></html>
         """
     }
 
     static func time(_ ms: EpochMillis?) -> HTML {
-        guard let ms, let t = CivilTime(epochMillis: ms) else { return "—" }
+        guard let ms, CivilTime(epochMillis: ms) != nil else { return "—" }
+        return "<time data-ms=\"\(ms)\">\(utc(ms))</time>"
+    }
+
+    /// `2026-04-04 10:53:20.000 UTC`.
+    static func utc(_ ms: EpochMillis) -> String {
+        guard let t = CivilTime(epochMillis: ms) else { return String(ms) }
         let p = CivilTime.padded
-        let text = "\(p(t.year, 4))-\(p(t.month, 2))-\(p(t.day, 2)) \(p(t.hour, 2)):\(p(t.minute, 2)):\(p(t.second, 2)).\(p(t.millisecond, 3)) UTC"
-        return "<time data-ms=\"\(ms)\">\(text)</time>"
+        return "\(p(t.year, 4))-\(p(t.month, 2))-\(p(t.day, 2)) \(p(t.hour, 2)):\(p(t.minute, 2)):\(p(t.second, 2)).\(p(t.millisecond, 3)) UTC"
     }
 
     static func money(_ m: RefundCase.Money?) -> HTML {
         guard let m else { return "—" }
         let units = m.milliunits / 1000, frac = abs(m.milliunits % 1000)
-        return "\(units).\(CivilTime.padded(Int64(frac), 3)) \(m.currency ?? "")"
+        // Milliunits are Apple's unit; most amounts have cents only (WeChat's fen × 10).
+        let decimals = frac % 10 == 0 ? CivilTime.padded(Int64(frac / 10), 2) : CivilTime.padded(Int64(frac), 3)
+        return "\(m.milliunits < 0 && units == 0 ? "-" : "")\(units).\(decimals) \(m.currency ?? "")"
     }
 
     // MARK: sign-in, refusals, errors
@@ -149,7 +156,7 @@ enum AuditPages {
         var body: HTML = """
         <h1 id="timeline-title">Subscription \(key.originalTransactionId) <span class="muted">(\(key.environment))</span></h1>
         <p class="muted">Every stored event in signed-time order: when it was recorded, its type, the facts the ledger derived from it,
-        how it moved the subscription (evaluated at the event’s signed time), whether its signatures re-verify now at their signedDate,
+        how it moved the subscription (the state just before and just after it, when it took effect), whether its signatures re-verify now at their signedDate,
         and whether its hash-chain link holds. <a href="\(AuditURL("subscriptions", key.originalTransactionId, query: [("environment", other)]))">Show the \(other) subscription</a>.</p>
         """
         if entries.isEmpty {
@@ -193,15 +200,16 @@ enum AuditPages {
     static func changes(_ before: SubscriptionState?, _ after: SubscriptionState?) -> HTML {
         guard let after else { return "<span class=\"muted\">no subscription state yet</span>" }
         func show<T>(_ v: T?) -> String { v.map { "\($0)" } ?? "—" }
+        func date(_ v: EpochMillis?) -> String { v.map(utc) ?? "—" }
         let fields: [(String, String, String)] = [
             ("status", show(before?.status.rawValue), after.status.rawValue),
             ("product", show(before?.productId), show(after.productId)),
-            ("expires", show(before?.expiresDate), show(after.expiresDate)),
+            ("expires", date(before?.expiresDate), date(after.expiresDate)),
             ("auto-renew", show(before?.autoRenewStatus), show(after.autoRenewStatus)),
             ("renews to", show(before?.autoRenewProductId), show(after.autoRenewProductId)),
             ("billing retry", show(before?.isInBillingRetryPeriod), show(after.isInBillingRetryPeriod)),
-            ("grace until", show(before?.gracePeriodExpiresDate), show(after.gracePeriodExpiresDate)),
-            ("revoked", show(before?.revocationDate), show(after.revocationDate)),
+            ("grace until", date(before?.gracePeriodExpiresDate), date(after.gracePeriodExpiresDate)),
+            ("revoked", date(before?.revocationDate), date(after.revocationDate)),
             ("customer", show(before?.customerId), show(after.customerId)),
         ]
         let moved = fields.filter { before == nil ? $0.2 != "—" : $0.1 != $0.2 }

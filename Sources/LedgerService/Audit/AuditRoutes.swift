@@ -37,6 +37,11 @@ extension LedgerApp {
                                                     ("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-cache")],
                              body: Data(AuditAssets.js.utf8))
             }
+            group.add("GET", "/audit/static/favicon.svg") { _ in
+                HTTPResponse(status: 200, headers: [("Content-Type", "image/svg+xml"), ("X-Content-Type-Options", "nosniff"),
+                                                    ("Content-Security-Policy", AuditAssets.contentSecurityPolicy), ("Cache-Control", "max-age=86400")],
+                             body: Data(AuditAssets.favicon.utf8))
+            }
             group.add("GET", "/audit") { [self] request in
                 if let refused = refuseAppToken(request) { return refused }
                 return redirect(signedIn(request) == nil ? AuditURL("login").text : AuditURL("search").text)
@@ -226,9 +231,11 @@ extension LedgerApp {
         var cumulative: [Fact] = []
         var entries: [TimelineEntry] = []
         for e in shown {
-            let at = e.event.event.signedAt ?? e.event.recordedAt
+            // When it took effect: a renewal signed early moves the subscription at its purchaseDate.
+            let own = e.facts.filter { $0.subscription == key }
+            let at = max(e.event.event.signedAt ?? e.event.recordedAt, own.map(\.effectiveAt).max() ?? .min)
             let before = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
-            cumulative += e.facts.filter { $0.subscription == key }
+            cumulative += own
             let after = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
             let check = audit.evidence?.check(e.event) ?? .refused(reason: "the configured Apple roots could not be loaded")
             entries.append(TimelineEntry(event: e.event, facts: e.facts, before: before, after: after, evidence: check,
