@@ -65,7 +65,7 @@ test-reliability: deps
 # (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry).
 bench: release db-start
 	swift build -c release --product ledger-dev
-	@eval "$$($(DB) env)"; for b in verify append ingest read rebuild refund-inquiry; do \
+	@eval "$$($(DB) env)"; for b in verify append ingest read rebuild refund-inquiry refunds; do \
 	  .build/release/ledger-dev bench $$b || exit 1; done
 
 clean: db-stop

@@ -6,7 +6,7 @@ import LedgerTesting
 /// same run, and the ratio, so a result means something on any machine.
 enum BenchCommand {
     static let help = """
-    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|verify|fold> [options]
+    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|verify|fold> [options]
 
       append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
                       inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
@@ -18,6 +18,8 @@ enum BenchCommand {
                       --events N (1000000) --keep-database
       refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: p50/p99 and req/s
                       --inquiries N (2000) --connections C (16)
+      refunds         the refund-case list (projection, pages of 100 by cursor) at N cases vs folding every
+                      refund fact per request, as the list did before      --cases N (100000)
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
       fold            pure projection folds: facts/s vs JSON decoding of the same payloads
 
@@ -35,7 +37,7 @@ enum BenchCommand {
         }
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
-                                      "seconds", "inquiries"],
+                                      "seconds", "inquiries", "cases"],
                              boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
@@ -86,6 +88,9 @@ enum BenchCommand {
             print(try await RefundInquiryBenchmark.run(serverConninfo: try needServer(),
                                                        inquiries: try args.int("inquiries", default: 2_000),
                                                        connections: try args.int("connections", default: 16), log: progress))
+        case "refunds":
+            print(try await RefundListBenchmark.run(serverConninfo: try needServer(), cases: try args.int("cases", default: 100_000),
+                                                    log: progress))
         case "verify":
             print(try VerifierBenchmark.run(seconds: Double(try args.int("seconds", default: 3))))
         case "fold":
