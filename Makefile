@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-ui clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-ui clean
 
 deps:
 	@$(DB) deps
@@ -19,6 +19,7 @@ db-start: deps
 	@$(DB) start
 
 db-stop:
+	@$(DB) replica-stop
 	@$(DB) stop
 
 build: deps
@@ -40,7 +41,9 @@ migrate: db-start build
 run: migrate
 	@eval "$$($(DB) env)"; LEDGER_INSECURE_COOKIES=$${LEDGER_INSECURE_COOKIES:-true} exec $(LEDGER) serve
 
+# The read-replica tests need the streaming replica beside the cluster.
 test: db-start
+	@$(DB) replica-start
 	@eval "$$($(DB) env)"; swift test --disable-swift-testing $(SWIFT_TEST_FLAGS)
 
 # Real data in the API within a minute: serve in the background and post a simulated population.
@@ -60,6 +63,10 @@ test-ui: deps
 # Crash, outage, duplicate-storm, slowloris and graceful-shutdown scenarios against the real binary.
 test-reliability: deps
 	@scripts/test-reliability.sh $(RELIABILITY_FLAGS)
+
+# Two service instances, a worker and the read replica on one database under mixed load.
+test-scale: deps
+	@scripts/test-scale.sh $(SCALE_FLAGS)
 
 # Every benchmark, in a release build, each printing its same-run baseline and the ratio
 # (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry).

@@ -5,7 +5,11 @@
 #   scripts/db.sh start      initialise (once) and start the cluster; create roles and the database
 #   scripts/db.sh stop       stop it (fast shutdown)
 #   scripts/db.sh restart    restart it (used by the reconnect tests)
+#   scripts/db.sh crash      immediate shutdown: no checkpoint, crash recovery on the next start
+#   scripts/db.sh kill-postmaster   kill -9 of the postmaster; its backends notice and exit
 #   scripts/db.sh env        print the LEDGER_* variables that point at it (for `eval`)
+#   scripts/db.sh replica-start   a streaming replica of it (pg_basebackup -R) on the next port
+#   scripts/db.sh replica-stop    stop the replica
 #
 # The cluster lives in .pg/ under the project (git-ignored) with its own unix socket and a port
 # derived from the project path, so several clones on one machine never clash. PostgreSQL
@@ -38,7 +42,12 @@ pick_base() {
     mkdir -p "$BASE"
   fi
   DATA="$BASE/data"; SOCK="$BASE/sock"; LOG="$BASE/server.log"
+  RDATA="$BASE/replica"; RLOG="$BASE/replica.log"
 }
+
+# The replica listens on the same socket directory, on a port 1000 above the primary's (the
+# primaries of other clones use 55000–55999).
+RPORT=$((PORT + 1000))
 
 deps() {
   local need=()
@@ -79,7 +88,13 @@ CONF
   fi
   mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$SOCK"
   if ! as_pg "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
-    as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 -o "-p $PORT -k $SOCK" start >/dev/null
+    # After a crash the old backends may hold the shared memory a moment longer: retry briefly.
+    local tries=0
+    until as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 -o "-p $PORT -k $SOCK" start >/dev/null; do
+      tries=$((tries + 1))
+      [ "$tries" -ge 10 ] && { echo "PostgreSQL did not start; see $LOG" >&2; exit 1; }
+      sleep 1
+    done
   fi
   psql_su -d postgres <<SQL
 SELECT 'CREATE DATABASE $DB' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$DB')\gexec
@@ -101,9 +116,87 @@ stop() {
   fi
 }
 
+crash() {
+  pick_base
+  as_pg "$PG_BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null
+}
+
+kill_postmaster() {
+  pick_base
+  local pid children
+  pid="$(head -n 1 "$DATA/postmaster.pid")"
+  children="$(pgrep -P "$pid" || true)"
+  kill -9 "$pid"
+  # Orphaned backends notice the postmaster's death and exit by themselves; a new postmaster
+  # cannot start while they still hold the shared memory, so wait for them (bounded).
+  for _ in $(seq 1 100); do
+    local alive=0
+    for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+}
+
 restart() {
   pick_base
   as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -m fast -w -t 60 -o "-p $PORT -k $SOCK" restart >/dev/null
+}
+
+# A hot standby streaming from the primary: the read replica of `make test` and `make test-scale`.
+# It streams through a replication slot, so the primary keeps the WAL it has not received yet
+# (bounded by max_slot_wal_keep_size: a replica left stopped cannot fill the disk; it is then
+# re-cloned here).
+replica_start() {
+  start
+  psql_su -d postgres -c "ALTER SYSTEM SET max_slot_wal_keep_size = '2GB'" -c "SELECT pg_reload_conf()" >/dev/null
+  if [ -s "$RDATA/PG_VERSION" ] && ! replica_streams; then
+    echo "the replica lost its stream (WAL gone or slot invalidated): re-cloning it" >&2
+    replica_stop
+    rm -rf "$RDATA"
+    psql_su -d postgres -c "SELECT pg_drop_replication_slot('ledger_replica') FROM pg_replication_slots WHERE slot_name = 'ledger_replica'" >/dev/null
+  fi
+  if [ ! -s "$RDATA/PG_VERSION" ]; then
+    rm -rf "$RDATA"; mkdir -p "$RDATA"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$RDATA"
+    chmod 700 "$RDATA"
+    psql_su -d postgres -c "SELECT pg_drop_replication_slot('ledger_replica') FROM pg_replication_slots WHERE slot_name = 'ledger_replica'" >/dev/null
+    # -R writes standby.signal and primary_conninfo; -C -S creates and names the slot.
+    as_pg "$PG_BIN/pg_basebackup" -h "$SOCK" -p "$PORT" -U postgres -D "$RDATA" -R -C -S ledger_replica -X stream -c fast >/dev/null
+    cat >> "$RDATA/postgresql.conf" <<CONF
+port = $RPORT
+hot_standby = on
+# Reads on the replica may be cancelled by replay (recovery conflicts); the ledger retries them on
+# the primary, and this gives them a moment first.
+max_standby_streaming_delay = 5s
+CONF
+  fi
+  if ! as_pg "$PG_BIN/pg_ctl" -D "$RDATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$RDATA" -l "$RLOG" -w -t 60 -o "-p $RPORT -k $SOCK" start >/dev/null
+  fi
+  replica_streams || { echo "the replica does not stream from the primary; see $RLOG" >&2; exit 1; }
+}
+
+# Whether the replica catches up with the primary's current WAL position within 15 s (starting it
+# if needed): a replica whose WAL was removed on the primary never does.
+replica_streams() {
+  if ! as_pg "$PG_BIN/pg_ctl" -D "$RDATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$RDATA" -l "$RLOG" -w -t 60 -o "-p $RPORT -k $SOCK" start >/dev/null 2>&1 || return 1
+  fi
+  local target
+  target="$(as_pg "$PG_BIN/psql" -X -qAt -h "$SOCK" -p "$PORT" -U postgres -d postgres -c "SELECT pg_current_wal_lsn()")"
+  for _ in $(seq 1 150); do
+    [ "$(as_pg "$PG_BIN/psql" -X -qAt -h "$SOCK" -p "$RPORT" -U postgres -d postgres \
+        -c "SELECT COALESCE(pg_last_wal_replay_lsn() >= '$target'::pg_lsn, false)" 2>/dev/null)" = t ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+replica_stop() {
+  pick_base
+  if [ -s "$RDATA/PG_VERSION" ] && as_pg "$PG_BIN/pg_ctl" -D "$RDATA" status >/dev/null 2>&1; then
+    as_pg "$PG_BIN/pg_ctl" -D "$RDATA" -m fast -w stop >/dev/null
+  fi
 }
 
 env_vars() {
@@ -114,6 +207,8 @@ env_vars() {
   echo "export LEDGER_TEST_DATABASE_URL='host=$SOCK port=$PORT user=postgres dbname=postgres'"
   echo "export LEDGER_TEST_DB_SCRIPT='$ROOT/scripts/db.sh'"
   echo "export LEDGER_PG_BIN='$PG_BIN'"
+  # The replica (scripts/db.sh replica-start): tests append the database name.
+  echo "export LEDGER_TEST_REPLICA_URL='host=$SOCK port=$RPORT user=postgres dbname=postgres'"
 }
 
 case "${1:-}" in
@@ -121,6 +216,10 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   restart) restart ;;
+  crash) crash ;;
+  kill-postmaster) kill_postmaster ;;
   env) env_vars ;;
+  replica-start) replica_start ;;
+  replica-stop) replica_stop ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

@@ -116,6 +116,11 @@ public struct LedgerConfiguration: Sendable {
         }
         return "dbname=ledger user=ledger_service"
     }()
+    /// LEDGER_READ_DATABASE_URL: a streaming replica for app and auditor reads (nil: the primary).
+    public var readDatabaseURL: String?
+    /// LEDGER_READ_REPLICA_MAX_LAG_SECONDS: reads without `?minPosition=` fall back to the primary
+    /// when the replica is further behind than this.
+    public var replicaMaxLagSeconds: Double = 2
     public var listenHost: String = "127.0.0.1"
     public var listenPort: Int = 8080
     /// LEDGER_ADMIN_LISTEN: a second listener serving only `/metrics` and the detailed `/readyz`
@@ -207,6 +212,8 @@ public struct LedgerConfiguration: Sendable {
             return s
         }
         if let s = try string(object["databaseURL"], "databaseURL") { databaseURL = s }
+        if let s = try string(object["readDatabaseURL"], "readDatabaseURL") { readDatabaseURL = s }
+        if let n = object["replicaMaxLagSeconds"] as? Double { replicaMaxLagSeconds = n }
         if let s = try string(object["listen"], "listen") { try setListen(s, name: "listen") }
         if let s = try string(object["adminListen"], "adminListen") { adminListen = try Self.hostPort(s, name: "adminListen") }
         if let apple = object["apple"] as? [String: Any] {
@@ -271,6 +278,13 @@ public struct LedgerConfiguration: Sendable {
             return v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         }
         if let v = env["LEDGER_DATABASE_URL"], !v.isEmpty { databaseURL = v }
+        if let v = env["LEDGER_READ_DATABASE_URL"], !v.isEmpty { readDatabaseURL = v }
+        if let v = env["LEDGER_READ_REPLICA_MAX_LAG_SECONDS"] {
+            guard let n = Double(v.trimmingCharacters(in: .whitespaces)), n.isFinite, n >= 0, n <= 86_400 else {
+                throw .invalidValue(name: "LEDGER_READ_REPLICA_MAX_LAG_SECONDS", reason: "'\(v)' must be seconds from 0 to 86400, e.g. 2")
+            }
+            replicaMaxLagSeconds = n
+        }
         if let v = env["LEDGER_LISTEN"], !v.isEmpty { try setListen(v, name: "LEDGER_LISTEN") }
         if let v = env["LEDGER_ADMIN_LISTEN"], !v.isEmpty { adminListen = try Self.hostPort(v, name: "LEDGER_ADMIN_LISTEN") }
         if let v = env["LEDGER_PER_IP_CONNECTION_LIMIT"] {

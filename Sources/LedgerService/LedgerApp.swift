@@ -41,7 +41,8 @@ public final class LedgerApp: Sendable {
         }
         store = Store(.init(
             databaseURL: configuration.databaseURL, poolSize: configuration.databasePoolSize, acquireTimeout: .seconds(5),
-            catalog: catalog,
+            catalog: catalog, readDatabaseURL: configuration.readDatabaseURL,
+            replicaMaxLag: .milliseconds(Int64(configuration.replicaMaxLagSeconds * 1000)),
             onProjectionFailure: { failure in
                 metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
                 log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
@@ -93,6 +94,27 @@ public final class LedgerApp: Sendable {
                     (labels: ["state": "waiting"], value: Double(s.waiting)),
                     (labels: ["state": "max"], value: Double(s.maxConnections))]
         }
+    }
+
+    /// Where reads were answered and how far the replica is behind (text, read at scrape time).
+    static func readMetrics(_ store: Store) async -> String {
+        let stats = await store.readStatistics()
+        guard stats.replicaConfigured else { return "" }
+        var out = "# HELP ledger_reads_total App and auditor reads by where they were answered\n# TYPE ledger_reads_total counter\n"
+        for source in ReadSource.allCases { out += "ledger_reads_total{source=\"\(source.rawValue)\"} \(stats.served[source] ?? 0)\n" }
+        out += "# HELP ledger_replica_fallbacks_total Reads that failed on the replica and were answered by the primary\n# TYPE ledger_replica_fallbacks_total counter\n"
+        out += "ledger_replica_fallbacks_total \(stats.replicaFallbacks)\n"
+        out += "# HELP ledger_replica_up 1 when the read replica answers as a standby\n# TYPE ledger_replica_up gauge\n"
+        out += "ledger_replica_up \(stats.replica == nil ? 0 : 1)\n"
+        if let r = stats.replica {
+            out += "# HELP ledger_replica_lag_bytes WAL bytes the read replica is behind the primary\n# TYPE ledger_replica_lag_bytes gauge\n"
+            out += "ledger_replica_lag_bytes \(r.lagBytes)\n"
+            out += "# HELP ledger_replica_lag_seconds Seconds the read replica is behind (0 when it has every event)\n# TYPE ledger_replica_lag_seconds gauge\n"
+            out += "ledger_replica_lag_seconds \(r.lagSeconds)\n"
+            out += "# HELP ledger_replica_lag_events Events the read replica has not replayed yet\n# TYPE ledger_replica_lag_events gauge\n"
+            out += "ledger_replica_lag_events \(r.eventsBehind)\n"
+        }
+        return out
     }
 
     /// Records one finished exchange (called on a server thread: counting only).

@@ -24,12 +24,19 @@ public final class Store: Sendable {
         public var liveProjections: Bool
         /// Told when a live projection failed for a batch (its events were stored anyway).
         public var onProjectionFailure: (@Sendable (HookFailure) -> Void)?
+        /// A streaming replica (hot standby) for app and auditor reads; nil reads the primary.
+        public var readDatabaseURL: String?
+        /// A read without a position goes to the replica only when it is at most this far behind.
+        public var replicaMaxLag: Duration
 
         public init(
             databaseURL: String, poolSize: Int = 16, acquireTimeout: Duration = .seconds(5),
             catalog: ProductCatalog = .productIds, clock: @escaping @Sendable () -> EpochMillis = Projector.wallClock,
-            liveProjections: Bool = true, onProjectionFailure: (@Sendable (HookFailure) -> Void)? = nil
+            liveProjections: Bool = true, readDatabaseURL: String? = nil, replicaMaxLag: Duration = .seconds(2),
+            onProjectionFailure: (@Sendable (HookFailure) -> Void)? = nil
         ) {
+            self.readDatabaseURL = readDatabaseURL
+            self.replicaMaxLag = replicaMaxLag
             self.databaseURL = databaseURL
             self.poolSize = poolSize
             self.acquireTimeout = acquireTimeout
@@ -57,6 +64,9 @@ public final class Store: Sendable {
     public let chain: ChainStore
     /// The refund-case projection: pages, exports at a position, single cases.
     public let refundCases: RefundCaseQueries
+    /// The primary's read side.
+    public let primaryReads: Reads
+    let replica: ReadReplica?
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -72,6 +82,41 @@ public final class Store: Sendable {
         facts = FactDeriver(conninfo: configuration.databaseURL)
         chain = ChainStore(pool: pool)
         refundCases = RefundCaseQueries(pool: pool, conninfo: configuration.databaseURL)
+        primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
+        replica = configuration.readDatabaseURL.map {
+            ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,
+                        catalog: configuration.catalog, maxLag: configuration.replicaMaxLag)
+        }
+    }
+
+    /// Runs a read on the replica when it may answer it (see `ReadReplica`: it has replayed
+    /// `minPosition`, or without one it is within `replicaMaxLag`), else on the primary. A read
+    /// that fails on the replica is run again on the primary, so a replica problem never reaches
+    /// the caller. Writes never go through here.
+    public func read<T: Sendable>(atLeast minPosition: Int64? = nil, _ body: (Reads) async throws -> T) async throws -> T {
+        guard let replica, await replica.mayServe(atLeast: minPosition, primary: pool) else {
+            replica?.count(.primary)
+            return try await body(primaryReads)
+        }
+        do {
+            let value = try await body(replica.reads)
+            replica.count(.replica)
+            return value
+        } catch let error as StoreError where error.isUnavailable {
+            replica.countFallback()
+        } catch let error as ProjectionError {
+            guard case .database = error else { throw error }
+            replica.countFallback()
+        }
+        replica.count(.primary)
+        return try await body(primaryReads)
+    }
+
+    /// Reads served by where, and the replica's state (checked now unless checked within the TTL).
+    public func readStatistics() async -> ReadStatistics {
+        guard let replica else { return ReadStatistics() }
+        return ReadStatistics(served: replica.servedCounts, replicaFallbacks: replica.fallbackCount,
+                              replica: await replica.status(primary: pool), replicaConfigured: true)
     }
 
     /// A rebuild of the projections under this store's catalog (each run opens its own connections).
@@ -106,15 +151,22 @@ public final class Store: Sendable {
         if health.databaseReachable, let statuses = try? await projectionStatuses() {
             health.projections = statuses
         }
+        if let replica {
+            // A replica that cannot be asked does not make the service unready (reads go to the
+            // primary), but operators see why.
+            health.replica = await replica.status(primary: pool)
+            health.replicaProblem = replica.problem.withLock { $0 }
+        }
         return health
     }
 
     /// Counters of the event log and the pool, for `/metrics`.
     public var statistics: EventStoreMetrics { events.metrics }
 
-    /// Closes the pool (in-flight reads finish; appends already queued are answered).
+    /// Closes the pools (in-flight reads finish; appends already queued are answered).
     public func close() {
         pool.close()
+        replica?.pool.close()
     }
 }
 
@@ -125,6 +177,10 @@ public struct StoreHealth: Sendable {
     public var projections: [ProjectionStatus] = []
     /// Why the store is not fit to serve, for operators (never shown on the open `/readyz`).
     public var problem: String?
+    /// The read replica's state when one is configured (nil: none, or it could not be asked).
+    public var replica: ReplicaStatus?
+    /// Why the replica could not be asked.
+    public var replicaProblem: String?
 
     public var isReady: Bool {
         databaseReachable && problem == nil && (migrations?.isCurrent ?? false) && !projections.contains { $0.isFailed }

@@ -74,6 +74,27 @@ public struct TestDatabase: Sendable {
         }
     }
 
+    /// This database on the streaming replica (`scripts/db.sh replica-start`, LEDGER_TEST_REPLICA_URL)
+    /// as `user` (the restricted role by default); nil when no replica is configured. The database
+    /// reaches the replica by replication, typically within milliseconds of its creation.
+    public func replicaConninfo(user: String = "ledger_service") -> String? {
+        guard let replica = ProcessInfo.processInfo.environment["LEDGER_TEST_REPLICA_URL"], !replica.isEmpty,
+              let info = try? ConnectionInfo(parsing: replica) else { return nil }
+        return info.with("dbname", name).with("user", user).conninfo
+    }
+
+    /// Waits until the replica has replayed this database's creation and migrations (its event
+    /// head exists there); false after `timeout`.
+    public func waitForReplica(timeout: Duration = .seconds(15)) -> Bool {
+        guard let conninfo = replicaConninfo(user: "postgres") else { return false }
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let c = try? Connection(conninfo: conninfo), (try? c.query("SELECT position FROM event_head")) != nil { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return false
+    }
+
     /// Drops the database, disconnecting anything still connected to it.
     public func drop() throws {
         let connection = try Connection(conninfo: serverConninfo)

@@ -24,8 +24,10 @@ final class ServiceHarness: @unchecked Sendable {
 
     static let tokens = "app:app-token,auditor:auditor-token,admin:admin-token"
 
+    /// - Parameter replica: serve app and auditor reads from the streaming replica
+    ///   (LEDGER_READ_DATABASE_URL; `make test` starts it).
     init(authority: AppleTestAuthority? = nil, extraRoots: [X509Certificate] = [], environment extra: [String: String] = [:],
-         configJSON: String? = nil) throws {
+         configJSON: String? = nil, replica: Bool = false) throws {
         database = try TestDatabase.create()
         let authority = try authority ?? AppleTestAuthority.mint()
         self.authority = authority
@@ -48,6 +50,17 @@ final class ServiceHarness: @unchecked Sendable {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-config-\(UUID().uuidString).json")
             try Data(configJSON.utf8).write(to: file)
             env["LEDGER_CONFIG"] = file.path
+        }
+        if replica {
+            guard let url = database.replicaConninfo() else {
+                try? database.drop()
+                throw XCTSkip("no read replica: LEDGER_TEST_REPLICA_URL is unset (make test starts one with scripts/db.sh replica-start)")
+            }
+            guard database.waitForReplica() else {
+                try? database.drop()
+                throw TestDatabaseError.missingEnvironment("a streaming replica that replays (the test database did not reach LEDGER_TEST_REPLICA_URL within 15 s; scripts/db.sh replica-start re-clones a broken one)")
+            }
+            env["LEDGER_READ_DATABASE_URL"] = url
         }
         env.merge(extra) { $1 }
         let configuration = try LedgerConfiguration.load(environment: env)
@@ -110,9 +123,10 @@ final class ServiceHarness: @unchecked Sendable {
 /// Runs `body` with a harness and always stops it.
 func withService(
     authority: AppleTestAuthority? = nil, extraRoots: [X509Certificate] = [], environment: [String: String] = [:],
-    configJSON: String? = nil, _ body: (ServiceHarness) async throws -> Void
+    configJSON: String? = nil, replica: Bool = false, _ body: (ServiceHarness) async throws -> Void
 ) async throws {
-    let h = try ServiceHarness(authority: authority, extraRoots: extraRoots, environment: environment, configJSON: configJSON)
+    let h = try ServiceHarness(authority: authority, extraRoots: extraRoots, environment: environment, configJSON: configJSON,
+                               replica: replica)
     do { try await body(h) } catch { await h.stop(); throw error }
     await h.stop()
 }

@@ -16,7 +16,19 @@ extension HTTPRequest {
             }
             return v
         }
-        return Moment(at: try millis("at"), recordedAt: try millis("recordedAt"))
+        var moment = Moment(at: try millis("at"), recordedAt: try millis("recordedAt"))
+        moment.minPosition = try minPosition()
+        return moment
+    }
+
+    /// `?minPosition=N`: the answer must include the event at position N (the `position` an append
+    /// answered), for reading your own write when reads may be served by a replica.
+    func minPosition() throws -> Int64? {
+        guard let text = query["minPosition"] else { return nil }
+        guard let v = Int64(text), v >= 0 else {
+            throw ServiceFailure.invalidParameter("minPosition must be a non-negative event position, e.g. the position an append answered")
+        }
+        return v
     }
 
     /// `?environment=` (Production by default).

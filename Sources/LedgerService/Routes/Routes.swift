@@ -187,7 +187,7 @@ extension LedgerApp {
     private func addAuditorRoutes(to group: inout RouteGroup) {
         group.add("GET", "/v1/subscriptions/{originalTransactionId}/events") { [self] request in
             let key = try request.subscriptionKey()
-            let events = try await queries.events(of: key)
+            let events = try await queries.events(of: key, minPosition: try request.minPosition())
             guard !events.isEmpty else {
                 throw ServiceFailure.notFound("no events are stored for the \(key.environment) subscription \(key.originalTransactionId)")
             }

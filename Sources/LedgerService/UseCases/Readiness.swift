@@ -48,6 +48,16 @@ struct Readiness: Sendable {
             body["reason"] = .string("projection \(failed.name) is stopped on a failing event: \(failed.lastError ?? "?")")
         }
         body["catalog"] = await catalog.health()
+        if store.configuration.readDatabaseURL != nil {
+            var replica: [String: JSONValue] = ["status": health.replica == nil ? "unavailable" : "ok"]
+            if let r = health.replica {
+                replica["replayedPosition"] = .integer(r.replayedPosition)
+                replica["lagBytes"] = .integer(r.lagBytes)
+                replica["lagSeconds"] = .number(r.lagSeconds)
+            }
+            if let problem = health.replicaProblem { replica["reason"] = .string(problem + "; reads use the primary meanwhile") }
+            body["replica"] = .object(replica)
+        }
         body["status"] = .string(health.isReady ? "ready" : "not_ready")
         return ReadinessReport(ready: health.isReady, detail: .object(body))
     }
@@ -73,6 +83,6 @@ struct Readiness: Sendable {
             out += "# HELP ledger_chain_head Hash of the chain at its head (label hash; value 1)\n# TYPE ledger_chain_head gauge\n"
             out += "ledger_chain_head{position=\"\(head.position)\",hash=\"\(head.hex)\"} 1\n"
         }
-        return out + (await catalog.unmappedProductsMetric())
+        return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric())
     }
 }

@@ -10,6 +10,9 @@ struct Moment: Sendable, Equatable {
     var at: EpochMillis
     var recordedBy: EpochMillis?
     var isNow: Bool
+    /// Read-your-write: the answer must include the event at this position (one an append
+    /// answered), so a replica that has not replayed it yet does not answer.
+    var minPosition: Int64?
 
     static func now() -> Moment { Moment(at: Clock.nowMillis(), recordedBy: nil, isNow: true) }
 
@@ -51,30 +54,38 @@ struct SubscriptionQueries: Sendable {
 
     /// The subscription `key` at `moment`; nil when it is not known (then).
     func subscription(_ key: SubscriptionKey, at moment: Moment) async throws -> SubscriptionState? {
-        if moment.isNow { return try await store.projections.subscription(key, now: moment.at) }
-        let facts = try await store.projections.facts(of: [key])
-        return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts).subscription(key)
+        try await store.read(atLeast: moment.minPosition) { reads in
+            if moment.isNow { return try await reads.projections.subscription(key, now: moment.at) }
+            let facts = try await reads.projections.facts(of: [key])
+            return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts).subscription(key)
+        }
     }
 
     /// The entitlements `customer` holds in `environment` at `moment`, under the catalog in force
     /// then (as recorded by the time the question is about).
     func entitlements(customer: String, environment: String, at moment: Moment) async throws -> [EntitlementGrant] {
-        if moment.isNow {
-            return try await store.projections.entitlements(customerId: customer, environment: environment, now: moment.at)
+        try await store.read(atLeast: moment.minPosition) { reads in
+            if moment.isNow {
+                return try await reads.projections.entitlements(customerId: customer, environment: environment, now: moment.at)
+            }
+            let keys = try await reads.projections.subscriptions(customerId: customer).filter { $0.environment == environment }
+            let facts = try await reads.projections.facts(of: keys)
+            let catalog = try await catalog(recordedBy: moment.recordedBy, reads: reads)
+            return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts)
+                .entitlements(catalog: catalog, customerId: customer, environment: environment)
         }
-        let keys = try await store.projections.subscriptions(customerId: customer).filter { $0.environment == environment }
-        let facts = try await store.projections.facts(of: keys)
-        let catalog = try await catalog(recordedBy: moment.recordedBy)
-        return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts)
-            .entitlements(catalog: catalog, customerId: customer, environment: environment)
     }
 
     /// Every event of the subscription's stream that belongs to `key`'s environment (both
     /// environments share Apple's id; each event names its environment), with the facts the ledger
     /// derived from it. Empty when none is stored.
-    func events(of key: SubscriptionKey) async throws -> [EvidencedEvent] {
-        let events = try await store.events.read(stream: StreamId.subscription(key.originalTransactionId).text)
-        let facts = try await store.projections.facts(positions: events.map(\.position))
+    func events(of key: SubscriptionKey, minPosition: Int64? = nil) async throws -> [EvidencedEvent] {
+        try await store.read(atLeast: minPosition) { reads in try await events(of: key, reads: reads) }
+    }
+
+    private func events(of key: SubscriptionKey, reads: Reads) async throws -> [EvidencedEvent] {
+        let events = try await reads.events.read(stream: StreamId.subscription(key.originalTransactionId).text)
+        let facts = try await reads.projections.facts(positions: events.map(\.position))
         let byPosition = Dictionary(grouping: facts, by: \.position)
         // An event belongs to the asked environment when one of its facts does, or (no facts)
         // when its own environment column says so.
@@ -88,9 +99,9 @@ struct SubscriptionQueries: Sendable {
 
     /// The catalog in force when the ledger knew only what was recorded by `recorded`: the last
     /// one a service recorded by then (the current one when none was, or for "now").
-    func catalog(recordedBy recorded: EpochMillis?) async throws(ProjectionError) -> ProductCatalog {
+    func catalog(recordedBy recorded: EpochMillis?, reads: Reads) async throws(ProjectionError) -> ProductCatalog {
         guard let recorded else { return catalog }
-        let recordedCatalogs = try await store.projections.recordedCatalogs().filter { $0.recordedAt <= recorded }
+        let recordedCatalogs = try await reads.projections.recordedCatalogs().filter { $0.recordedAt <= recorded }
         guard let last = recordedCatalogs.last else { return catalog }
         return CatalogRecord.catalog(of: last) ?? catalog
     }

@@ -117,16 +117,26 @@ public struct ReliabilityReport: Sendable {
 /// `ledger-dev reliability <scenario>`: scripted failures against the real service binary and the
 /// real PostgreSQL, each proving that nothing acknowledged is ever lost or stored twice.
 public enum ReliabilitySuite {
-    public static let scenarios = ["kill9", "postgres-outage", "duplicate-storm", "slowloris", "graceful-shutdown"]
+    public static let scenarios = ["kill9", "postgres-outage", "postgres-crash", "postgres-kill9", "hanging-connection",
+                                   "duplicate-storm", "slowloris", "graceful-shutdown"]
 
     public static func run(name: String, _ options: ReliabilityOptions) async throws -> ReliabilityReport {
         guard scenarios.contains(name) else { throw ReliabilityError.unknownScenario(name) }
-        let harness = try Harness(scenario: name, options: options)
+        // The hanging-connection scenario puts a proxy it can stall between the service and PostgreSQL.
+        let proxy = name == "hanging-connection" ? try StallingProxy(upstream: options.serverConninfo) : nil
+        defer { proxy?.close() }
+        let harness = try Harness(scenario: name, options: options,
+                                  // A short request deadline, so the stall shows as 503s quickly.
+                                  environment: proxy == nil ? [:] : ["LEDGER_REQUEST_DEADLINE_SECONDS": String(Scenarios.hangDeadlineSeconds)],
+                                  databaseEndpoint: proxy.map { ($0.socketDirectory, $0.port) })
         defer { harness.finish() }
         options.log("\(name): service log \(harness.service.logURL.path), database \(harness.database.name)")
         switch name {
         case "kill9": return try await Scenarios.kill9(harness)
-        case "postgres-outage": return try await Scenarios.postgresOutage(harness)
+        case "postgres-outage": return try await Scenarios.postgresOutage(harness, .stop)
+        case "postgres-crash": return try await Scenarios.postgresOutage(harness, .crash)
+        case "postgres-kill9": return try await Scenarios.postgresOutage(harness, .killPostmaster)
+        case "hanging-connection": return try await Scenarios.hangingConnection(harness, proxy: proxy!)
         case "duplicate-storm": return try await Scenarios.duplicateStorm(harness)
         case "slowloris": return try await Scenarios.slowloris(harness)
         default: return try await Scenarios.gracefulShutdown(harness)
@@ -234,8 +244,10 @@ final class Harness {
     let directory: URL
     let service: ServiceProcess
 
+    /// - Parameter databaseEndpoint: (unix socket directory, port) the service connects to instead
+    ///   of the cluster's own (a proxy in front of it); the scratch database is the same.
     init(scenario: String, options: ReliabilityOptions, authority given: AppleTestAuthority? = nil,
-         environment extra: [String: String] = [:]) throws {
+         environment extra: [String: String] = [:], databaseEndpoint: (host: String, port: Int)? = nil) throws {
         self.scenario = scenario
         self.options = options
         guard FileManager.default.isExecutableFile(atPath: options.ledgerBinary) else {
@@ -258,6 +270,9 @@ final class Harness {
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("LEDGER_") }
         environment["LEDGER_LISTEN"] = "127.0.0.1:\(port)"
         environment["LEDGER_DATABASE_URL"] = database.serviceConninfo
+        if let endpoint = databaseEndpoint, let info = try? ConnectionInfo(parsing: database.serviceConninfo) {
+            environment["LEDGER_DATABASE_URL"] = info.with("host", endpoint.host).with("port", String(endpoint.port)).conninfo
+        }
         environment["LEDGER_APPLE_ROOT_CERTS"] = rootPath.path
         environment["LEDGER_APPLE_BUNDLE_IDS"] = "com.example"
         environment["LEDGER_APPLE_ENVIRONMENTS"] = "Sandbox,Production"

@@ -81,8 +81,26 @@ enum Scenarios {
 
     // MARK: PostgreSQL outage
 
-    static func postgresOutage(_ h: Harness) async throws -> ReliabilityReport {
-        var report = ReliabilityReport(scenario: "postgres-outage")
+    /// How PostgreSQL goes away in an outage scenario (`scripts/db.sh` verb).
+    enum Outage: String {
+        /// `stop`: a fast shutdown (clients disconnected, a checkpoint written).
+        case stop
+        /// `crash`: an immediate shutdown — no checkpoint; crash recovery from the WAL at start.
+        case crash
+        /// `kill-postmaster`: kill -9 of the postmaster; its backends die with it; recovery at start.
+        case killPostmaster = "kill-postmaster"
+
+        var scenario: String {
+            switch self {
+            case .stop: "postgres-outage"
+            case .crash: "postgres-crash"
+            case .killPostmaster: "postgres-kill9"
+            }
+        }
+    }
+
+    static func postgresOutage(_ h: Harness, _ outage: Outage = .stop) async throws -> ReliabilityReport {
+        var report = ReliabilityReport(scenario: outage.scenario)
         guard let script = h.options.databaseScript, FileManager.default.isExecutableFile(atPath: script) else {
             throw ReliabilityError.setup("LEDGER_TEST_DB_SCRIPT must name scripts/db.sh to stop and start PostgreSQL")
         }
@@ -100,16 +118,16 @@ enum Scenarios {
         var outageFailure: (any Error)?
         do {
             try await Task.sleep(for: before)
-            try runScript(script, "stop")
+            try runScript(script, outage.rawValue)
             let stoppedAt = generator.progress
-            h.options.log("postgres-outage: PostgreSQL stopped with \(stoppedAt.ok) acknowledged")
+            h.options.log("\(outage.scenario): PostgreSQL \(outage == .stop ? "stopped" : "crashed (\(outage.rawValue))") with \(stoppedAt.ok) acknowledged")
             try await Task.sleep(for: h.options.outageDuration)
             let duringOutage = generator.progress.ok - stoppedAt.ok
             report.notes.append("acknowledged while PostgreSQL was down (in flight at the stop): \(duringOutage)")
             try runScript(script, "start")
             let restartedAt = monotonicNanos()
             let okAtRestart = generator.progress.ok
-            h.options.log("postgres-outage: PostgreSQL started again")
+            h.options.log("\(outage.scenario): PostgreSQL started again")
             if try await waitForAcknowledgements(generator, atLeast: okAtRestart + 10, within: recoveryBound) {
                 recoverySeconds = Double(monotonicNanos() - restartedAt) / 1e9
             }
@@ -130,7 +148,69 @@ enum Scenarios {
         let hung = load.transportErrorKinds["timeout", default: 0]
         report.check("no request hung", hung == 0 && load.latency.max < 20_000,
                      String(format: "%d timed out; slowest answer %.0f ms", hung, load.latency.max))
+        report.check("the service was not restarted", h.service.isRunning && h.service.starts == 1,
+                     "one `ledger serve` process served before, during and after (\(h.service.starts) start)")
         report.notes.append("transport errors: \(load.transportErrorKinds)")
+        return report
+    }
+
+    // MARK: hanging connection
+
+    /// The request deadline the service runs with in the hanging-connection scenario.
+    static let hangDeadlineSeconds = 3
+
+    /// The path to PostgreSQL hangs mid-stream (every byte held, every connection left open) under
+    /// load, then recovers: requests answer (503) within their deadline and never hang, and the
+    /// same process recovers by itself once bytes flow again.
+    static func hangingConnection(_ h: Harness, proxy: StallingProxy) async throws -> ReliabilityReport {
+        var report = ReliabilityReport(scenario: "hanging-connection")
+        let mint = NotificationMint(authority: h.authority)
+        try h.service.start()
+        let before: Duration = h.options.quick ? .milliseconds(1500) : .seconds(3)
+        let stall: Duration = h.options.quick ? .seconds(5) : .seconds(15)
+        let recoveryBound: Duration = .seconds(30)
+        let generator = try LoadGenerator(
+            target: h.service.target,
+            options: postingOptions(h, duration: before + stall + recoveryBound + .seconds(10), requestTimeout: .seconds(20)),
+            source: mint.loadSource())
+        let running = Task { await generator.run() }
+        var recoverySeconds: Double?
+        do {
+            try await Task.sleep(for: before)
+            proxy.stall()
+            let stalledAt = generator.progress
+            h.options.log("hanging-connection: the database path stalled with \(stalledAt.ok) acknowledged")
+            try await Task.sleep(for: stall)
+            let during = generator.progress
+            report.notes.append("during the \(stall) stall: \(during.answered - stalledAt.answered) answered, \(during.ok - stalledAt.ok) of them 200 (in flight when it began)")
+            proxy.resume()
+            let resumedAt = monotonicNanos()
+            h.options.log("hanging-connection: bytes flow again")
+            if try await waitForAcknowledgements(generator, atLeast: generator.progress.ok + 10, within: recoveryBound) {
+                recoverySeconds = Double(monotonicNanos() - resumedAt) / 1e9
+            }
+            try await Task.sleep(for: .seconds(1))
+        } catch {
+            proxy.resume()
+            generator.stop()
+            _ = await running.value
+            throw error
+        }
+        generator.stop()
+        let load = await running.value
+        try h.tally(&report, outcomes: load.outcomes, mint: mint)
+        report.check("no 500, only 200 or 503", unexpectedStatuses(load).isEmpty, statusDetail(load))
+        report.check("clients saw the stall as 503", load.count(503) > 0, "\(load.count(503)) answers 503")
+        let bound = Double(hangDeadlineSeconds) * 1000 + 2000
+        report.check("answered within the deadline", load.latency.max < bound,
+                     String(format: "slowest answer %.0f ms (deadline %d s, bound %.0f ms)", load.latency.max, hangDeadlineSeconds, bound))
+        let hung = load.transportErrorKinds["timeout", default: 0]
+        report.check("no request hung", hung == 0, "\(hung) requests timed out; transport errors \(load.transportErrorKinds)")
+        report.check("recovered by itself", recoverySeconds != nil,
+                     recoverySeconds.map { String(format: "10 acknowledgements %.1f s after bytes flowed again", $0) }
+                        ?? "no acknowledgement within \(recoveryBound) of the path recovering; log:\n\(h.service.logTail())")
+        report.check("the service was not restarted", h.service.isRunning && h.service.starts == 1, "\(h.service.starts) start")
+        report.notes.append("connections through the proxy: \(proxy.connectionsAccepted)")
         return report
     }
 

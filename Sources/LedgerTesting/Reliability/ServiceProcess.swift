@@ -11,15 +11,20 @@ final class ServiceProcess {
     let environment: [String: String]
     let target: LoopbackTarget
     let logURL: URL
+    /// `serve` by default; `project` runs the catch-up worker, which has no port to probe.
+    let arguments: [String]
     private var process: Process?
     private(set) var starts = 0
 
-    init(binary: String, environment: [String: String], target: LoopbackTarget, logURL: URL) {
+    init(binary: String, environment: [String: String], target: LoopbackTarget, logURL: URL, arguments: [String] = ["serve"]) {
         self.binary = binary
         self.environment = environment
         self.target = target
         self.logURL = logURL
+        self.arguments = arguments
     }
+
+    var servesHTTP: Bool { arguments.first == "serve" }
 
     var pid: Int32? { process?.processIdentifier }
     var isRunning: Bool { process?.isRunning ?? false }
@@ -38,7 +43,7 @@ final class ServiceProcess {
         }
         let p = Process()
         p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["serve"]
+        p.arguments = arguments
         p.environment = environment
         p.standardOutput = log
         p.standardError = log
@@ -48,6 +53,14 @@ final class ServiceProcess {
         }
         process = p
         starts += 1
+        if !servesHTTP {
+            // Nothing to probe: alive after a moment is started.
+            Thread.sleep(forTimeInterval: 0.5)
+            guard p.isRunning else {
+                throw .serviceFailed("`ledger \(arguments.joined(separator: " "))` exited with status \(p.terminationStatus) while starting; log tail:\n\(logTail())")
+            }
+            return
+        }
         let deadline = monotonicNanos() + nanos(timeout)
         while monotonicNanos() < deadline {
             if !p.isRunning {
