@@ -13,7 +13,11 @@ COPY Resources ./Resources
 RUN swift build -c release --product ledger --static-swift-stdlib
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends libpq5 libssl3 libmicrohttpd12 ca-certificates \
+# --static-swift-stdlib links Foundation into the binary, but not the C libraries under it:
+# FoundationNetworking's URLSession (outbound HTTPS to the App Store Server API and verifyReceipt)
+# loads libcurl.so.4, FoundationXML (WeChat's XML pushes) libxml2.so.2 (`ldd ledger` lists both).
+# ca-certificates is the trust store URLSession checks Apple's TLS certificates against.
+RUN apt-get update && apt-get install -y --no-install-recommends libpq5 libssl3 libmicrohttpd12 libcurl4 libxml2 ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ledger
 COPY --from=build /src/.build/release/ledger /usr/local/bin/ledger

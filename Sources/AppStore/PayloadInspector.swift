@@ -7,6 +7,12 @@ public struct InspectionReport: Sendable {
         case jws = "compact JWS"
         case v2Notification = "V2 notification body"
         case v1Notification = "V1 notification body (unsigned)"
+        /// The raw of an `API/subscription-status` event.
+        case statusResponse = "Get All Subscription Statuses answer"
+        case transactionHistory = "Get Transaction History page"
+        case notificationHistory = "Get Notification History page"
+        /// The raw of an `API/verify-receipt` event: Apple signs nothing in it.
+        case verifyReceipt = "verifyReceipt answer (unsigned)"
     }
 
     /// One signed value found in the input and what verification said about it.
@@ -32,7 +38,16 @@ public struct InspectionReport: Sendable {
 
     public func render() -> String {
         var lines = ["input: \(kind.rawValue)"]
-        if outcomes.isEmpty { lines.append("no signatures to verify: V1 notifications are authenticated only by the shared secret") }
+        if outcomes.isEmpty {
+            switch kind {
+            case .verifyReceipt:
+                lines.append("no signatures to verify: a verifyReceipt answer is authenticated only by the TLS connection to Apple's host it came over")
+            case .v1Notification:
+                lines.append("no signatures to verify: V1 notifications are authenticated only by the shared secret")
+            default:
+                lines.append("no signed items in it")
+            }
+        }
         for o in outcomes {
             if let e = o.error {
                 lines.append("\(o.path): REFUSED \(e.code) — \(e.message)")
@@ -66,27 +81,56 @@ public struct PayloadInspector: Sendable {
             let object = try JSONGuard.object(bytes, what: "input")
             if let signed = object["signedPayload"] as? String {
                 kind = .v2Notification
-                var outer = check(signed, kind: .notification, path: "signedPayload", into: &outcomes)
-                let section = ["data", "summary", "externalPurchaseToken", "appData"].first { outer[$0] is [String: Any] }
-                if let section, let s = outer[section] as? [String: Any] {
-                    let nested: [(String, String, SignedDataKind)] = [
-                        ("signedTransactionInfo", "transactionInfo", .transaction),
-                        ("signedRenewalInfo", "renewalInfo", .renewalInfo),
-                        ("signedAppTransactionInfo", "appTransactionInfo", .appTransaction),
-                    ]
-                    for (field, target, k) in nested {
-                        guard let jws = s[field] as? String else { continue }
-                        outer[target] = check(jws, kind: k, path: "\(section).\(field)", into: &outcomes)
+                decoded = notification(signed, path: "signedPayload", into: &outcomes)
+            } else if let groups = object["data"] as? [Any], object["bundleId"] != nil || groups.contains(where: { ($0 as? [String: Any])?["lastTransactions"] != nil }) {
+                kind = .statusResponse
+                var out = object
+                out["data"] = groups.enumerated().map { g, group -> Any in
+                    guard var group = group as? [String: Any], let items = group["lastTransactions"] as? [Any] else { return group }
+                    group["lastTransactions"] = items.enumerated().map { i, item -> Any in
+                        guard var item = item as? [String: Any] else { return item }
+                        let slot = "data[\(g)].lastTransactions[\(i)]"
+                        if let jws = item.removeValue(forKey: "signedTransactionInfo") as? String {
+                            item["transactionInfo"] = check(jws, kind: .transaction, path: "\(slot).signedTransactionInfo", into: &outcomes)
+                        }
+                        if let jws = item.removeValue(forKey: "signedRenewalInfo") as? String {
+                            item["renewalInfo"] = check(jws, kind: .renewalInfo, path: "\(slot).signedRenewalInfo", into: &outcomes)
+                        }
+                        return item
                     }
+                    return group
                 }
-                decoded = outer
+                decoded = out
+            } else if let signed = object["signedTransactions"] as? [Any] {
+                kind = .transactionHistory
+                var out = object
+                out["signedTransactions"] = nil
+                out["transactions"] = signed.enumerated().map { i, jws -> Any in
+                    guard let jws = jws as? String else { return jws }
+                    return check(jws, kind: .transaction, path: "signedTransactions[\(i)]", into: &outcomes)
+                }
+                decoded = out
+            } else if let items = object["notificationHistory"] as? [Any] {
+                kind = .notificationHistory
+                var out = object
+                out["notificationHistory"] = items.enumerated().map { i, item -> Any in
+                    guard var item = item as? [String: Any], let jws = item.removeValue(forKey: "signedPayload") as? String else { return item }
+                    item["notification"] = notification(jws, path: "notificationHistory[\(i)].signedPayload", into: &outcomes)
+                    return item
+                }
+                decoded = out
+            } else if object["status"] != nil, object["receipt"] != nil || object["latest_receipt_info"] != nil {
+                kind = .verifyReceipt
+                var out = object
+                if out["latest_receipt"] != nil { out["latest_receipt"] = "(the receipt, base64; omitted)" }
+                decoded = out
             } else if let body = Self.v1Body(object) {
                 kind = .v1Notification
                 var redacted = body
                 if redacted["password"] != nil { redacted["password"] = V1Redaction.placeholder }
                 decoded = redacted
             } else {
-                throw .malformed("a JSON input must be a V2 body with signedPayload, a V1 body with notification_type, or a stored V1 payload {\"responseBodyV1\": …}")
+                throw .malformed("a JSON input must be a V2 body with signedPayload, a V1 body with notification_type, a stored V1 payload {\"responseBodyV1\": …}, or the raw of an App Store API answer (statuses with data[].lastTransactions, a history page with signedTransactions, a notification history page, a verifyReceipt answer); a stored API payload ({\"statusResponse\": …}) holds no signatures: give the event's raw instead")
             }
         } else {
             kind = .jws
@@ -108,6 +152,25 @@ public struct PayloadInspector: Sendable {
             return body
         }
         return nil
+    }
+
+    /// A V2 notification JWS and its nested JWS, decoded in place.
+    private func notification(_ signed: String, path: String, into outcomes: inout [InspectionReport.Outcome]) -> [String: Any] {
+        var outer = check(signed, kind: .notification, path: path, into: &outcomes)
+        let section = ["data", "summary", "externalPurchaseToken", "appData"].first { outer[$0] is [String: Any] }
+        if let section, let s = outer[section] as? [String: Any] {
+            let nested: [(String, String, SignedDataKind)] = [
+                ("signedTransactionInfo", "transactionInfo", .transaction),
+                ("signedRenewalInfo", "renewalInfo", .renewalInfo),
+                ("signedAppTransactionInfo", "appTransactionInfo", .appTransaction),
+            ]
+            let prefix = path == "signedPayload" ? "" : path + "."
+            for (field, target, k) in nested {
+                guard let jws = s[field] as? String else { continue }
+                outer[target] = check(jws, kind: k, path: "\(prefix)\(section).\(field)", into: &outcomes)
+            }
+        }
+        return outer
     }
 
     private func check(_ jws: String, kind: SignedDataKind, path: String, into outcomes: inout [InspectionReport.Outcome]) -> [String: Any] {

@@ -30,10 +30,17 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
         case wechatOrder(orderId: String)
         /// Authentic WeChat pushes the ledger does not model, by event name.
         case wechatOther(name: String)
+        /// Authentic xpay pushes the ledger could not fully interpret (a required field missing),
+        /// kept as evidence, by event name.
+        case wechatUnreadable(name: String)
         /// The ledger's administrative actions.
         case ledgerAdmin
         /// The configuration the ledger ran with (catalog digests).
         case ledgerConfig
+        /// Customers' consent to sharing consumption data with Apple.
+        case ledgerConsent
+        /// Reconciliation with Apple: the drift reports.
+        case ledgerReconciliation
         /// A namespaced stream this build does not know (written by a newer build).
         case unknown(namespace: String)
     }
@@ -44,6 +51,7 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     private static let appleAppPrefix = "apple:app:"
     private static let wechatOrderPrefix = "wechat:order:"
     private static let wechatOtherPrefix = "wechat:other:"
+    private static let wechatUnreadablePrefix = "wechat:unreadable:"
     private static let namespaces = ["apple:", "wechat:", "ledger:"]
 
     public static func subscription(_ originalTransactionId: String) -> StreamId { StreamId(originalTransactionId) }
@@ -57,19 +65,26 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     public static func wechatOther(event: String?, msgType: String?) -> StreamId {
         StreamId(wechatOtherPrefix + (event ?? msgType ?? "unknown"))
     }
+    /// An authentic xpay push the ledger could not fully interpret (kept as evidence).
+    public static func wechatUnreadable(event: String?) -> StreamId { StreamId(wechatUnreadablePrefix + (event ?? "unknown")) }
     public static let ledgerAdmin = StreamId("ledger:admin")
     public static let ledgerConfig = StreamId("ledger:config")
+    public static let ledgerConsent = StreamId("ledger:consent")
+    public static let ledgerReconciliation = StreamId("ledger:reconciliation")
 
     public var kind: Kind {
         func rest(_ prefix: String) -> String? { text.hasPrefix(prefix) ? String(text.dropFirst(prefix.count)) : nil }
         if self == .appleTest { return .appleTest }
         if self == .ledgerAdmin { return .ledgerAdmin }
         if self == .ledgerConfig { return .ledgerConfig }
+        if self == .ledgerConsent { return .ledgerConsent }
+        if self == .ledgerReconciliation { return .ledgerReconciliation }
         if let id = rest(Self.appleSummaryPrefix) { return .appleSummary(requestIdentifier: id) }
         if let id = rest(Self.appleExternalPrefix) { return .appleExternalPurchase(id: id) }
         if let id = rest(Self.appleAppPrefix) { return .appleApp(bundleId: id) }
         if let id = rest(Self.wechatOrderPrefix) { return .wechatOrder(orderId: id) }
         if let name = rest(Self.wechatOtherPrefix) { return .wechatOther(name: name) }
+        if let name = rest(Self.wechatUnreadablePrefix) { return .wechatUnreadable(name: name) }
         if let namespace = Self.namespaces.first(where: text.hasPrefix) { return .unknown(namespace: namespace) }
         return .subscription(originalTransactionId: text)
     }
@@ -89,8 +104,17 @@ public enum DedupeKey {
     public static func wechatDelivery(_ orderId: String) -> String { "deliver:" + orderId }
     /// The link of a provisional order stream to a subscription: linking twice is one event.
     public static func orderLink(_ provisional: StreamId) -> String { "link:" + provisional.text }
-    /// The ledger's answer to a refund inquiry for `payOrderId`: one per order.
+    /// The ledger's answer to one asking of a refund inquiry (`pay_order_id`, `refund_time` in
+    /// seconds): one answer per asking; a re-push of the asking gets the stored answer.
+    public static func refundDecision(payOrderId: String, refundTime: Int64) -> String {
+        "refund-decision:\(payOrderId):\(refundTime)"
+    }
+    /// The answer to an inquiry stored before answers were per asking (one per order).
     public static func refundDecision(payOrderId: String) -> String { "refund-decision:" + payOrderId }
+    /// WeChat's answer to the ledger's `query_subscribe_contract` (or `query_order`) at `askedAt`.
+    public static func wechatAPIAnswer(_ api: String, subject: String, askedAt: EpochMillis) -> String {
+        "api:\(api):\(subject):\(askedAt)"
+    }
     /// A customer tie or untie: each request is its own event.
     public static func customerTie(_ id: UUID = UUID()) -> String { "customer:" + id.uuidString.lowercased() }
     /// An admin action: each request is its own event.
@@ -100,4 +124,11 @@ public enum DedupeKey {
     /// A catalog recorded after the one at `afterPosition`: two instances starting together record
     /// one transition, and going back to an earlier catalog is recorded again.
     public static func catalog(digest: String, afterPosition: Int64) -> String { "catalog:\(digest):after:\(afterPosition)" }
+    /// A customer's consent (or its withdrawal): each request is its own event.
+    public static func consent(_ id: UUID = UUID()) -> String { "consent:" + id.uuidString.lowercased() }
+    /// The ledger's one answer to the CONSUMPTION_REQUEST stored at `requestPosition` (sent, refused
+    /// or not sent): two senders racing store it once.
+    public static func consumptionAnswer(requestPosition: Int64) -> String { "consumption:\(requestPosition)" }
+    /// The drift report of one reconciliation run.
+    public static func reconciliationReport(runId: String) -> String { "reconcile-report:" + runId }
 }

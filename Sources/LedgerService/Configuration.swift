@@ -63,6 +63,22 @@ public struct LedgerConfiguration: Sendable {
         /// The refund-inquiry policy, as the WeChatPay module reads it.
         public var refundPolicyJSON: Data?
         public var isConfigured: Bool { appId != nil && token != nil }
+        /// The mini program's AppSecret, for `cgi-bin/stable_token` (`ledger reconcile --wechat`).
+        public var appSecret: Secret?
+        /// Older push keys (`WeChatKeyHistory` file) for re-verifying stored pushes.
+        public var keyHistoryFile: String?
+        /// Plaintext mode: a push whose `timestamp` is further than this from now is refused (and a
+        /// nonce carries one body within it); other modes only count a stale timestamp.
+        public var replayWindowSeconds = 300
+        /// A refund inquiry is decided within this budget from its arrival; past it the fallback
+        /// answer (`refundFallback`, rule `deadline`) is given instead.
+        public var refundBudgetMs = 2500
+        /// An answer not stored by this time from the asking's arrival is not sent: 503, WeChat asks
+        /// again (it waits 3 s).
+        public var refundAnswerDeadlineMs = 2900
+        /// The fallback verdict: `allow` (recommend the refund: Apple decides, as when nobody
+        /// answers) or `refuse`.
+        public var refundFallback = "allow"
     }
 
     public struct HTTP: Sendable {
@@ -129,6 +145,8 @@ public struct LedgerConfiguration: Sendable {
     public var adminListen: (host: String, port: Int)?
     public var databasePoolSize: Int = 16
     public var apple = Apple()
+    /// The App Store Server API and verifyReceipt (AppleAPIConfiguration.swift).
+    public var appleAPI = AppleAPI()
     public var wechat = WeChat()
     public var http = HTTP()
     public var audit = Audit()
@@ -153,6 +171,7 @@ public struct LedgerConfiguration: Sendable {
         "LEDGER_DATABASE_URL", "LEDGER_ADMIN_DATABASE_URL", "LEDGER_READ_DATABASE_URL", "LEDGER_TOKENS",
         "LEDGER_APPLE_SHARED_SECRET", "LEDGER_WECHAT_TOKEN", "LEDGER_WECHAT_AES_KEY", "LEDGER_WECHAT_PREVIOUS_AES_KEY",
         "LEDGER_WECHAT_APP_KEY", "LEDGER_WECHAT_APP_SECRET", "LEDGER_SESSION_KEY",
+        "LEDGER_APPLE_API_PRIVATE_KEY",
     ]
 
     /// The environment with every `<NAME>_FILE` of `secretVariables` read into `<NAME>`: the file's
@@ -225,6 +244,7 @@ public struct LedgerConfiguration: Sendable {
                 self.apple.appAppleIds = Set(nums.map { $0.int64Value })
             }
             if let s = try string(apple["sharedSecret"], "apple.sharedSecret") { self.apple.sharedSecret = Secret(s) }
+            if let api = apple["api"] as? [String: Any] { try appleAPI.apply(file: api, path: path) }
         }
         if let w = object["wechat"] as? [String: Any] {
             if let s = try string(w["appId"], "wechat.appId") { wechat.appId = s }
@@ -237,6 +257,26 @@ public struct LedgerConfiguration: Sendable {
             if let b = w["allowPlaintext"] as? Bool { wechat.allowPlaintext = b }
             if let p = w["refundPolicy"] {
                 wechat.refundPolicyJSON = try? JSONSerialization.data(withJSONObject: p, options: [.sortedKeys])
+            }
+            if let s = try string(w["appSecret"], "wechat.appSecret") { wechat.appSecret = Secret(s) }
+            if let s = try string(w["keyHistoryFile"], "wechat.keyHistoryFile") { wechat.keyHistoryFile = s }
+            if let n = w["replayWindowSeconds"] {
+                guard let v = n as? Int else { throw .invalidJSON(path: path, reason: "wechat.replayWindowSeconds must be an integer") }
+                wechat.replayWindowSeconds = v
+            }
+            if let r = w["refundInquiry"] {
+                guard let o = r as? [String: Any] else {
+                    throw .invalidJSON(path: path, reason: "wechat.refundInquiry must be an object {budgetMs, answerDeadlineMs, fallback}")
+                }
+                if let v = o["budgetMs"] {
+                    guard let n = v as? Int else { throw .invalidJSON(path: path, reason: "wechat.refundInquiry.budgetMs must be an integer") }
+                    wechat.refundBudgetMs = n
+                }
+                if let v = o["answerDeadlineMs"] {
+                    guard let n = v as? Int else { throw .invalidJSON(path: path, reason: "wechat.refundInquiry.answerDeadlineMs must be an integer") }
+                    wechat.refundAnswerDeadlineMs = n
+                }
+                if let f = try string(o["fallback"], "wechat.refundInquiry.fallback") { wechat.refundFallback = f }
             }
         }
         if let h = object["http"] as? [String: Any] {
@@ -322,6 +362,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = list("LEDGER_APPLE_ENVIRONMENTS") { apple.environments = try Self.environments(v, name: "LEDGER_APPLE_ENVIRONMENTS") }
         if let v = env["LEDGER_APPLE_SHARED_SECRET"], !v.isEmpty { apple.sharedSecret = Secret(v) }
+        try appleAPI.apply(environment: env)
         if let v = env["LEDGER_WECHAT_APPID"], !v.isEmpty { wechat.appId = v }
         if let v = env["LEDGER_WECHAT_TOKEN"], !v.isEmpty { wechat.token = Secret(v) }
         if let v = env["LEDGER_WECHAT_AES_KEY"], !v.isEmpty { wechat.aesKey = Secret(v) }
@@ -330,6 +371,16 @@ public struct LedgerConfiguration: Sendable {
         if let v = env["LEDGER_WECHAT_API_BASE_URL"], !v.isEmpty { wechat.apiBaseURL = v }
         if let v = env["LEDGER_WECHAT_OFFER_ID"], !v.isEmpty { wechat.offerId = v }
         if let v = env["LEDGER_WECHAT_ALLOW_PLAINTEXT"] { wechat.allowPlaintext = v == "1" || v == "true" }
+        if let v = env["LEDGER_WECHAT_APP_SECRET"], !v.isEmpty { wechat.appSecret = Secret(v) }
+        if let v = env["LEDGER_WECHAT_KEY_HISTORY_FILE"], !v.isEmpty { wechat.keyHistoryFile = v }
+        if let v = env["LEDGER_WECHAT_REPLAY_WINDOW_SECONDS"] {
+            wechat.replayWindowSeconds = try Self.integer(v, name: "LEDGER_WECHAT_REPLAY_WINDOW_SECONDS", in: 30...86_400, example: "300")
+        }
+        if let v = env["LEDGER_WECHAT_REFUND_BUDGET_MS"] {
+            wechat.refundBudgetMs = try Self.integer(v, name: "LEDGER_WECHAT_REFUND_BUDGET_MS", in: 100...9_000, example: "2500")
+        }
+        if let v = env["LEDGER_WECHAT_REFUND_FALLBACK"], !v.isEmpty { wechat.refundFallback = v }
+        try wechat.validate()
         if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
         if let v = env["LEDGER_SESSION_KEY"], !v.isEmpty { audit.sessionKey = try Audit.sessionKey(v, name: "LEDGER_SESSION_KEY") }
         if let v = env["LEDGER_INSECURE_COOKIES"] {
@@ -394,5 +445,24 @@ public struct LedgerConfiguration: Sendable {
             i += 2
         }
         return out
+    }
+}
+
+extension LedgerConfiguration.WeChat {
+    /// The WeChat settings' ranges, checked once the file and the environment are read.
+    func validate() throws(ConfigurationError) {
+        guard (30...86_400).contains(replayWindowSeconds) else {
+            throw .invalidValue(name: "wechat.replayWindowSeconds", reason: "\(replayWindowSeconds) must be from 30 to 86400 (seconds), e.g. 300")
+        }
+        guard (100...9_000).contains(refundBudgetMs) else {
+            throw .invalidValue(name: "LEDGER_WECHAT_REFUND_BUDGET_MS", reason: "\(refundBudgetMs) must be from 100 to 9000 (ms), e.g. 2500; WeChat waits 3 s")
+        }
+        guard refundAnswerDeadlineMs > refundBudgetMs, refundAnswerDeadlineMs <= 9_500 else {
+            throw .invalidValue(name: "wechat.refundInquiry.answerDeadlineMs",
+                                reason: "\(refundAnswerDeadlineMs) must be above the budget (\(refundBudgetMs) ms) and at most 9500, e.g. 2900")
+        }
+        guard refundFallback == "allow" || refundFallback == "refuse" else {
+            throw .invalidValue(name: "LEDGER_WECHAT_REFUND_FALLBACK", reason: "'\(refundFallback)' must be allow (recommend the refund) or refuse")
+        }
     }
 }

@@ -28,6 +28,9 @@ public final class LedgerApp: Sendable {
     let readiness: Readiness
     /// The auditor's pages: sessions and evidence re-verification (Audit/).
     let audit: AuditDesk
+    /// Reconciliation, consumption answers, consent, receipts (the App Store Server API and verifyReceipt).
+    public let appleAPI: AppleAPIUseCases
+    let wechatConfig: WeChatConfigKeeper
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
@@ -55,7 +58,9 @@ public final class LedgerApp: Sendable {
             log.warn("accepting Production under a trusted root that is not Apple's (LEDGER_APPLE_ALLOW_TEST_ROOTS=true): never in a real deployment",
                      ["root": root.certificate.subject, "file": root.path, "sha256": AppleRootPolicy.fingerprint(root.certificate)])
         }
-        wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store)
+        appleAPI = try AppleAPIUseCases(configuration: configuration, ingestion: apple, store: store, catalog: catalog, metrics: metrics, log: log)
+        wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store, metrics: metrics, log: log)
+        wechatConfig = WeChatConfigKeeper(configuration: configuration.wechat, desk: wechat, store: store, log: log)
         queries = SubscriptionQueries(store: store, catalog: catalog)
         refunds = RefundDesk(store: store, catalogDigest: CatalogRecord.digest(catalog))
         ties = CustomerTies(store: store)
@@ -188,7 +193,11 @@ extension LedgerApp {
             listeners.append(adminServer)
             services.append(HTTPService(name: "admin-http", server: adminServer))
         }
+        services += appleAPI.lifecycleServices(log: log)
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
+        if configuration.wechat.isConfigured {
+            services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
+        }
         // Bind before anything runs, so a port in use fails `serve` at once with its reason.
         for server in listeners {
             do { try server.start() } catch { throw LedgerAppError.listen("\(error)") }

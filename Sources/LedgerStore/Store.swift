@@ -67,6 +67,10 @@ public final class Store: Sendable {
     /// The primary's read side.
     public let primaryReads: Reads
     let replica: ReadReplica?
+    /// Reconciliation runs, job locks and the consumption outbox (Migrations/0007).
+    public let reconciliation: ReconciliationStore
+    /// WeChat: the order alias index, refund-decision reads, plaintext nonces, orphans.
+    public let wechat: WeChatQueries
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -87,6 +91,8 @@ public final class Store: Sendable {
             ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,
                         catalog: configuration.catalog, maxLag: configuration.replicaMaxLag)
         }
+        reconciliation = ReconciliationStore(pool: pool, conninfo: configuration.databaseURL)
+        wechat = WeChatQueries(pool: pool)
     }
 
     /// Runs a read on the replica when it may answer it (see `ReadReplica`: it has replayed

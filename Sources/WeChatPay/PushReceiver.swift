@@ -101,6 +101,8 @@ public struct ReceivedPush: Sendable, Equatable {
     public var raw: Data
     /// The request nonce, echoed in an encrypted reply.
     public var nonce: String
+    /// The request's `timestamp` (Unix seconds, as signed).
+    public var timestamp: Int64
     /// Which key decrypted it; the reply is encrypted with the same one. nil in plaintext mode.
     let key: EncodingAESKey?
 
@@ -108,6 +110,46 @@ public struct ReceivedPush: Sendable, Equatable {
     public var msgType: String? { message.text("MsgType") }
     /// True when `previousAESKey` decrypted the message: the sender has not switched yet.
     public let usedPreviousKey: Bool
+    /// Fingerprints of the token that verified the signature and of the EncodingAESKey that
+    /// decrypted the message (nil in plaintext mode), as recorded in `raw`.
+    public let tokenFingerprint: String
+    public let aesKeyFingerprint: String?
+}
+
+/// Short, non-reversible names of WeChat push keys: the first 16 hex digits of a domain-separated
+/// SHA-256. Events and `ledger:config` records name keys by these, never by the keys themselves.
+public enum WeChatKeyFingerprint {
+    public static func token(_ token: String) -> String {
+        String(Hex.encode(Digest.sha256(Array("wechat-push-token\u{0}".utf8) + Array(token.utf8))).prefix(16))
+    }
+
+    public static func aesKey(_ key: EncodingAESKey) -> String {
+        String(Hex.encode(Digest.sha256(Array("wechat-encoding-aes-key\u{0}".utf8) + key.key)).prefix(16))
+    }
+
+    /// Any other secret (the xpay AppKey, the AppSecret), domain-separated by its name.
+    public static func secret(_ value: String, name: String) -> String {
+        String(Hex.encode(Digest.sha256(Array("wechat-\(name)\u{0}".utf8) + Array(value.utf8))).prefix(16))
+    }
+}
+
+/// The ±window in which a push's `timestamp` is fresh. In plaintext mode the signature covers only
+/// the token, timestamp and nonce — not the body — so a captured query string would authorise any
+/// body: a stale timestamp is refused there, and a nonce may be used with one body only. In
+/// compatible and secure mode `msg_signature` covers the ciphertext, so a stale timestamp is only
+/// counted (an authentic re-push is never refused).
+public struct ReplayWindow: Sendable, Equatable {
+    public var seconds: Int64
+
+    public init(seconds: Int64 = 300) { self.seconds = seconds }
+
+    /// How far outside the window `timestamp` is (positive: too old, negative: too far ahead), or
+    /// nil when fresh.
+    public func skew(of timestamp: Int64, now: Int64) -> Int64? {
+        let (age, overflow) = now.subtractingReportingOverflow(timestamp)
+        if overflow { return timestamp > now ? -.max : .max }
+        return abs(age) <= seconds ? nil : age
+    }
 }
 
 /// The `raw` column of a WeChat event: exactly what arrived, so an auditor holding the token and
@@ -119,9 +161,20 @@ public struct ReceivedPush: Sendable, Equatable {
 /// `body` is the body as a JSON string when it is valid UTF-8 (decoding the string gives back the
 /// same bytes), otherwise `body_base64` holds it in base64. Only query parameters that were sent
 /// appear; keys are sorted.
+///
+/// Version 2 adds `opened_with`: `{"token": <fingerprint>, "aes_key": <fingerprint>}`, the
+/// `WeChatKeyFingerprint`s of the token that verified it and the EncodingAESKey that decrypted it
+/// (absent in plaintext mode), so an auditor knows which key of the history to re-verify with.
 public enum RawPush {
-    public static func encode(query: PushQuery, body: [UInt8], format: PushFormat) -> Data {
-        var o: [String: JSONValue] = ["v": .integer(1), "format": .string(format.rawValue), "query": .object(query.stored)]
+    public static func encode(query: PushQuery, body: [UInt8], format: PushFormat, tokenFingerprint: String? = nil,
+                              aesKeyFingerprint: String? = nil) -> Data {
+        var o: [String: JSONValue] = ["v": .integer(tokenFingerprint == nil ? 1 : 2), "format": .string(format.rawValue),
+                                      "query": .object(query.stored)]
+        if let tokenFingerprint {
+            var opened: [String: JSONValue] = ["token": .string(tokenFingerprint)]
+            if let aesKeyFingerprint { opened["aes_key"] = .string(aesKeyFingerprint) }
+            o["opened_with"] = .object(opened)
+        }
         if let s = String(validating: body, as: UTF8.self) {
             o["body"] = .string(s)
         } else {
@@ -166,9 +219,14 @@ public struct PushReceiver: Sendable {
         let (ts, nonce) = try timestampAndNonce(query)
         let format = try PushFormat.detect(bytes)
         let envelope = try PushCodec.parse(bytes, format: format, maxDepth: config.maxDepth)
+        let tokenFingerprint = WeChatKeyFingerprint.token(config.token)
         // The evidence is encoded only for a push that passed every check: unauthenticated junk
         // should cost as little as possible.
-        var raw: Data { RawPush.encode(query: query, body: bytes, format: format) }
+        func raw(_ key: EncodingAESKey?) -> Data {
+            RawPush.encode(query: query, body: bytes, format: format, tokenFingerprint: tokenFingerprint,
+                           aesKeyFingerprint: key.map(WeChatKeyFingerprint.aesKey))
+        }
+        let seconds = Int64(ts) ?? 0
 
         let encryptedByQuery = query.encryptType?.lowercased() == "aes"
         if let t = query.encryptType, !encryptedByQuery, t.lowercased() != "raw" {
@@ -179,8 +237,9 @@ public struct PushReceiver: Sendable {
             guard PushSignature.matches(signature, [config.token, ts, nonce]) else { throw .badSignature }
             guard config.allowPlaintext else { throw .plaintextRefused }
             let payload = try payloadJSON(original: bytes, message: envelope, format: format)
-            return ReceivedPush(format: format, mode: .plaintext, message: envelope, payload: payload, raw: raw,
-                                nonce: nonce, key: nil, usedPreviousKey: false)
+            return ReceivedPush(format: format, mode: .plaintext, message: envelope, payload: payload, raw: raw(nil),
+                                nonce: nonce, timestamp: seconds, key: nil, usedPreviousKey: false,
+                                tokenFingerprint: tokenFingerprint, aesKeyFingerprint: nil)
         }
 
         guard case .string(let encrypt)? = envelope["Encrypt"], !encrypt.isEmpty else { throw .missingEncrypt }
@@ -207,7 +266,9 @@ public struct PushReceiver: Sendable {
         let payload = try payloadJSON(original: inner, message: message, format: innerFormat)
         let others = envelope.objectValue?.keys.filter { $0 != "Encrypt" && $0 != "ToUserName" } ?? []
         return ReceivedPush(format: format, mode: others.isEmpty ? .secure : .compatible, message: message,
-                            payload: payload, raw: raw, nonce: nonce, key: key, usedPreviousKey: usedPrevious)
+                            payload: payload, raw: raw(key), nonce: nonce, timestamp: seconds, key: key,
+                            usedPreviousKey: usedPrevious, tokenFingerprint: tokenFingerprint,
+                            aesKeyFingerprint: WeChatKeyFingerprint.aesKey(key))
     }
 
     private func timestampAndNonce(_ query: PushQuery) throws(WeChatPushError) -> (String, String) {
@@ -236,7 +297,12 @@ public struct PushReceiver: Sendable {
     /// official push document and its reply vector do; pass `nonce:` to send another one.
     public func reply(_ reply: PushReply, to push: ReceivedPush, timestamp: Int64? = nil, nonce: String? = nil,
                       random: [UInt8]? = nil) throws(WeChatPushError) -> Data {
-        let plain = reply.encoded(format: push.format)
+        try self.reply(plaintext: reply.encoded(format: push.format), to: push, timestamp: timestamp, nonce: nonce, random: random)
+    }
+
+    /// The body for an already encoded plaintext reply (e.g. a stored answer), encrypted as `reply` does.
+    public func reply(plaintext plain: [UInt8], to push: ReceivedPush, timestamp: Int64? = nil, nonce: String? = nil,
+                      random: [UInt8]? = nil) throws(WeChatPushError) -> Data {
         guard let key = push.key, !plain.isEmpty else { return Data(plain) }
         return try encryptReply(plain, format: push.format, key: key, timestamp: timestamp ?? Int64(Date().timeIntervalSince1970),
                                 nonce: nonce ?? push.nonce, random: random)

@@ -53,12 +53,17 @@ public enum WeChatPushError: Error, Equatable, CustomStringConvertible {
     case notAnObject
     case missingField(event: String, field: String)
     case invalidField(event: String, field: String, reason: String)
+    /// Plaintext mode: the signed `timestamp` is outside the replay window (`skew` s from now).
+    case staleTimestamp(skew: Int64, window: Int64)
+    /// Plaintext mode: the nonce was already used, within the replay window, with another body.
+    case nonceReused
 
     public var kind: Kind {
         switch self {
         case .invalidConfiguration: return .configuration
         case .bodyTooLarge: return .tooLarge
-        case .badSignature, .badMsgSignature, .appIdMismatch, .badPadding, .badMessageLength: return .unauthenticated
+        case .badSignature, .badMsgSignature, .appIdMismatch, .badPadding, .badMessageLength, .staleTimestamp, .nonceReused:
+            return .unauthenticated
         case .plaintextRefused, .encryptedPushWithoutKey: return .notAccepted
         default: return .malformed
         }
@@ -89,6 +94,8 @@ public enum WeChatPushError: Error, Equatable, CustomStringConvertible {
         case .notAnObject: return "not_an_object"
         case .missingField: return "missing_field"
         case .invalidField: return "invalid_field"
+        case .staleTimestamp: return "stale_timestamp"
+        case .nonceReused: return "nonce_reused"
         }
     }
 
@@ -138,6 +145,10 @@ public enum WeChatPushError: Error, Equatable, CustomStringConvertible {
             return "\(event) push lacks \(field), which the ledger needs to store it"
         case .invalidField(let event, let field, let reason):
             return "\(event) push has an invalid \(field): \(reason)"
+        case .staleTimestamp(let skew, let window):
+            return "plaintext push refused: its timestamp is \(skew == .max || skew == -.max ? "out of range" : "\(abs(skew)) s \(skew > 0 ? "old" : "ahead")"), outside the ±\(window) s replay window (the plaintext signature does not cover the body, so only fresh query strings are accepted); check the server clock, or switch 消息加解密方式 to 安全模式"
+        case .nonceReused:
+            return "plaintext push refused: this nonce was already used with a different body within the replay window (a replayed query string); WeChat sends a new nonce with every push"
         }
     }
 

@@ -55,6 +55,8 @@ public enum XPayClientError: Error, Equatable, CustomStringConvertible {
     case transport(String)
     case invalidResponse(String)
     case invalidRequest(String)
+    /// `cgi-bin/stable_token` refused to issue a token.
+    case accessToken(errcode: Int64, errmsg: String)
 
     public var code: String {
         switch self {
@@ -63,6 +65,7 @@ public enum XPayClientError: Error, Equatable, CustomStringConvertible {
         case .transport: return "wechat_unreachable"
         case .invalidResponse: return "wechat_invalid_response"
         case .invalidRequest: return "wechat_invalid_request"
+        case .accessToken: return "wechat_access_token"
         }
     }
 
@@ -85,6 +88,18 @@ public enum XPayClientError: Error, Equatable, CustomStringConvertible {
         case .transport(let why): return "could not reach the WeChat API: \(why)"
         case .invalidResponse(let why): return "WeChat's answer could not be read: \(why)"
         case .invalidRequest(let why): return why
+        case .accessToken(let c, let m):
+            let hint: String
+            switch c {
+            case 40001, 40125: hint = "the AppSecret is wrong: set LEDGER_WECHAT_APP_SECRET to the mini program's AppSecret"
+            case 40013: hint = "the AppID is wrong: check LEDGER_WECHAT_APPID"
+            case 40243: hint = "the AppSecret is frozen: unfreeze or reset it in the MP admin"
+            case 40164: hint = "this server's IP is not on the mini program's API IP whitelist"
+            case 45009: hint = "the daily token quota is used up; retry tomorrow"
+            case -1: hint = "WeChat is busy; retry later"
+            default: hint = "see the stable_token error codes"
+            }
+            return "WeChat refused an access token: errcode \(c) (\(m)): \(hint)"
         }
     }
 

@@ -16,8 +16,9 @@ enum BenchCommand {
                       fixed rate        --subscriptions N (5000) --connections C (32) --rate R (2000) --seconds S (10)
       rebuild         rebuild every projection from N seeded events vs COPY of the same rows
                       --events N (1000000) --keep-database
-      refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: p50/p99 and req/s
-                      --inquiries N (2000) --connections C (16)
+      refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: req/s, p50/p99 and the
+                      service's decidedInMs percentiles, median of 3 runs beside the URL check
+                      --inquiries N (2000) --connections C (16) --runs R (3)
       refunds         the refund-case list (projection, pages of 100 by cursor) at N cases vs folding every
                       refund fact per request, as the list did before      --cases N (100000)
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
@@ -37,7 +38,7 @@ enum BenchCommand {
         }
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
-                                      "seconds", "inquiries", "cases"],
+                                      "seconds", "inquiries", "runs", "cases"],
                              boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
@@ -87,7 +88,8 @@ enum BenchCommand {
         case "refund-inquiry":
             print(try await RefundInquiryBenchmark.run(serverConninfo: try needServer(),
                                                        inquiries: try args.int("inquiries", default: 2_000),
-                                                       connections: try args.int("connections", default: 16), log: progress))
+                                                       connections: try args.int("connections", default: 16),
+                                                       runs: try args.int("runs", default: 3), log: progress))
         case "refunds":
             print(try await RefundListBenchmark.run(serverConninfo: try needServer(), cases: try args.int("cases", default: 100_000),
                                                     log: progress))

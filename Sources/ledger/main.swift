@@ -15,7 +15,9 @@ commands:
   rebuild          rebuild projections from position 0 into fresh tables and swap them in
   project          run the catch-up worker that advances projection checkpoints
   rederive         derive the facts of this build's fact schema version for every event
-  verify-payload   verify an Apple JWS or notification body offline and print it decoded
+  verify-payload   verify stored evidence offline (Apple JWS, notification bodies, App Store API answers, WeChat pushes)
+  reconcile        reconcile with Apple (backfill missed notifications, heal drift, test notifications);
+                   with --wechat, ask WeChat for the contract state the ledger may have missed
   verify           walk the hash chain over the log and re-verify every stored signature
 
 Run `ledger <command> --help` for a command's options. Configuration comes from LEDGER_CONFIG
@@ -39,6 +41,8 @@ do {
     case "rederive": try await RederiveCommand.run(rest)
     case "verify-payload": try await VerifyPayloadCommand.run(rest)
     case "verify": try await VerifyCommand.run(rest)
+    case "reconcile":
+        if rest.contains("--wechat") { try await ReconcileWeChat.run(rest) } else { try await ReconcileCommand.run(rest) }
     case "simulate", "bench", "reliability":
         FileHandle.standardError.write(Data("ledger: '\(command)' is a development tool: run `ledger-dev \(command)` (swift build --product ledger-dev)\n".utf8))
         exit(2)

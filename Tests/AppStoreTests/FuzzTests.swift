@@ -494,7 +494,8 @@ enum FuzzKit {
         let required = isRenewal ? ["originalTransactionId", "autoRenewProductId", "environment"]
             : ["transactionId", "originalTransactionId", "productId", "bundleId", "environment"]
         for k in required where text(k) == nil { throw FuzzViolation("accepted a \(isRenewal ? "renewal" : "transaction") without \(k)") }
-        if !isRenewal, !(o["purchaseDate"] is NSNumber) || o["purchaseDate"] is Bool {
+        // A JSON boolean, not `is Bool`: on Linux a JSON 0 or 1 casts to Bool too (JSONNumbers.isBoolean).
+        if !isRenewal, !(o["purchaseDate"] is NSNumber) || (o["purchaseDate"] as? NSNumber).map(JSONNumbers.isBoolean) == true {
             throw FuzzViolation("accepted a transaction without a numeric purchaseDate")
         }
         if isRenewal, let t = o["transactionId"], !(t is NSNull) { throw FuzzViolation("accepted a renewal info with a transactionId") }

@@ -96,7 +96,9 @@ final class AppleAPIFactsTests: XCTestCase {
         let e = Self.statusEvent([(1, Self.tx("1002", purchase: Self.d(30), expires: Self.d(60), signed: Self.d(40)),
                                    Self.renewal(auto: 0, next: Self.yearly, signed: Self.d(41)))])
         let f = FactDecoder.facts(of: e)
-        XCTAssertEqual(f.map(\.kind), [.transaction, .renewal])
+        XCTAssertEqual(f.map(\.kind), [.transaction, .reversal, .renewal], "not revoked as of signing: a reversal")
+        XCTAssertEqual(f[1].signedAt, Self.d(40))
+        XCTAssertEqual(f[1].transactionId, "1002")
         XCTAssertEqual(Set(f.map(\.origin)), [.appleAPI])
         XCTAssertEqual(Set(f.map(\.message)), [AppleAPIEvents.subscriptionStatus])
         XCTAssertEqual(Set(f.map(\.subscription)), [Self.key])
@@ -105,10 +107,10 @@ final class AppleAPIFactsTests: XCTestCase {
         XCTAssertEqual(f[0].transactionId, "1002")
         XCTAssertEqual(f[0].transaction?.price, 9990)
         XCTAssertEqual(f[0].customerId, "5eed0c0d-0000-4a00-8000-00000000abcd", "appAccountToken lowercased like V2")
-        XCTAssertEqual(f[1].signedAt, Self.d(41), "the renewal info's own signedDate")
-        XCTAssertEqual(f[1].effectiveAt, Self.d(41))
-        XCTAssertEqual(f[1].renewal?.autoRenewStatus, 0)
-        XCTAssertEqual(f[1].renewal?.autoRenewProductId, Self.yearly)
+        XCTAssertEqual(f[2].signedAt, Self.d(41), "the renewal info's own signedDate")
+        XCTAssertEqual(f[2].effectiveAt, Self.d(41))
+        XCTAssertEqual(f[2].renewal?.autoRenewStatus, 0)
+        XCTAssertEqual(f[2].renewal?.autoRenewProductId, Self.yearly)
     }
 
     func testEveryItemOfAnAnswerIsItsOwnSubscriptionAndARevokedTransactionGivesARevocation() throws {
@@ -120,10 +122,10 @@ final class AppleAPIFactsTests: XCTestCase {
              Self.renewal(auto: 0, signed: Self.d(40), otid: other)),
         ])
         let f = FactDecoder.facts(of: e)
-        XCTAssertEqual(f.map(\.kind), [.transaction, .transaction, .revocation, .renewal])
+        XCTAssertEqual(f.map(\.kind), [.transaction, .reversal, .transaction, .revocation, .renewal])
         let otherKey = SubscriptionKey(environment: "Production", originalTransactionId: other)
-        XCTAssertEqual(f.map(\.subscription), [Self.key, otherKey, otherKey, otherKey])
-        let revocation = f[2]
+        XCTAssertEqual(f.map(\.subscription), [Self.key, Self.key, otherKey, otherKey, otherKey])
+        let revocation = f[3]
         XCTAssertEqual(revocation.transactionId, other)
         XCTAssertEqual(revocation.signedAt, Self.d(40), "ordered by the transaction's own signedDate")
         XCTAssertEqual(revocation.effectiveAt, Self.d(10), "in effect from its revocationDate")
@@ -137,7 +139,7 @@ final class AppleAPIFactsTests: XCTestCase {
         tx["signedDate"] = nil
         var e = Self.statusEvent([(1, tx, nil)])
         e.signedAt = Self.d(45)
-        XCTAssertEqual(FactDecoder.facts(of: e).map(\.signedAt), [Self.d(45)])
+        XCTAssertEqual(FactDecoder.facts(of: e).map(\.signedAt), [Self.d(45), Self.d(45)])
         e.signedAt = nil
         let f = FactDecoder.facts(of: e)
         XCTAssertEqual(f.map(\.kind), [.unreadable])

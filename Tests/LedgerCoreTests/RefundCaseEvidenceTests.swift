@@ -29,7 +29,14 @@ final class RefundCaseEvidenceTests: XCTestCase {
         XCTAssertEqual(facts.askedAt, W.sec(30.5) * 1000)
         XCTAssertEqual(facts.orderTime, W.sec(30) * 1000)
         XCTAssertEqual(facts.provideStatus, .delivered)
-        XCTAssertEqual(facts.delivery, .init(orderId: "O2", deliveredAt: W.sec(30) * 1000, periodEndsAt: W.d(60), position: 3))
+        XCTAssertEqual(facts.delivery, .init(orderId: "O2", deliveredAt: W.sec(30) * 1000, periodEndsAt: W.d(60), position: 3,
+                                             deliveredAtBasis: "PaidTime"))
+        // What the answer's evidence names: product, price paid, the subscription at the asking.
+        XCTAssertEqual(facts.productId, W.product)
+        XCTAssertEqual(facts.pricePaid, .init(milliunits: 30_000, currency: "CNY"))
+        XCTAssertEqual(facts.subscription?.originalTransactionId, W.otid)
+        XCTAssertEqual(facts.statusAtAsking, "active")
+        XCTAssertEqual(facts.autoRenewAtAsking, 1)
         XCTAssertEqual(facts.entitlementUse, .init(from: W.sec(30) * 1000, until: nil), "still entitled when asked")
         XCTAssertEqual(RefundPolicy.default.decide(facts).verdict, .allow, "12 hours of use, under 48")
         // The facts in any order, twice over: the same answer.
@@ -97,7 +104,8 @@ final class RefundCaseEvidenceTests: XCTestCase {
             W.event(W.refundNotify(order: "mch-O2", at: 29), position: 14),         // this order under its alias: does not
         ]))
         let facts = try RefundEvidence.facts(for: inquiry("O2", asked: 30.5), known: W.facts(stream), customerRefundCases: history)
-        XCTAssertEqual(facts.earlierRefunds, [.init(orderId: "O1", refundedAt: W.sec(20) * 1000)])
+        XCTAssertEqual(facts.earlierRefunds, [.init(orderId: "O1", refundedAt: W.sec(20) * 1000, refundIds: ["wxrefund-O1-0"])],
+                       "with the refund's own ids, for the evidence")
         let decision = RefundPolicy.default.decide(facts)
         XCTAssertEqual(decision.verdict, .refuse)
         XCTAssertEqual(decision.rule, "earlier_refunds")

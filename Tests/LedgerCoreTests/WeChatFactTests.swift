@@ -77,17 +77,48 @@ final class WeChatFactTests: XCTestCase {
         var sandbox = W.deliver(order: "O1", paid: 1, renewal: 30).objectValue!
         sandbox["Env"] = .integer(1)
         XCTAssertEqual(facts(.object(sandbox)).first?.subscription?.environment, "Sandbox", "Env 1 is WeChat's sandbox")
-        // An ordinary (non-subscription) delivery states nothing about subscriptions.
+        // An ordinary (non-subscription) delivery states nothing about subscriptions: one `purchase`
+        // fact (order, alias, amount, customer) for auditors.
         var ordinary = W.deliver(order: "P1", paid: 1, renewal: 30).objectValue!
         ordinary["AppleSubscriptionInfo"] = nil
-        XCTAssertEqual(facts(.object(ordinary)), [])
+        let purchase = facts(.object(ordinary))
+        XCTAssertEqual(purchase.map(\.kind), [.purchase])
+        XCTAssertNil(purchase.first?.subscription)
+        XCTAssertEqual(purchase.first?.transactionId, "P1")
+        XCTAssertEqual(purchase.first?.customerId, W.openId)
+        XCTAssertEqual(purchase.first?.transaction?.price, 30_000)
+        XCTAssertEqual(purchase.first?.transaction?.purchaseDate, W.sec(1) * 1000)
+        // It changes no fold, even one that states the same order.
+        var fold = SubscriptionFold(key: SubscriptionKey(environment: "Production", originalTransactionId: W.otid),
+                                    facts: facts(W.signing(signed: 0, renewal: 30)))
+        let before = fold.state(at: W.d(2))
+        for f in purchase { fold.apply(f) }
+        XCTAssertEqual(fold.state(at: W.d(2)), before)
         XCTAssertEqual(facts(.object(["MsgType": .string("event"), "Event": .string("debug_demo"), "CreateTime": .integer(1)])), [])
     }
 
-    func testDeliveryWithoutPayInfoIsTimedByCreateTime() {
+    /// Without PaidTime a delivery carries no purchase date: the fold starts its period where the
+    /// one before it ended (CreateTime, the send time, is only a placeholder no rule orders by).
+    func testDeliveryWithoutPayInfoHasNoPurchaseDateAndIsPlacedAfterThePeriodBefore() {
         let noPay = facts(W.deliver(order: "O1", paid: 3, renewal: 30, payInfo: false))
-        XCTAssertEqual(noPay.first?.signedAt, W.sec(3.002) * 1000, "CreateTime, the only time it states")
+        XCTAssertNil(noPay.first?.transaction?.purchaseDate)
+        XCTAssertEqual(noPay.first?.signedAt, W.sec(3.002) * 1000, "CreateTime, kept as the placeholder")
         XCTAssertEqual(noPay.map(\.kind), [.transaction, .renewal], "no WeChatPayInfo: no aliases")
+        XCTAssertEqual(noPay.last?.transactionId, "O1", "the delivery's renewal statement names its order")
+        // Placed: the first period at the signing; a renewal at the previous RenewalDate — even when
+        // its push (re-sent) came days later, and whatever order the facts arrive in.
+        let key = SubscriptionKey(environment: "Production", originalTransactionId: W.otid)
+        var renewal = W.deliver(order: "O2", paid: 30, renewal: 60, payInfo: false).objectValue!
+        renewal["CreateTime"] = .integer(W.sec(34))
+        let all = facts(W.signing(signed: 0, renewal: 30)) + noPay + facts(.object(renewal))
+        for order in [all, all.reversed()] {
+            let fold = SubscriptionFold(key: key, facts: order)
+            XCTAssertEqual(fold.transaction("O1")?.purchaseDate, W.d(0), "the signing's time")
+            XCTAssertEqual(fold.transaction("O2")?.purchaseDate, W.d(30), "the previous RenewalDate, not CreateTime (day 34)")
+            XCTAssertEqual(fold.state(at: W.d(31))?.latestTransactionId, "O2", "paid at the renewal: in effect from day 30")
+            XCTAssertEqual(fold.state(at: W.d(31))?.status, .active)
+            XCTAssertEqual(fold.state(at: W.d(29))?.latestTransactionId, "O1")
+        }
         var neither = W.deliver(order: "O1", paid: 3, renewal: 30, payInfo: false).objectValue!
         neither["CreateTime"] = nil
         XCTAssertEqual(facts(.object(neither)).map(\.kind), [.unreadable])

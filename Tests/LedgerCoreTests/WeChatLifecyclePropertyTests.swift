@@ -60,11 +60,15 @@ final class WeChatLifecyclePropertyTests: XCTestCase {
                 order += 1
                 let id = "\(otid)-O\(order)"
                 let paid = begin + 0.0001
-                // Without WeChatPayInfo (Apple payments) now and then: timed by CreateTime, which
-                // the fixture sends 0.002 days after `paid`.
+                // Without WeChatPayInfo (Apple payments) now and then: no PaidTime, so the period
+                // starts where the one before it ended (the signing's time for the first) — never
+                // at CreateTime, which the fixture sends 0.002 days after `paid`.
                 let payInfo = rng.chance(0.8)
                 payloads.append(WX.deliver(order: id, paid: paid, renewal: end, otid: otid, openId: openId, payInfo: payInfo))
-                let paidAt = (payInfo ? WX.sec(paid) : WX.sec(paid + 0.002)) * 1000
+                // The period before it ends where the script ended it (a day count in Double: the
+                // same instant can round to 1 ms apart when computed two ways).
+                let before = periods.map(\.end).filter { $0 < WX.d(end) }.max() ?? .min
+                let paidAt = payInfo ? WX.sec(paid) * 1000 : max(before, WX.d(start))
                 periods.append(Period(start: paidAt, end: WX.d(end), order: id))
                 statements.append(Statement(time: paidAt, end: WX.d(end), contract: false, auto: 1))
                 if rng.chance(0.1) {
@@ -178,7 +182,7 @@ final class WeChatLifecyclePropertyTests: XCTestCase {
                 let want = expected(life, at: t)
                 let seen = Expected(status: got?.status, expires: got?.expiresDate, autoRenew: got?.autoRenewStatus, order: got?.latestTransactionId)
                 if seen != want {
-                    XCTFail("\(describe) at \(t):\n  expected \(want)\n  folded   \(seen)")
+                    XCTFail("\(describe) at \(t):\n  expected \(want)\n  folded   \(seen)\n  periods \(life.periods)\n  transactions \(refObs[k].transactions.map { ($0.transactionId, $0.purchaseDate ?? -1, $0.expiresDate ?? -1) })")
                     return
                 }
                 if let got {

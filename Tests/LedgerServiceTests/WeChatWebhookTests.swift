@@ -39,8 +39,9 @@ final class WeChatWebhookTests: XCTestCase {
         return ("/v1/wechat/notifications?" + escaped, json(["ToUserName": "gh_97417a04a28d", "Encrypt": encrypt]))
     }
 
-    func plainXML(_ inner: String, nonce: String = "123") -> (String, Data) {
-        let ts = "1775226065"
+    /// A plaintext XML push, signed now (plaintext pushes outside the replay window are refused).
+    func plainXML(_ inner: String, nonce: String = UUID().uuidString) -> (String, Data) {
+        let ts = String(Int64(Date().timeIntervalSince1970))
         return ("/v1/wechat/notifications?signature=\(sha1([Self.token, ts, nonce]))&timestamp=\(ts)&nonce=\(nonce)",
                 Data("<xml>\(inner)</xml>".utf8))
     }
@@ -162,7 +163,10 @@ final class WeChatWebhookTests: XCTestCase {
         }
     }
 
-    func testRefundInquiryIsAnsweredWithEvidenceOnceForThreeAskings() async throws {
+    /// Apple asks three times: each asking is decided from the facts known when it arrives and
+    /// stored with its own answer in the order's stream (linked to the subscription), the answer
+    /// records how long the ledger took, and the auditor sees one case with three askings.
+    func testEachAskingIsAnsweredWithEvidenceAndItsOwnLatency() async throws {
         try await withService(environment: Self.environment) { h in
             for message in [signing(), deliver()] {
                 let (path, body) = try secure(message)
@@ -176,28 +180,51 @@ final class WeChatWebhookTests: XCTestCase {
                 XCTAssertEqual(a.status, 200, a.text)
                 answers.append(try decryptedReply(a))
             }
-            // Delivered at CreateTime 1775226066 (no WeChatPayInfo), asked 20.5 h later: under 48 h.
+            // Delivered (no WeChatPayInfo: its period starts at the signing, 1775226065) and asked
+            // 20.5 h later: under 48 h.
             XCTAssertEqual(answers[0]["result_code"] as? Int, 0)
             XCTAssertFalse((answers[0]["evidence"] as? String ?? "").isEmpty, "the answer carries evidence")
             let evidence = try JSONSerialization.jsonObject(with: Data((answers[0]["evidence"] as? String ?? "").utf8)) as? [String: Any]
             XCTAssertEqual(evidence?["rule"] as? String, "short_use")
             let facts = evidence?["facts"] as? [String: Any]
             XCTAssertEqual(facts?["customer"] as? String, "oUser1")
-            XCTAssertEqual((facts?["ledger_delivery"] as? [String: Any])?["delivered_at"] as? Int64, 1_775_226_066_000)
-            for a in answers.dropFirst() {
-                XCTAssertEqual(a["result_code"] as? Int, answers[0]["result_code"] as? Int)
-                XCTAssertEqual(a["evidence"] as? String, answers[0]["evidence"] as? String)
+            XCTAssertEqual(facts?["product_id"] as? String, "vip_monthly")
+            XCTAssertEqual((facts?["price_paid"] as? [String: Any])?["milliunits"] as? Int64, 9_900)
+            let delivery = facts?["ledger_delivery"] as? [String: Any]
+            XCTAssertEqual(delivery?["delivered_at"] as? Int64, 1_775_226_065_000)
+            XCTAssertEqual(delivery?["delivered_at_basis"] as? String, "period_start")
+            XCTAssertEqual((delivery?["raw_sha256"] as? String)?.count, 64, "the SHA-256 of the delivery push as received")
+            let subscription = facts?["subscription"] as? [String: Any]
+            XCTAssertEqual(subscription?["status_at_asking"] as? String, "active")
+            XCTAssertEqual(subscription?["auto_renew_at_asking"] as? Int, 1)
+            XCTAssertEqual((facts?["usage"] as? [String: Any])?["basis"] as? String, "time_since_delivery")
+            XCTAssertEqual((evidence?["policy"] as? [String: Any])?["maxEntitlementUseHours"] as? Int, 48)
+            // Each asking decided anew: its own asking time in its own evidence.
+            XCTAssertEqual(Set(answers.compactMap { $0["evidence"] as? String }).count, 3)
+            XCTAssertEqual(answers.compactMap { $0["result_code"] as? Int }, [0, 0, 0])
+            // The askings and their answers are in the order's stream, linked to the subscription.
+            let orderStream = try h.events(stream: StreamId.wechatOrder("ORDER-0001").text).map(\.type)
+            XCTAssertEqual(orderStream.filter { $0 == XPayEventName.refundInquiry }.count, 3)
+            XCTAssertEqual(orderStream.filter { $0 == XPayEventName.refundInquiryAnswer }.count, 3)
+            try await waitForLink(h, "ORDER-0001")
+            // Each answer records its decidedInMs and the reply's plaintext body.
+            let stored = try h.admin.query(
+                "SELECT payload, raw FROM events WHERE type = $1 ORDER BY position", [.text(XPayEventName.refundInquiryAnswer)],
+                name: "answers").rows
+            XCTAssertEqual(stored.count, 3)
+            for row in stored {
+                let payload = try JSONSerialization.jsonObject(with: try row.decode(Data.self, "payload")) as? [String: Any]
+                let decided = try XCTUnwrap(payload?["decidedInMs"] as? Int)
+                XCTAssertGreaterThanOrEqual(decided, 0)
+                XCTAssertLessThan(decided, 2_500)
+                let raw = try JSONSerialization.jsonObject(with: try row.decode(Data.self, "raw")) as? [String: Any]
+                XCTAssertEqual(raw?["evidence"] as? String, payload?["evidence"] as? String, "raw is the plaintext reply")
             }
-            // Three inquiries and one ledger answer are stored in the subscription's stream.
-            let types = try h.events(stream: otid).map(\.type)
-            XCTAssertEqual(types.filter { $0 == XPayEventName.refundInquiry }.count, 3)
-            XCTAssertEqual(types.filter { $0 == XPayEventName.refundInquiryAnswer }.count, 1)
-            // The auditor sees one case with three askings.
+            // The auditor sees one case with three askings, each with its own answer.
             let cases = try await h.request("GET", "/v1/refunds?source=wechat", token: "auditor-token")
             XCTAssertEqual(cases.status, 200, cases.text)
             let list = cases.json["cases"] as? [[String: Any]] ?? []
             XCTAssertEqual(list.count, 1, cases.text)
-            XCTAssertEqual((list.first?["inquiries"] as? [Any])?.count, 3)
             let listed = try XCTUnwrap(list.first)
             XCTAssertEqual(listed["caseId"] as? String, "wechat:ORDER-0001")
             XCTAssertEqual(listed["originalTransactionId"] as? String, otid)
@@ -206,15 +233,23 @@ final class WeChatWebhookTests: XCTestCase {
             XCTAssertEqual(listed["decisionRule"] as? String, "short_use")
             XCTAssertEqual(listed["outcome"] as? String, "pending")
             XCTAssertEqual((listed["orderAmount"] as? [String: Any])?["milliunits"] as? Int64, 9_900)
-            XCTAssertEqual((listed["answers"] as? [[String: Any]])?.first?["resultCode"] as? Int64, 0)
-            XCTAssertEqual((listed["inquiries"] as? [[String: Any]])?.compactMap { $0["repeatedAnswer"] as? Bool }, [false, true, true])
+            let answerRows = listed["answers"] as? [[String: Any]] ?? []
+            XCTAssertEqual(answerRows.count, 3)
+            XCTAssertEqual(answerRows.first?["resultCode"] as? Int64, 0)
+            XCTAssertEqual(answerRows.compactMap { $0["latencyMs"] as? Int64 }, answerRows.compactMap { $0["decidedInMs"] as? Int64 },
+                           "the latency is the measured one")
+            let inquiries = listed["inquiries"] as? [[String: Any]] ?? []
+            XCTAssertEqual(inquiries.compactMap { $0["repeatedAnswer"] as? Bool }, [false, false, false])
+            XCTAssertEqual(Set(inquiries.compactMap { $0["answerPosition"] as? Int64 }), Set(answerRows.compactMap { $0["position"] as? Int64 }),
+                           "each asking has its own answer")
             let one = try await oneCase(h, listed)
-            // The evidence trail: the delivery, three askings and the answer, as stored, with their facts.
+            // The evidence trail: the delivery, the link, three askings and three answers, with their facts.
             let trail = one["events"] as? [[String: Any]] ?? []
             XCTAssertEqual(trail.compactMap { $0["position"] as? Int64 }, listed["links"] as? [Int64])
-            XCTAssertEqual(trail.count, 5)
-            XCTAssertEqual(trail.compactMap { ($0["facts"] as? [[String: Any]])?.first?["kind"] as? String },
-                           ["transaction", "refund_inquiry", "refund_answer", "refund_inquiry", "refund_inquiry"])
+            XCTAssertEqual(trail.count, 8)
+            XCTAssertEqual(trail.compactMap { ($0["facts"] as? [[String: Any]])?.first?["kind"] as? String }.sorted(),
+                           ["order_alias", "refund_answer", "refund_answer", "refund_answer", "refund_inquiry", "refund_inquiry", "refund_inquiry",
+                            "transaction"])
             XCTAssertTrue(trail.allSatisfy { ($0["raw"] as? String)?.isEmpty == false }, "raw bytes shown by position")
             let missing = try await h.request("GET", "/v1/refunds/wechat%3ANO-SUCH-ORDER", token: "auditor-token")
             XCTAssertEqual(missing.status, 404, missing.text)
@@ -226,9 +261,26 @@ final class WeChatWebhookTests: XCTestCase {
             // RFC 4180 lines end in CRLF (one grapheme in Swift, so count bytes): the export's position
             // line, a header and one case.
             XCTAssertEqual(csv.body.split(separator: 0x0A).count, 3, csv.text)
+            // The CSV's latency column is the measured decidedInMs of the first answer.
+            let header = String(decoding: csv.body.split(separator: 0x0A)[1], as: UTF8.self).split(separator: ",")
+            let row = String(decoding: csv.body.split(separator: 0x0A)[2], as: UTF8.self)
+            let latencyColumn = try XCTUnwrap(header.firstIndex(of: "first_answer_latency_ms"))
+            XCTAssertEqual(Int64(row.split(separator: ",", omittingEmptySubsequences: false)[latencyColumn]),
+                           answerRows.first?["decidedInMs"] as? Int64)
             let denied = try await h.request("GET", "/v1/refunds", token: "app-token")
             XCTAssertEqual(denied.status, 403)
         }
+    }
+
+    /// The link of an inquiry's order stream is written after the answer is sent (off the 3 s
+    /// budget): wait for it.
+    func waitForLink(_ h: ServiceHarness, _ order: String, file: StaticString = #filePath, line: UInt = #line) async throws {
+        let key = DedupeKey.orderLink(StreamId.wechatOrder(order))
+        for _ in 0..<100 {
+            if try h.admin.query("SELECT 1 FROM events WHERE dedupe_key = $1", [.text(key)], name: "link").count > 0 { return }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTFail("no link for \(order)", file: file, line: line)
     }
 
     func testInquiryBeforeItsDeliveryWaitsAndIsLinked() async throws {
@@ -236,8 +288,9 @@ final class WeChatWebhookTests: XCTestCase {
             let (path, body) = try secure(inquiry(order: "ORDER-LATE"))
             let posted2 = try await h.post(path, body)
             XCTAssertEqual(posted2.status, 200)
+            let first = try decryptedReply(posted2)
             XCTAssertEqual(try h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).count, 2,
-                           "the inquiry and its answer wait in the provisional stream")
+                           "the inquiry and its answer wait in the order's stream")
             let (p2, b2) = try secure(deliver(order: "ORDER-LATE"))
             let posted3 = try await h.post(p2, b2)
             XCTAssertEqual(posted3.status, 200)
@@ -252,29 +305,29 @@ final class WeChatWebhookTests: XCTestCase {
             XCTAssertEqual(c["originalTransactionId"] as? String, otid)
             XCTAssertEqual(c["openId"] as? String, "oUser1")
             // Decided on what was known when asked: no ledger delivery, WeChat's provide_status 1,
-            // use measured from order_time.
+            // use measured from order_time (and named so).
             XCTAssertEqual(c["decisionRule"] as? String, "short_use")
             let firstEvidence = (c["answers"] as? [[String: Any]])?.first?["evidence"] as? String ?? ""
             XCTAssertFalse(firstEvidence.contains("ledger_delivery"), firstEvidence)
+            XCTAssertTrue(firstEvidence.contains("time_since_order_time"), firstEvidence)
             XCTAssertNotNil(c["deliveryPosition"] as? Int64)
             XCTAssertEqual((c["links"] as? [Int64])?.count, 4, "inquiry, answer, delivery, link")
             _ = try await oneCase(h, c)
             // WeChat re-pushes the first asking after the delivery arrived: stored once (where it
-            // went first), answered with the stored answer.
-            let first = try await push(h, [inquiry(order: "ORDER-LATE")])
-            XCTAssertEqual(try h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).count, 2)
-            XCTAssertFalse(try h.events(stream: otid).contains { $0.type == XPayEventName.refundInquiry }, "not stored again")
-            // Asked again: the stored answer, word for word, and no second answer.
-            let again = try await push(h, [inquiry(order: "ORDER-LATE", refundTime: "1775300300")])
-            XCTAssertEqual(again[0]["evidence"] as? String, first[0]["evidence"] as? String)
+            // went first: its order's stream), answered with the stored answer word for word.
+            let again = try await push(h, [inquiry(order: "ORDER-LATE")])
+            XCTAssertEqual(again[0]["evidence"] as? String, first["evidence"] as? String)
             XCTAssertEqual(again[0]["evidence"] as? String, firstEvidence)
-            XCTAssertEqual(again[0]["result_code"] as? Int, 0)
-            let answers = try h.events(stream: otid).filter { $0.type == XPayEventName.refundInquiryAnswer }
-                + h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).filter { $0.type == XPayEventName.refundInquiryAnswer }
-            XCTAssertEqual(answers.count, 1)
+            XCTAssertEqual(try h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).count, 2, "not stored again")
+            // A new asking is decided anew, from the facts known now: the delivery.
+            let later = try await push(h, [inquiry(order: "ORDER-LATE", refundTime: "1775300300")])
+            XCTAssertNotEqual(later[0]["evidence"] as? String, firstEvidence)
+            XCTAssertTrue((later[0]["evidence"] as? String ?? "").contains("ledger_delivery"))
+            XCTAssertEqual(try h.events(stream: StreamId.wechatOrder("ORDER-LATE").text).filter { $0.type == XPayEventName.refundInquiryAnswer }.count, 2)
             let after = try await cases(h)
             XCTAssertEqual((after.first?["inquiries"] as? [[String: Any]])?.compactMap { $0["streamId"] as? String },
-                           [StreamId.wechatOrder("ORDER-LATE").text, otid], "the re-asking went to the subscription")
+                           [StreamId.wechatOrder("ORDER-LATE").text, StreamId.wechatOrder("ORDER-LATE").text])
+            XCTAssertEqual((after.first?["answers"] as? [Any])?.count, 2)
         }
     }
 
@@ -345,33 +398,41 @@ final class WeChatWebhookTests: XCTestCase {
         }
     }
 
-    /// Askings that race (Apple asks again before the first answer is stored) get one answer.
-    func testConcurrentAskingsGetOneAnswer() async throws {
+    /// Copies of one asking that race (WeChat re-sends before the first is answered) get one
+    /// answer, word for word; different askings racing get one answer each.
+    func testConcurrentCopiesOfOneAskingGetOneAnswer() async throws {
         try await withService(environment: Self.environment) { h in
             try await push(h, [signing(), deliver()])
-            let bodies = try ["1775300000", "1775300001", "1775300002", "1775300003"].map { try secure(inquiry(refundTime: $0)) }
-            // Each reply's evidence (nil when the reply was not a refund answer).
+            let copies = try (0..<4).map { _ in try secure(inquiry(refundTime: "1775300000")) }
+            let askings = try ["1775300001", "1775300002", "1775300003"].map { try secure(inquiry(refundTime: $0)) }
             let sender = self.sender
-            let evidences = try await withThrowingTaskGroup(of: String?.self) { group in
-                for (path, body) in bodies {
-                    group.addTask { [h] in
-                        let a = try await h.post(path, body)
-                        XCTAssertEqual(a.status, 200, a.text)
-                        let plain = try sender.openReply(a.body, format: .json)
-                        return (try JSONSerialization.jsonObject(with: Data(plain)) as? [String: Any])?["evidence"] as? String
+            func post(_ requests: [(String, Data)]) async throws -> [String?] {
+                try await withThrowingTaskGroup(of: String?.self) { group in
+                    for (path, body) in requests {
+                        group.addTask { [h] in
+                            let a = try await h.post(path, body)
+                            XCTAssertEqual(a.status, 200, a.text)
+                            let plain = try sender.openReply(a.body, format: .json)
+                            return (try JSONSerialization.jsonObject(with: Data(plain)) as? [String: Any])?["evidence"] as? String
+                        }
                     }
+                    var out: [String?] = []
+                    for try await r in group { out.append(r) }
+                    return out
                 }
-                var out: [String?] = []
-                for try await r in group { out.append(r) }
-                return out
             }
-            XCTAssertEqual(evidences.count, 4)
-            XCTAssertFalse(evidences.contains(nil), "every asking got an answer")
-            XCTAssertEqual(Set(evidences.compactMap { $0 }).count, 1, "one answer, word for word")
-            XCTAssertEqual(try h.events(stream: otid).filter { $0.type == XPayEventName.refundInquiryAnswer }.count, 1)
+            let same = try await post(copies)
+            XCTAssertEqual(same.count, 4)
+            XCTAssertFalse(same.contains(nil), "every copy got an answer")
+            XCTAssertEqual(Set(same.compactMap { $0 }).count, 1, "one answer, word for word")
+            let different = try await post(askings)
+            XCTAssertEqual(Set(different.compactMap { $0 }).count, 3, "each asking decided on its own")
+            let stream = StreamId.wechatOrder("ORDER-0001").text
+            XCTAssertEqual(try h.events(stream: stream).filter { $0.type == XPayEventName.refundInquiry }.count, 4)
+            XCTAssertEqual(try h.events(stream: stream).filter { $0.type == XPayEventName.refundInquiryAnswer }.count, 4)
             let c = try await cases(h)
             XCTAssertEqual((c.first?["inquiries"] as? [Any])?.count, 4)
-            XCTAssertEqual((c.first?["answers"] as? [Any])?.count, 1)
+            XCTAssertEqual((c.first?["answers"] as? [Any])?.count, 4)
         }
     }
 

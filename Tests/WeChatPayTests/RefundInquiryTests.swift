@@ -74,7 +74,14 @@ final class RefundPolicyTests: XCTestCase {
         XCTAssertEqual(ev["policy"]?.int64("maxEntitlementUseHours"), 48)
         XCTAssertEqual(ev["facts"]?.text("pay_order_id"), "O1")
         XCTAssertEqual(ev["facts"]?["ledger_delivery"]?.int64("event_position"), 42)
-        XCTAssertEqual(ev["facts"]?.int64("entitlement_used_minutes"), 600)
+        // The basis is named for what it is: time since the ledger's delivery, not app usage.
+        XCTAssertEqual(ev["facts"]?["usage"]?.text("basis"), "time_since_delivery")
+        XCTAssertEqual(ev["facts"]?["usage"]?.int64("minutes"), 600)
+        XCTAssertNil(ev["facts"]?["entitlement_used_minutes"], "the old name claimed a use the ledger cannot see")
+        XCTAssertEqual(ev["policy"]?.text("digest"), RefundPolicy.default.digest)
+        XCTAssertEqual(try JSONValue(json: Data(RefundPolicy.default.decide(f, policyDigest: "abc").evidence.utf8))["policy"]?.text("digest"), "abc")
+        let short = RefundPolicy.default.decide(facts(usedHours: 10))
+        XCTAssertTrue(short.resultInfo.contains("600 minutes since delivery"), short.resultInfo)
     }
 
     func testPolicyFromJSON() throws {
@@ -103,52 +110,55 @@ final class RefundInquiryAnswerTests: XCTestCase {
     func inquiry(_ format: PushFormat, refundTime: String, secure: Bool = true) throws -> XPayNotification {
         let m = PushFixture.refundInquiry(refundTime: refundTime)
         let (q, body) = secure ? PushFixture.secure(m, format) : PushFixture.plaintext(m, format)
-        return try XPayNotification(r.open(query: q, body: body))
+        return XPayNotification(try r.open(query: q, body: body))
     }
 
-    /// Apple asks three times: three inquiry events (one per asking) but one case, one answer.
-    func testThreeAskingsOneCaseSameAnswer() throws {
+    /// What the service decides on: the inquiry's own fact (through the one decoder) and what the
+    /// ledger knows of its order.
+    func facts(_ n: XPayNotification, known: [Fact] = []) throws -> RefundInquiryFacts {
+        try RefundEvidence.facts(for: RefundEvidence.inquiry(in: FactDecoder.facts(of: n.event())), known: known, customerRefundCases: [])
+    }
+
+    /// Apple asks three times: each asking is its own event and gets its own answer, decided from
+    /// the facts known then; a re-push of one asking repeats its stored answer word for word.
+    func testEachAskingHasItsOwnAnswerAndARePushRepeatsIt() throws {
         let askings = try ["1776100000", "1776100003", "1776100009"].enumerated().map { i, t in
             try inquiry(i % 2 == 0 ? .json : .xml, refundTime: t)
         }
         XCTAssertEqual(Set(askings.map(\.dedupeKey)).count, 3)
         var answers: [NewEvent] = []
-        var stored: RefundDecision?
-        for n in askings {
-            let facts = try RefundInquiryAnswer.facts(
-                for: n, customer: "oUser1", delivery: .init(orderId: "93594000000005171", deliveredAt: 1_776_000_000_000))
-            // The service answers a repeat from the stored case, as documented.
-            let decision = stored ?? RefundPolicy.default.decide(facts)
-            let event = RefundInquiryAnswer.event(decision, for: n, streamId: n.event().streamId)
-            stored = RefundInquiryAnswer.decision(fromPayload: event.payload)
-            XCTAssertEqual(stored, decision, "the stored answer reproduces the decision exactly")
-            // What the service repeats to a later asking: the answer's fact, through the one decoder.
+        for (i, n) in askings.enumerated() {
+            let decision = RefundPolicy.default.decide(try facts(n))
+            let event = try XCTUnwrap(RefundInquiryAnswer.event(decision, for: n, decidedInMs: Int64(10 + i), budgetMs: 2500, policyDigest: "d1"))
+            XCTAssertEqual(RefundInquiryAnswer.decision(fromPayload: event.payload), decision, "the stored answer reproduces the decision exactly")
+            // What a re-push is answered with: the answer's fact, through the one decoder.
             let answerFacts = FactDecoder.facts(of: event)
             XCTAssertEqual(answerFacts.map(\.kind), [FactKind.refundAnswer])
             XCTAssertEqual(answerFacts.first?.transactionId, "93594000000005171")
             XCTAssertEqual(answerFacts.first.flatMap(RefundDecision.init(answer:)), decision, "the answer's fact gives the same decision")
+            XCTAssertEqual(answerFacts.first?.details["decidedInMs"]?.int64, Int64(10 + i))
+            XCTAssertEqual(answerFacts.first?.details["refund_time"]?.int64, n.asking?.refundTime)
             answers.append(event)
         }
-        XCTAssertEqual(Set(answers.map(\.dedupeKey)), [RefundInquiryAnswer.caseKey(payOrderId: "93594000000005171")])
-        // Same format: the identical event; across formats only raw (the reply's encoding) differs.
-        XCTAssertEqual(answers[2], answers[0], "every asking builds the identical answer event")
-        XCTAssertEqual(answers[1].payload, answers[0].payload)
-        XCTAssertEqual(answers[1].dedupeKey, answers[0].dedupeKey)
+        XCTAssertEqual(answers.map(\.dedupeKey), askings.map { "refund-decision:93594000000005171:\($0.asking!.refundTime)" },
+                       "one answer per asking (pay_order_id, refund_time)")
+        XCTAssertEqual(Set(answers.map(\.streamId)), ["wechat:order:93594000000005171"], "in the asking's own stream")
         XCTAssertEqual(answers[0].source, .ledger)
         XCTAssertEqual(answers[0].type, XPayEventName.refundInquiryAnswer)
-        XCTAssertEqual(answers[0].streamId, "wechat:order:93594000000005171")
-        // delivered 100_000 s (27.7 h) before the first asking: allowed under the 48 h default.
-        XCTAssertEqual(stored?.verdict, .allow)
-        // Even deciding anew from the same facts gives the same answer (the inquiry's time is the clock).
-        let again = RefundPolicy.default.decide(try RefundInquiryAnswer.facts(
-            for: askings[0], customer: "oUser1", delivery: .init(orderId: "93594000000005171", deliveredAt: 1_776_000_000_000)))
-        XCTAssertEqual(again, stored)
+        XCTAssertEqual(answers[0].signedAt, 1_776_100_000_000)
+        let payload = try JSONValue(json: answers[0].payload)
+        XCTAssertEqual(payload.int64("decidedInMs"), 10)
+        XCTAssertEqual(payload.int64("budgetMs"), 2500)
+        XCTAssertEqual(payload.text("policy_digest"), "d1")
+        XCTAssertEqual(payload.text("reply_format"), "json")
+        // Deciding anew from the same facts gives the same answer (the inquiry's time is the clock).
+        XCTAssertEqual(RefundPolicy.default.decide(try facts(askings[0])), RefundInquiryAnswer.decision(fromPayload: answers[0].payload))
     }
 
     func testAnswerRepliesInPushFormatEncrypted() throws {
         for format in [PushFormat.json, .xml] {
             let n = try inquiry(format, refundTime: "1776100000")
-            let decision = RefundPolicy.default.decide(try RefundInquiryAnswer.facts(for: n))
+            let decision = RefundPolicy.default.decide(try facts(n))
             let sent = try r.reply(.refundAnswer(decision), to: n.push)
             let plain = try r.openReply(sent, format: format)
             let v = try PushCodec.parse(plain, format: format, maxDepth: 4)
@@ -156,30 +166,42 @@ final class RefundInquiryAnswerTests: XCTestCase {
             XCTAssertEqual(v.text("result_info"), decision.resultInfo)
             XCTAssertEqual(v.text("evidence"), decision.evidence, "evidence survives CDATA/JSON escaping byte for byte")
             XCTAssertFalse(decision.evidence.isEmpty)
-            let event = RefundInquiryAnswer.event(decision, for: n, streamId: "2000001147426510")
-            XCTAssertEqual(event.raw, Data(plain), "the answer event records the reply as sent (before encryption)")
+            let event = try XCTUnwrap(RefundInquiryAnswer.event(decision, for: n, decidedInMs: 3, budgetMs: 2500, policyDigest: nil))
+            XCTAssertEqual(event.raw, Data(plain), "the answer event records the reply's plaintext body (before encryption)")
         }
         // Plaintext XML push: plaintext XML answer.
         let p = try inquiry(.xml, refundTime: "1776100000", secure: false)
-        let d = RefundPolicy.default.decide(try RefundInquiryAnswer.facts(for: p))
+        let d = RefundPolicy.default.decide(try facts(p))
         let body = String(decoding: try r.reply(.refundAnswer(d), to: p.push), as: UTF8.self)
         XCTAssertTrue(body.hasPrefix("<xml><result_code>\(d.resultCode)</result_code><result_info><![CDATA["), body)
     }
 
-    func testFactsOnlyFromInquiries() throws {
+    /// The deadline's fallback: the configured verdict, rule `deadline`, evidence saying so.
+    func testTheFallbackSaysItIsOne() throws {
+        let d = RefundDecision.fallback(.refuse, reason: "deadline", budgetMs: 2500, payOrderId: "O1", askedAt: 1_776_100_000_000,
+                                        why: "the decision's read did not finish within the budget")
+        XCTAssertEqual(d.resultCode, 1)
+        XCTAssertEqual(d.rule, "deadline")
+        XCTAssertTrue(d.resultInfo.contains("2500 ms"))
+        let ev = try JSONValue(json: Data(d.evidence.utf8))
+        XCTAssertEqual(ev.text("rule"), "deadline")
+        XCTAssertEqual(ev["fallback"]?.int64("budget_ms"), 2500)
+        XCTAssertEqual(ev["facts"]?.text("pay_order_id"), "O1")
+    }
+
+    func testOnlyInquiriesHaveAnAsking() throws {
         let (q, body) = PushFixture.secure(PushFixture.deliver(), .json)
-        let n = try XPayNotification(r.open(query: q, body: body))
-        XCTAssertEqual(pushError { try RefundInquiryAnswer.facts(for: n) }?.code, "invalid_field")
+        let n = XPayNotification(try r.open(query: q, body: body))
+        XCTAssertNil(n.asking)
+        XCTAssertNil(RefundInquiryAnswer.event(RefundDecision(verdict: .allow, rule: "x", resultInfo: "", evidence: "{}"), for: n,
+                                               decidedInMs: 0, budgetMs: 1, policyDigest: nil))
+        XCTAssertThrowsError(try RefundEvidence.inquiry(in: FactDecoder.facts(of: n.event())))
         let inq = try inquiry(.json, refundTime: "1776100000")
-        let f = try RefundInquiryAnswer.facts(for: inq)
+        let f = try facts(inq)
         XCTAssertEqual(f.askedAt, 1_776_100_000_000)
         XCTAssertEqual(f.orderTime, 1_775_226_066_000)
         XCTAssertEqual(f.provideStatus, .delivered)
         XCTAssertEqual(f.payOrderId, "93594000000005171")
-        // The inquiry's fact (what the service decides on) states the same asking.
-        let asked = try RefundEvidence.inquiry(in: FactDecoder.facts(of: inq.event()))
-        let fromFact = try RefundEvidence.facts(for: asked, known: [], customerRefundCases: [])
-        XCTAssertEqual(fromFact, f, "the push's own reading and the fact agree")
-        XCTAssertThrowsError(try RefundEvidence.inquiry(in: FactDecoder.facts(of: n.event())))
+        XCTAssertEqual(f.productId, "subscription_vip_monthly", "the inquiry's product when no delivery is known")
     }
 }

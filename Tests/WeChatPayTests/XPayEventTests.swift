@@ -18,7 +18,9 @@ final class XPayEventTests: XCTestCase {
         let plain = try r.open(query: pq, body: pbody)
         XCTAssertEqual(plain.mode, .plaintext, file: file, line: line)
         XCTAssertEqual(plain.format, .xml, file: file, line: line)
-        let a = try XPayNotification(secure), b = try XPayNotification(plain)
+        let a = XPayNotification(secure), b = XPayNotification(plain)
+        XCTAssertNil(a.unreadableReason, file: file, line: line)
+        XCTAssertNil(b.unreadableReason, file: file, line: line)
         // The formats differ (XML has only text) but the domain reading is the same.
         XCTAssertEqual(a.message, b.message, file: file, line: line)
         XCTAssertEqual(a.dedupeKey, b.dedupeKey, file: file, line: line)
@@ -76,7 +78,16 @@ final class XPayEventTests: XCTestCase {
         XCTAssertNil(e.expiresAt)
         XCTAssertEqual(e.environment, "Sandbox")
         XCTAssertEqual(e.signedAt, 1_775_000_000_000, "PaidTime is the business time when present")
-        XCTAssertEqual(n.orderIds, ["PLAIN-7", "mch-1", "4200-1"])
+        XCTAssertEqual(n.orderIds, ["4200-1", "PLAIN-7", "mch-1"])
+        XCTAssertNil(n.subscriptionStream, "an ordinary purchase belongs to no subscription")
+        // Its facts: one `purchase` (order, aliases, amount, customer), for auditors; no subscription.
+        let facts = FactDecoder.facts(of: e)
+        XCTAssertEqual(facts.map(\.kind), [.purchase])
+        XCTAssertNil(facts.first?.subscription)
+        XCTAssertEqual(facts.first?.transactionId, "PLAIN-7")
+        XCTAssertEqual(facts.first?.orderAlias, "4200-1")
+        XCTAssertEqual(facts.first?.transaction?.price, 9_900)
+        XCTAssertEqual(facts.first?.transaction?.environment, "Sandbox")
     }
 
     func testUnsigning() throws {
@@ -91,14 +102,17 @@ final class XPayEventTests: XCTestCase {
         XCTAssertEqual(u.subscription.autoRenewStatus, 0)
     }
 
-    func testRefundInquiryGoesByOrder() throws {
+    /// Order-named pushes go to the order's own stream whatever the ledger holds, so a re-push
+    /// lands where its first copy did (the log's stream-keyed uniqueness stores it once).
+    func testRefundInquiryGoesToItsOrderStream() throws {
         let (n, _) = try both(PushFixture.refundInquiry())
         XCTAssertEqual(n.dedupeKey, "refund-inquiry:93594000000005171:1776100000")
-        XCTAssertEqual(n.stream, .byOrder(orderIds: ["93594000000005171", "510001234567890"],
-                                          provisional: "wechat:order:93594000000005171"))
+        XCTAssertEqual(n.stream, "wechat:order:93594000000005171")
+        XCTAssertEqual(n.orderIds, ["93594000000005171"], "channel_bill is Apple's bill, not an order id")
         XCTAssertEqual(n.event().streamId, "wechat:order:93594000000005171")
-        XCTAssertEqual(n.event(resolvedStream: "2000001147426510").streamId, "2000001147426510")
         XCTAssertEqual(n.event().signedAt, 1_776_100_000_000)
+        XCTAssertEqual(n.asking?.payOrderId, "93594000000005171")
+        XCTAssertEqual(n.asking?.refundTime, 1_776_100_000)
         guard case .refundInquiry(let q) = n.message else { return XCTFail("not an inquiry") }
         XCTAssertEqual(q.provideStatus, .delivered)
         XCTAssertEqual(q.refundRequestReason, "UNINTENDED_PURCHASE")
@@ -108,8 +122,8 @@ final class XPayEventTests: XCTestCase {
     func testRefundNotify() throws {
         let (n, _) = try both(PushFixture.refundNotify())
         XCTAssertEqual(n.dedupeKey, "refund:wxrefund-1:0")
-        XCTAssertEqual(n.stream, .byOrder(orderIds: ["ORDER-0001", "93594000000005171"], provisional: "wechat:order:ORDER-0001"))
-        XCTAssertEqual(n.event(resolvedStream: "2000001147426510").streamId, "2000001147426510")
+        XCTAssertEqual(n.stream, "wechat:order:ORDER-0001", "MchOrderId names the stream")
+        XCTAssertEqual(n.orderIds, ["93594000000005171", "ORDER-0001"])
         XCTAssertEqual(n.event().signedAt, 1_776_199_000_000)
         guard case .refundOutcome(let o) = n.message else { return XCTFail("not a refund outcome") }
         XCTAssertTrue(o.succeeded)
@@ -118,6 +132,11 @@ final class XPayEventTests: XCTestCase {
         // A failure then a success of the same refund are two facts.
         let (failed, _) = try both(PushFixture.refundNotify(retCode: 1))
         XCTAssertNotEqual(failed.dedupeKey, n.dedupeKey)
+        // Naming only WeChat's order id: that id's stream.
+        var only = PushFixture.refundNotify().objectValue!
+        only["MchOrderId"] = .string("")
+        let (wx, _) = try both(.object(only))
+        XCTAssertEqual(wx.stream, "wechat:order:93594000000005171")
     }
 
     func testUnknownEventsStoredUnderOtherStream() throws {
@@ -139,34 +158,58 @@ final class XPayEventTests: XCTestCase {
         XCTAssertNotEqual(other.dedupeKey, n.dedupeKey)
     }
 
-    func testMissingRequiredFieldsRefused() throws {
+    /// An authentic push the ledger cannot fully interpret is kept as evidence (never a 400 that
+    /// WeChat would retry until it gives up): its own stream, a content key, one unreadable fact
+    /// naming the reason the fact decoder gives.
+    func testAuthenticPushesTheLedgerCannotReadAreKeptAsUnreadable() throws {
+        func open(_ m: JSONValue, plain: Bool = false, _ format: PushFormat = .json) throws -> XPayNotification {
+            let (q, body) = plain ? PushFixture.plaintext(m, format) : PushFixture.secure(m, format)
+            return XPayNotification(try r.open(query: q, body: body))
+        }
         var deliver = PushFixture.deliver().objectValue!
         deliver["OutTradeNo"] = nil
-        let (q, body) = PushFixture.secure(.object(deliver), .json)
-        let e = pushError { try XPayNotification(self.r.open(query: q, body: body)) }
-        XCTAssertEqual(e, .missingField(event: XPayEventName.goodsDeliver, field: "OutTradeNo"))
-        XCTAssertEqual(e?.kind.httpStatus, 400)
-
         var signing = PushFixture.signing().objectValue!
         signing["AppleSubscriptionInfo"] = .object(["ProductId": .string("p")])
-        let (q2, body2) = PushFixture.plaintext(.object(signing), .xml)
-        XCTAssertEqual(pushError { try XPayNotification(self.r.open(query: q2, body: body2)) }?.code, "missing_field")
-
+        var hostileStream = PushFixture.signing().objectValue!
+        hostileStream["AppleSubscriptionInfo"] = .object([
+            "OriginalTransactionId": .string("ledger:admin"), "ProductId": .string("p"), "SignedTime": .integer(1_775_226_065_000)])
         var inquiry = PushFixture.refundInquiry().objectValue!
         inquiry["pay_order_id"] = .string("")
-        let (q3, body3) = PushFixture.secure(.object(inquiry), .xml)
-        XCTAssertEqual(pushError { try XPayNotification(self.r.open(query: q3, body: body3)) }?.code, "missing_field")
-
         var longOrder = PushFixture.refundNotify().objectValue!
         longOrder["MchOrderId"] = .string(String(repeating: "9", count: 129))
-        let (q5, body5) = PushFixture.secure(.object(longOrder), .json)
-        XCTAssertEqual(pushError { try XPayNotification(self.r.open(query: q5, body: body5)) }?.code, "invalid_field")
-
         var refund = PushFixture.refundNotify().objectValue!
         refund["MchOrderId"] = nil
         refund["WxOrderId"] = nil
-        let (q4, body4) = PushFixture.secure(.object(refund), .json)
-        XCTAssertEqual(pushError { try XPayNotification(self.r.open(query: q4, body: body4)) }?.code, "missing_field")
+        var unsigning = PushFixture.unsigning().objectValue!
+        unsigning["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string("2000001147426510"), "ProductId": .string("p")])
+        let cases: [(String, JSONValue, String, String)] = [
+            ("delivery without OutTradeNo", .object(deliver), XPayEventName.goodsDeliver, "OutTradeNo"),
+            ("signing without OriginalTransactionId", .object(signing), XPayEventName.signingResult, "OriginalTransactionId"),
+            ("signing naming a ledger stream", .object(hostileStream), XPayEventName.signingResult, "1 to 20 digits"),
+            ("inquiry without pay_order_id", .object(inquiry), XPayEventName.refundInquiry, "pay_order_id"),
+            ("refund naming a 129-byte order", .object(longOrder), XPayEventName.refundNotify, "at most 128"),
+            ("refund naming no order", .object(refund), XPayEventName.refundNotify, "neither MchOrderId nor WxOrderId"),
+            ("unsigning without UnsignedTime", .object(unsigning), XPayEventName.unsigning, "UnsignedTime"),
+        ]
+        for (name, message, event, reason) in cases {
+            for plain in [false, true] {
+                let n = try open(message, plain: plain, plain ? .xml : .json)
+                XCTAssertTrue(n.unreadableReason?.contains(reason) ?? false, "\(name): \(n.unreadableReason ?? "readable")")
+                XCTAssertEqual(n.stream, StreamId.wechatUnreadable(event: event).text, name)
+                XCTAssertTrue(n.dedupeKey.hasPrefix("sha256:"), name)
+                XCTAssertEqual(n.orderIds, [], name)
+                XCTAssertNil(n.asking, name)
+                let e = n.event()
+                XCTAssertNil(e.signedAt, "\(name): an unreadable push states no business time")
+                let facts = FactDecoder.facts(of: e)
+                XCTAssertEqual(facts.map(\.kind), [.unreadable], name)
+                XCTAssertTrue(facts.first?.details["reason"]?.text?.contains(reason) ?? false, name)
+            }
+        }
+        // A re-push with a new CreateTime is the same evidence.
+        var retried = deliver
+        retried["CreateTime"] = .integer(1_775_999_999)
+        XCTAssertEqual(try open(.object(retried)).dedupeKey, try open(.object(deliver)).dedupeKey)
     }
 
     /// WeChat re-pushes (up to 15 times): new nonce, timestamp, random prefix, CreateTime and
@@ -185,7 +228,7 @@ final class XPayEventTests: XCTestCase {
                 let format: PushFormat = attempt % 2 == 0 ? .json : .xml
                 let (q, body) = PushFixture.secure(make(1_775_226_065 + attempt * 7, attempt), format,
                                                    timestamp: String(1_775_226_065 + attempt * 7), nonce: String(100_000 + attempt))
-                let e = try XPayNotification(r.open(query: q, body: body)).event()
+                let e = XPayNotification(try r.open(query: q, body: body)).event()
                 keys.insert(e.dedupeKey)
                 streams.insert(e.streamId)
                 raws.insert(e.raw)
@@ -198,7 +241,7 @@ final class XPayEventTests: XCTestCase {
 
     func testRawKeepsExactBodyAndQuery() throws {
         let (q, body) = PushFixture.secure(PushFixture.deliver(), .xml)
-        let e = try XPayNotification(r.open(query: q, body: body)).event()
+        let e = XPayNotification(try r.open(query: q, body: body)).event()
         XCTAssertEqual(RawPush.body(of: e.raw), [UInt8](body))
         let raw = try JSONDecoder().decode(JSONValue.self, from: e.raw)
         XCTAssertEqual(raw["query"]?.text("msg_signature"), q.msgSignature)
@@ -216,8 +259,9 @@ final class XPayEventTests: XCTestCase {
     }
 
     func testOrderLinkIsANewEvent() throws {
+        let key = SubscriptionKey(environment: "Production", originalTransactionId: "2000001147426510")
         let e = OrderLink.event(orderId: "93594000000005171", provisionalStream: "wechat:order:93594000000005171",
-                                subscriptionStream: "2000001147426510", at: 1_776_100_500_000)
+                                subscription: key, linkedVia: "ORDER-0001", at: 1_776_100_500_000)
         XCTAssertEqual(e.streamId, "2000001147426510")
         XCTAssertEqual(e.source, .ledger)
         XCTAssertEqual(e.type, XPayEventName.orderLinked)
@@ -225,8 +269,37 @@ final class XPayEventTests: XCTestCase {
         let p = try JSONDecoder().decode(JSONValue.self, from: e.payload)
         XCTAssertEqual(p.text("provisional_stream"), "wechat:order:93594000000005171")
         XCTAssertEqual(p.text("order_id"), "93594000000005171")
+        XCTAssertEqual(p.text("environment"), "Production")
+        XCTAssertEqual(p.text("linked_via"), "ORDER-0001")
+        // Its fact ties the stream's order to the order it matched, in the subscription.
+        let facts = FactDecoder.facts(of: e)
+        XCTAssertEqual(facts.map(\.kind), [.orderAlias])
+        XCTAssertEqual(facts.first?.subscription, key)
+        XCTAssertEqual(facts.first?.transactionId, "93594000000005171")
+        XCTAssertEqual(facts.first?.orderAlias, "ORDER-0001")
         // Linking twice gives the same event (idempotent append).
         XCTAssertEqual(e, OrderLink.event(orderId: "93594000000005171", provisionalStream: "wechat:order:93594000000005171",
-                                          subscriptionStream: "2000001147426510", at: 1_776_100_500_000))
+                                          subscription: key, linkedVia: "ORDER-0001", at: 1_776_100_500_000))
+        // A Sandbox subscription's link names Sandbox.
+        let sandbox = OrderLink.event(orderId: "X", provisionalStream: "wechat:order:X",
+                                      subscription: SubscriptionKey(environment: "Sandbox", originalTransactionId: "9"))
+        XCTAssertEqual(FactDecoder.facts(of: sandbox).first?.subscription?.environment, "Sandbox")
+    }
+
+    /// The raw evidence names the keys that opened the push (by fingerprint, never by value).
+    func testRawNamesTheKeysThatOpenedItByFingerprint() throws {
+        let (q, body) = PushFixture.secure(PushFixture.deliver(), .json)
+        let push = try r.open(query: q, body: body)
+        let raw = try JSONValue(json: push.raw)
+        XCTAssertEqual(raw.int64("v"), 2)
+        XCTAssertEqual(raw["opened_with"]?.text("token"), WeChatKeyFingerprint.token(PushFixture.token))
+        XCTAssertEqual(raw["opened_with"]?.text("aes_key"), WeChatKeyFingerprint.aesKey(PushFixture.key))
+        XCTAssertEqual(push.aesKeyFingerprint?.count, 16)
+        XCTAssertFalse(String(decoding: push.raw, as: UTF8.self).contains(PushFixture.keyText))
+        XCTAssertFalse(String(decoding: push.raw, as: UTF8.self).contains(PushFixture.token))
+        let (pq, pbody) = PushFixture.plaintext(PushFixture.deliver(), .xml)
+        let plain = try JSONValue(json: try r.open(query: pq, body: pbody).raw)
+        XCTAssertEqual(plain["opened_with"]?.text("token"), WeChatKeyFingerprint.token(PushFixture.token))
+        XCTAssertNil(plain["opened_with"]?.text("aes_key"), "plaintext: no key decrypted it")
     }
 }

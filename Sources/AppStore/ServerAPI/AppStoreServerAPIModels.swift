@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 
 // Requests and answers of the App Store Server API endpoints the ledger calls
 // (reference/appstore-server-api.md §3). Every answer keeps `body`, the exact bytes Apple sent:
@@ -182,11 +183,23 @@ public struct ConsumptionRequest: Sendable, Codable, Equatable {
         self.refundPreference = refundPreference
     }
 
+    /// The request the ledger built from its facts (`ConsumptionAssessment`).
+    public init(_ information: ConsumptionInformation) {
+        self.init(customerConsented: information.customerConsented,
+                  deliveryStatus: DeliveryStatus(rawValue: information.deliveryStatus.rawValue) ?? .undeliveredOther,
+                  sampleContentProvided: information.sampleContentProvided,
+                  consumptionPercentage: information.consumptionPercentage,
+                  refundPreference: information.refundPreference.flatMap { RefundPreference(rawValue: $0.rawValue) })
+    }
+
     /// Apple's rules for the request (§3.5), checked before anything is sent. `productType` is the
     /// transaction's `type` (e.g. `Auto-Renewable Subscription`) when the caller knows it.
     public func validate(productType: String?) throws(AppStoreServerAPIError) {
         guard customerConsented else {
             throw .invalidRequest("customerConsented must be true (Apple: 4000035); without the customer's consent send nothing")
+        }
+        if refundPreference == .grantProrated, consumptionPercentage == nil, let productType, productType != "Auto-Renewable Subscription" {
+            throw .invalidRequest("with refundPreference GRANT_PRORATED, a \(productType) needs a consumptionPercentage strictly between 0 and 100000")
         }
         guard let p = consumptionPercentage else { return }
         if productType == "Auto-Renewable Subscription" {

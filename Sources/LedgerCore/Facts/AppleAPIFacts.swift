@@ -32,6 +32,7 @@ import Foundation
 /// |---|---|---|---|
 /// | each `transactionInfo` | `transaction` (the snapshot) | its signedDate, else the event's | purchaseDate |
 /// | each `transactionInfo` with a `revocationDate` | `revocation` of it | its signedDate, else the event's | revocationDate |
+/// | each `transactionInfo` without one | `reversal` of it (`detail.basis`): not revoked as of signing, so earlier revocations no longer hold | its signedDate, else the event's | signedAt |
 /// | each `renewalInfo` | `renewal` (the snapshot, absent fields cleared) | its signedDate, else the event's | signedAt |
 /// | receipt: each `latest_receipt_info` entry with `expires_date_ms` | `transaction` | the entry's own latest date (purchase, cancellation) | purchase_date_ms |
 /// | receipt: each such entry with `cancellation_date_ms` | `revocation` | cancellation_date_ms | cancellation_date_ms |
@@ -232,9 +233,9 @@ enum AppleAPIFacts {
         return try transactionFacts(tx, environment: environment, bundleId: body.bundleId, event: event)
     }
 
-    /// The transaction snapshot and, when it carries a revocationDate, its revocation; both dated by
-    /// the transaction's own signedDate (the request time), so they outrank what the ledger knew
-    /// before it asked.
+    /// The transaction snapshot and its revocation (with a revocationDate) or reversal (without);
+    /// all dated by the transaction's own signedDate (the request time), so they outrank what the
+    /// ledger knew before it asked.
     static func transactionFacts(
         _ tx: AppleTransaction, environment: String, bundleId: String?, event: NewEvent
     ) throws(FactDecodingError) -> [Fact] {
@@ -257,6 +258,14 @@ enum AppleAPIFacts {
             facts.append(Fact(
                 subscription: key, kind: .revocation, origin: .appleAPI, message: event.type, signedAt: signed,
                 effectiveAt: revoked, transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot))
+        } else {
+            // Apple states the transaction as it is when it signs: no revocationDate means not
+            // revoked now. As a reversal signed then, it undoes every earlier revocation, so a
+            // lost REFUND_REVERSED is healed by the next answer (and a later refund still wins).
+            facts.append(Fact(
+                subscription: key, kind: .reversal, origin: .appleAPI, message: event.type, signedAt: signed,
+                effectiveAt: signed, transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot,
+                detail: Detail.json(["basis": .string("snapshot without revocationDate")])))
         }
         return facts
     }

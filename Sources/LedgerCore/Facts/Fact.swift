@@ -72,8 +72,17 @@ public enum FactKind: String, Sendable, Hashable, CaseIterable, Codable {
     case customerTie = "customer_tie"
     /// The product catalog a service instance started with (`detail.digest`, `detail.catalog`).
     case catalog
+    /// The app recorded whether a customer consents to the ledger sharing consumption data with
+    /// Apple (`customerId`, `detail.consented`); the latest by recording time is in force.
+    case consent
+    /// The ledger's answer to an Apple CONSUMPTION_REQUEST: what it sent and Apple's answer, or why
+    /// it sent nothing (`transactionId`, `detail`: outcome, reason, request, answer).
+    case consumptionAnswer = "consumption_answer"
     /// A verified event the ledger could not interpret (`detail.reason`): kept, counted, never folded.
     case unreadable
+    /// An ordinary WeChat purchase (a delivery without AppleSubscriptionInfo): the order, its
+    /// amount and customer, for auditors. No subscription folds it.
+    case purchase
 }
 
 /// Which decoder a fact came from.

@@ -14,11 +14,17 @@ import Foundation
 /// A decoder never throws: an event it cannot interpret gives one `unreadable` fact naming the
 /// reason, so the evidence stays on record, is counted, and is folded by nobody.
 ///
+/// Version 3: App Store API transaction snapshots without a revocationDate state a `reversal`;
+/// consent records and consumption answers have facts.
+///
+/// Version 4: WeChat deliveries without PaidTime carry no purchase date, ordinary purchases and
+/// WeChat's API answers are facts, order links name their environment and the id they matched.
+///
 /// `schemaVersion` names the fact schema these decoders produce. Change it whenever a decoder
 /// would derive different facts from the same event; `ledger rederive` then derives the new
 /// version beside the old one (blue/green) and the readers switch when it is complete.
 public enum FactDecoder {
-    public static let schemaVersion = 2
+    public static let schemaVersion = 4
 
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).

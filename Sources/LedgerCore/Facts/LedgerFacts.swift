@@ -18,8 +18,11 @@ public enum LedgerEventType {
 /// |---|---|---|
 /// | `customer/tied`, `customer/untied` | `customer_tie` of the named subscription (`customerId` nil for untie) | recording time (folds order ties by recordedAt, then position) |
 /// | `config/catalog` | `catalog` (`detail.digest`, `detail.catalog`) | recording time |
-/// | `ledger_wechat_refund_inquiry_answer` | `refund_answer` of `pay_order_id` (`detail`: the decision) | the event's signed_at |
-/// | `ledger_wechat_order_linked` | `order_alias`: the order belongs to the linked subscription | the event's signed_at |
+/// | `ledger_wechat_refund_inquiry_answer` | `refund_answer` of `pay_order_id` (`detail`: the decision, the asking's `refund_time`, `decidedInMs`) | the event's signed_at |
+/// | `ledger_wechat_order_linked` | `order_alias` of the linked subscription: the stream's order ~ the order it was matched through (`linked_via`) | the event's signed_at |
+/// | `customer/consent` | `consent` of `customerId` (`detail.consented`), no subscription | recording time (the latest recorded wins) |
+/// | `consumption/sent`, `consumption/refused`, `consumption/not-sent` | `consumption_answer` of the subscription and `transactionId` (`detail`: outcome, reason, requestPosition, request, answer) | the event's signed_at |
+/// | `reconcile/report` | none (the report is read back whole: `GET /v1/admin/drift`) | |
 /// | anything else (admin actions) | none | |
 enum LedgerFacts {
     static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
@@ -57,8 +60,19 @@ enum LedgerFacts {
             guard let order = value.text("order_id"), let stream = value.text("subscription_stream") else {
                 throw FactDecodingError("an order link names no order_id or subscription_stream")
             }
-            return [Fact(subscription: SubscriptionKey(environment: SubscriptionKey.production, originalTransactionId: stream),
-                         kind: .orderAlias, origin: .ledger, message: event.type, signedAt: signed, transactionId: order)]
+            // The link names the provisional stream's order and the id of the subscription's order
+            // it was matched through (`linked_via`), so the fold joins the stream's facts even when
+            // they name an id no other fact of the subscription states. Links written before
+            // `environment` was recorded are Production (WeChat documents no sandbox for Apple payments).
+            let environment = SubscriptionKey.environment(value.text("environment")) ?? SubscriptionKey.production
+            let via = value.text("linked_via").flatMap { $0 == order || $0.isEmpty ? nil : $0 }
+            return [Fact(subscription: SubscriptionKey(environment: environment, originalTransactionId: stream),
+                         kind: .orderAlias, origin: .ledger, message: event.type, signedAt: signed, transactionId: order,
+                         orderAlias: via)]
+        case LedgerEventType.consent:
+            return [try ConsentRecord.fact(value, event: event)]
+        case LedgerEventType.consumptionSent, LedgerEventType.consumptionRefused, LedgerEventType.consumptionNotSent:
+            return [try ConsumptionAnswerRecord.fact(value, event: event)]
         default:
             return []
         }

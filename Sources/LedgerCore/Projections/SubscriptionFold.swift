@@ -17,11 +17,19 @@ import Foundation
 /// - **Renewal info** (auto-renew, pending product, grace, retry, expiration intent, offers) is the
 ///   snapshot signed last by T, taken whole from whichever message carried it, so fields can clear.
 ///   WeChat's renewal state ranks by (RenewalDate, contract change over delivery, signed time): a
-///   delivery never outranks a signing or unsigning of the same period.
+///   delivery never outranks a signing or unsigning of the same period. WeChat's answer to the
+///   ledger's `query_subscribe_contract` (unsigned, timed when asked) is a contract change that
+///   overrides every push statement older than it, and none newer.
 /// - **WeChat periods.** A delivery is a paid order (transaction) from its PaidTime to its
-///   RenewalDate; a signing whose period no delivery has paid yet counts as a period from its
-///   SignedTime (WeChat opens the benefit on signing). Refunds name orders; they reach the
-///   subscription through the order's ids (OutTradeNo, MchOrderNo, TransactionId, WxOrderId).
+///   RenewalDate; without PaidTime (expected for Apple payments) from the end of the period before
+///   it (the latest RenewalDate of another period, or the SignedTime of a signing of its period,
+///   before its RenewalDate) — never from CreateTime, the send time, unless nothing else bounds it.
+///   Deliveries are per-order facts, not versions of each other: the period in effect at T is the
+///   one begun by T with the latest RenewalDate. A signing whose period no delivery has paid yet
+///   counts as a period from its SignedTime (WeChat opens the benefit on signing), and a contract
+///   answer naming a period end no push states counts as a period (a renewal the ledger missed).
+///   Refunds name orders; they reach the subscription through the order's ids (OutTradeNo,
+///   MchOrderNo, TransactionId, WxOrderId, and the ledger's links).
 /// - **Customer.** The latest explicit tie (`customer_tie`, by recording time) wins; else the
 ///   appAccountToken of the transaction in effect (else of the renewal info, else of any
 ///   transaction); else the WeChat openid.
@@ -88,8 +96,12 @@ public struct SubscriptionFold: Sendable {
             if let c = fact.customerId { customersNamed.insert(c) }
         case .orderAlias:
             link(fact.transactionId, fact.orderAlias)
-        case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable:
+        case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable,
+             .consent, .consumptionAnswer:
             link(fact.transactionId, fact.orderAlias)
+        case .purchase:
+            // An ordinary purchase belongs to no subscription: nothing to fold.
+            return
         }
     }
 
@@ -128,8 +140,9 @@ public struct SubscriptionFold: Sendable {
     /// The subscription at `asOf`: every fact folded so far, each in effect from its own business
     /// time. Nil when nothing it knows had begun by then.
     public func state(at asOf: EpochMillis) -> SubscriptionState? {
-        let renewal = renewalInEffect(at: asOf)
-        guard let period = periodInEffect(at: asOf) else { return nil }
+        let timeline = isWeChat ? WeChatTimeline(self) : nil
+        let renewal = renewalInEffect(at: asOf, timeline)
+        guard let period = periodInEffect(at: asOf, timeline) else { return nil }
         let tx = period.slot?.transaction
         let revokedAt = period.slot.flatMap { revocationInForce(of: $0.transaction.transactionId, at: asOf) }
         let productType = tx?.type
@@ -181,22 +194,25 @@ public struct SubscriptionFold: Sendable {
             customerSource: customerSource,
             implicitCustomerId: customerSource == .tie && implicit != customer ? implicit : nil,
             latestTransactionId: tx?.transactionId,
-            recentSubscriptionStartDate: isWeChat ? weChatRunStart(at: asOf) : r?.recentSubscriptionStartDate,
+            recentSubscriptionStartDate: timeline.map { weChatRunStart(at: asOf, $0) } ?? r?.recentSubscriptionStartDate,
             renewalDate: isWeChat ? period.end : r?.renewalDate,
             revocationDate: revokedAt,
-            validUntil: nextChange(after: asOf)
+            validUntil: nextChange(after: asOf, timeline)
         )
     }
 
-    /// The period in effect at T: a transaction, or (WeChat) a signing no delivery has paid yet.
+    /// The period in effect at T: a transaction, or (WeChat) a signing no delivery has paid yet, or
+    /// a period only WeChat's contract answer states.
     struct Period {
         var slot: Slot?
+        /// The signing (or contract answer) that opened a period no delivery paid.
         var signing: Fact?
         var start: EpochMillis
         var end: EpochMillis?
     }
 
-    func periodInEffect(at asOf: EpochMillis) -> Period? {
+    func periodInEffect(at asOf: EpochMillis, _ timeline: WeChatTimeline? = nil) -> Period? {
+        if let timeline { return timeline.period(at: asOf) }
         var best: Slot?
         var fallback: Slot?
         for slot in slots.values where slot.purchaseDate <= asOf {
@@ -205,27 +221,12 @@ public struct SubscriptionFold: Sendable {
             if best == nil || Self.purchasePrecedes(best!, slot) { best = slot }
         }
         let current = best ?? fallback
-        var period = current.map { Period(slot: $0, start: $0.purchaseDate, end: $0.transaction.expiresDate) }
-        if isWeChat {
-            // Only deliveries already in effect pay a signing's period: a delivery known only by a
-            // push timed after the signing (a re-push without PaidTime, stored first) must not
-            // hide the period the signing opened (seed 000 §4.2: signing opens the benefit).
-            var paid = Set<EpochMillis>()
-            for slot in slots.values where slot.purchaseDate <= asOf {
-                if let end = slot.transaction.expiresDate { paid.insert(end) }
-            }
-            for f in renewals where f.origin == .wechat && f.message == XPayEventName.signingResult && f.signedAt <= asOf {
-                guard let end = f.renewal?.renewalDate, !paid.contains(end) else { continue }
-                // Later start wins; at the same instant a delivery (a paid order) wins over the signing.
-                if let p = period, p.start > f.signedAt || (p.start == f.signedAt && p.slot != nil) { continue }
-                if let p = period, let s = p.signing, p.start == f.signedAt, !s.contentPrecedes(f) { continue }
-                period = Period(signing: f, start: f.signedAt, end: end)
-            }
-        }
-        return period
+        return current.map { Period(slot: $0, start: $0.purchaseDate, end: $0.transaction.expiresDate) }
     }
 
-    func renewalInEffect(at asOf: EpochMillis) -> Fact? {
+    /// The renewal state in effect at T: Apple's signed last; WeChat's by `WeChatTimeline.renewal`.
+    func renewalInEffect(at asOf: EpochMillis, _ timeline: WeChatTimeline? = nil) -> Fact? {
+        if let timeline { return timeline.renewal(at: asOf) }
         var best: Fact?
         for f in renewals where f.signedAt <= asOf {
             if best == nil || Self.renewalPrecedes(best!, f) { best = f }
@@ -260,10 +261,14 @@ public struct SubscriptionFold: Sendable {
     /// The earliest time after `asOf` at which a known fact takes effect (a renewal signed early,
     /// a future revocation date, a tie recorded later): until then, re-evaluating a stored state at
     /// a later time (`SubscriptionState.reevaluated(at:)`) equals folding again.
-    func nextChange(after asOf: EpochMillis) -> EpochMillis? {
+    func nextChange(after asOf: EpochMillis, _ timeline: WeChatTimeline? = nil) -> EpochMillis? {
         var next: EpochMillis?
         func consider(_ t: EpochMillis) { if t > asOf, next.map({ t < $0 }) ?? true { next = t } }
-        for s in slots.values { consider(s.purchaseDate) }
+        if let timeline {
+            for t in timeline.changeTimes { consider(t) }
+        } else {
+            for s in slots.values { consider(s.purchaseDate) }
+        }
         for f in revocations { consider(f.effectiveAt) }
         for f in reversals { consider(f.signedAt) }
         for f in renewals { consider(f.signedAt) }
@@ -272,15 +277,13 @@ public struct SubscriptionFold: Sendable {
     }
 
     /// Apple's "earliest start of the run of paid periods, ignoring lapses of 60 days or less",
-    /// for WeChat, which does not send it: the start of the last run of periods (signing or
-    /// delivery → RenewalDate) begun by T whose gaps are at most 60 days.
-    func weChatRunStart(at asOf: EpochMillis) -> EpochMillis? {
-        var periods: [(EpochMillis, EpochMillis)] = slots.values.compactMap { s in
-            guard s.purchaseDate <= asOf, let end = s.transaction.expiresDate else { return nil }
-            return (min(s.purchaseDate, end), end)
-        }
-        for f in renewals where f.origin == .wechat && f.message == XPayEventName.signingResult && f.signedAt <= asOf {
-            if let end = f.renewal?.renewalDate { periods.append((min(f.signedAt, end), end)) }
+    /// for WeChat, which does not send it in pushes: the start of the last run of periods
+    /// (delivery, signing or contract answer → RenewalDate) begun by T whose gaps are at most 60 days.
+    func weChatRunStart(at asOf: EpochMillis, _ timeline: WeChatTimeline? = nil) -> EpochMillis? {
+        let timeline = timeline ?? WeChatTimeline(self)
+        var periods = timeline.allPeriods.compactMap { p -> (EpochMillis, EpochMillis)? in
+            guard p.start <= asOf, let end = p.end else { return nil }
+            return (min(p.start, end), end)
         }
         periods.sort { $0 < $1 }
         guard var runStart = periods.first?.0, var runEnd = periods.first?.1 else { return nil }
@@ -296,12 +299,133 @@ public struct SubscriptionFold: Sendable {
     func weChatContractHead(openId: String, productId: String) -> Fact? {
         let mine = renewals.filter { $0.origin == .wechat && $0.customerId == openId && $0.renewal?.productId == productId }
         guard !mine.isEmpty else { return nil }
-        return renewals.filter { $0.origin == .wechat }.max(by: Self.renewalPrecedes)
+        return WeChatTimeline(self).renewal(at: .max)
     }
 
-    /// The latest period end any WeChat message states (RenewalDate of signings, deliveries, unsignings).
+    /// The latest period end any WeChat message states (RenewalDate of signings, deliveries,
+    /// unsignings and contract answers).
     var latestRenewalDate: EpochMillis? {
         (renewals.compactMap { $0.renewal?.renewalDate } + slots.values.compactMap(\.transaction.expiresDate)).max()
+    }
+
+    /// WeChat's periods and renewal statements placed in time. Built from the fold's facts on each
+    /// evaluation (a WeChat subscription has tens of facts), so it never depends on arrival order.
+    struct WeChatTimeline {
+        struct Span {
+            var slot: Slot?
+            var opener: Fact?
+            var start: EpochMillis
+            var end: EpochMillis?
+            /// 0 delivery, 1 signing, 2 contract answer: at equal ends a payment wins.
+            var rank: Int
+        }
+
+        /// Every delivery's period, with its start (PaidTime, else placed after the period before it).
+        let deliveries: [Span]
+        /// Signings (each a candidate period while no delivery has paid its end).
+        let signings: [Span]
+        /// Contract answers naming a period end no push states.
+        let answers: [Span]
+        /// Renewal statements with the time each takes effect.
+        let statements: [(fact: Fact, at: EpochMillis)]
+        /// Start of each delivery's period, by order id.
+        let startByOrder: [String: EpochMillis]
+
+        init(_ fold: SubscriptionFold) {
+            let wechatRenewals = fold.renewals.filter { $0.origin == .wechat }
+            let signingFacts = wechatRenewals.filter { $0.message == XPayEventName.signingResult }
+            let answerFacts = wechatRenewals.filter { $0.message == XPayEventName.contractQueryAnswer }
+            // Ends every push states, and the signings' times: what places a period without PaidTime.
+            var ends = Set(fold.slots.values.compactMap(\.transaction.expiresDate))
+            for f in signingFacts { if let e = f.renewal?.renewalDate { ends.insert(e) } }
+            // A signing after an unsigning of the same period turns auto-renew back on within a
+            // period already begun: it starts nothing (seed 000 §3: a new contract only after the
+            // current period ends).
+            let unsignings = wechatRenewals.filter { $0.message == XPayEventName.unsigning }
+            let signed = signingFacts.compactMap { f -> (at: EpochMillis, end: EpochMillis)? in
+                guard let end = f.renewal?.renewalDate else { return nil }
+                if unsignings.contains(where: { $0.renewal?.renewalDate == end && $0.signedAt < f.signedAt }) { return nil }
+                return (f.signedAt, end)
+            }
+            func placed(before end: EpochMillis) -> EpochMillis? {
+                var best: EpochMillis?
+                for e in ends where e < end { best = max(best ?? e, e) }
+                for s in signed where s.end <= end && s.at < end { best = max(best ?? s.at, s.at) }
+                return best
+            }
+            var starts: [String: EpochMillis] = [:]
+            deliveries = fold.slots.values.map { slot in
+                let tx = slot.transaction
+                let start = tx.purchaseDate ?? tx.expiresDate.flatMap { placed(before: $0) } ?? slot.snapshot.effectiveAt
+                starts[tx.transactionId] = start
+                return Span(slot: slot, start: start, end: tx.expiresDate, rank: 0)
+            }
+            startByOrder = starts
+            signings = signingFacts.map { Span(opener: $0, start: $0.signedAt, end: $0.renewal?.renewalDate, rank: 1) }
+            answers = answerFacts.compactMap { f in
+                guard let end = f.renewal?.renewalDate, !ends.contains(end) else { return nil }
+                let start = placed(before: end) ?? f.renewal?.recentSubscriptionStartDate.flatMap { $0 < end ? $0 : nil } ?? f.signedAt
+                return Span(opener: f, start: min(start, f.signedAt), end: end, rank: 2)
+            }
+            statements = wechatRenewals.map { f in
+                if f.message == XPayEventName.goodsDeliver, let order = f.transactionId, let start = starts[order] { return (f, start) }
+                return (f, f.signedAt)
+            }
+        }
+
+        var allPeriods: [Span] { deliveries + signings + answers }
+
+        /// Times at which something changes: period starts and statements taking effect.
+        var changeTimes: [EpochMillis] { allPeriods.map(\.start) + statements.map(\.at) }
+
+        /// The period begun by T with the latest end. A signing (or contract answer) counts only
+        /// while no delivery begun by T has paid its end; at equal ends a payment wins, then a
+        /// signing, then the later start, then content.
+        func period(at t: EpochMillis) -> Period? {
+            let paid = Set(deliveries.filter { $0.start <= t }.compactMap(\.end))
+            var best: Span?
+            for span in allPeriods where span.start <= t {
+                if span.rank > 0, let end = span.end, paid.contains(end) { continue }
+                if let b = best, !Self.precedes(b, span) { continue }
+                best = span
+            }
+            return best.map { Period(slot: $0.slot, signing: $0.opener, start: $0.start, end: $0.end) }
+        }
+
+        static func precedes(_ a: Span, _ b: Span) -> Bool {
+            let ea = a.end ?? .min, eb = b.end ?? .min
+            if ea != eb { return ea < eb }
+            if a.rank != b.rank { return a.rank > b.rank }
+            if a.start != b.start { return a.start < b.start }
+            let fa = a.slot?.snapshot ?? a.opener, fb = b.slot?.snapshot ?? b.opener
+            guard let fa, let fb else { return false }
+            return fa.contentPrecedes(fb)
+        }
+
+        /// The renewal statement in effect at T. The latest contract answer in effect overrides
+        /// every statement that took effect before it (it is newer evidence of the same contract);
+        /// the rest rank by (RenewalDate, contract change over delivery, time, content).
+        func renewal(at t: EpochMillis) -> Fact? {
+            let inEffect = statements.filter { $0.at <= t }
+            let answer = inEffect.filter { $0.fact.message == XPayEventName.contractQueryAnswer }
+                .max { a, b in a.at != b.at ? a.at < b.at : a.fact.contentPrecedes(b.fact) }
+            var best: (fact: Fact, at: EpochMillis)?
+            for s in inEffect {
+                if let answer, s.at < answer.at { continue }
+                if let b = best, !Self.statementPrecedes(b, s) { continue }
+                best = s
+            }
+            return best?.fact
+        }
+
+        static func statementPrecedes(_ a: (fact: Fact, at: EpochMillis), _ b: (fact: Fact, at: EpochMillis)) -> Bool {
+            let ra = a.fact.renewal?.renewalDate ?? .min, rb = b.fact.renewal?.renewalDate ?? .min
+            if ra != rb { return ra < rb }
+            let ca = a.fact.message != XPayEventName.goodsDeliver, cb = b.fact.message != XPayEventName.goodsDeliver
+            if ca != cb { return cb }
+            if a.at != b.at { return a.at < b.at }
+            return a.fact.contentPrecedes(b.fact)
+        }
     }
 
     // MARK: - Status
@@ -337,12 +461,15 @@ public struct SubscriptionFold: Sendable {
         return a.transaction.transactionId < b.transaction.transactionId
     }
 
-    /// Per-transaction merge: signed later wins, then content. Two WeChat pushes of one order are
-    /// the same payment, not two statements: a re-push that states no PaidTime is timed by its own
-    /// CreateTime (the resend, wechat.md §1.7), so the earliest push is the one closest to the
-    /// payment and wins; a later re-push must not move the period's start.
+    /// Per-transaction merge: signed later wins, then content (Apple).
     static func snapshotPrecedes(_ a: Fact, _ b: Fact) -> Bool {
-        if a.origin == .wechat, b.origin == .wechat, a.signedAt != b.signedAt { return b.signedAt < a.signedAt }
+        if a.origin == .wechat, b.origin == .wechat {
+            // Two pushes of one order are the same payment, not versions: the one stating
+            // PaidTime wins, then content — never CreateTime (the send time of a re-push).
+            let pa = a.transaction?.purchaseDate != nil, pb = b.transaction?.purchaseDate != nil
+            if pa != pb { return pb }
+            return a.contentPrecedes(b)
+        }
         return signedPrecedes(a, b)
     }
 
@@ -370,15 +497,18 @@ public struct SubscriptionFold: Sendable {
     /// transactionId. A transaction's revocation is the one in force once every known fact has
     /// taken effect.
     public var transactions: [TransactionRecord] {
-        slots.values.map(record(of:))
+        let starts = isWeChat ? WeChatTimeline(self).startByOrder : [:]
+        return slots.values.map { record(of: $0, start: starts[$0.transaction.transactionId]) }
             .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
     }
 
     public func transaction(_ transactionId: String) -> TransactionRecord? {
-        slots[transactionId].map(record(of:))
+        let starts = isWeChat ? WeChatTimeline(self).startByOrder : [:]
+        return slots[transactionId].map { record(of: $0, start: starts[transactionId]) }
     }
 
-    private func record(of slot: Slot) -> TransactionRecord {
+    /// `start`: a WeChat order's placed start (its PaidTime, else the end of the period before it).
+    private func record(of slot: Slot, start: EpochMillis?) -> TransactionRecord {
         let tx = slot.transaction
         let id = tx.transactionId
         let revokedAt = revocationInForce(of: id, at: nil)
@@ -391,14 +521,18 @@ public struct SubscriptionFold: Sendable {
             webOrderLineItemId: tx.webOrderLineItemId,
             bundleId: tx.bundleId,
             productId: tx.productId,
-            purchaseDate: tx.purchaseDate ?? slot.purchaseDate,
+            purchaseDate: tx.purchaseDate ?? start ?? slot.purchaseDate,
             expiresDate: tx.expiresDate,
             revocationDate: revokedAt,
             revocationReason: winning?.revocationReason,
             revocationType: winning?.revocationType,
             revocationPercentage: winning?.revocationPercentage,
             refundSignedDate: mine.map(\.signedAt).max(),
-            refundReversedSignedDate: reversals.filter { names.contains($0.transactionId ?? "") }.map(\.signedAt).max(),
+            // An App Store API snapshot states a reversal whenever the transaction is not revoked:
+            // only reversals after a revocation reverse anything.
+            refundReversedSignedDate: reversals.filter {
+                names.contains($0.transactionId ?? "") && $0.signedAt >= (mine.map(\.signedAt).min() ?? .max)
+            }.map(\.signedAt).max(),
             isUpgraded: slot.upgraded,
             price: tx.price,
             currency: tx.currency,

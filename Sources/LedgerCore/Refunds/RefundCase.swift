@@ -12,7 +12,10 @@ import Foundation
 ///   no asking claims is a case of its own, keyed by MchOrderId (else WxOrderId). The same message
 ///   stored twice (a re-push routed to another stream) counts once; both positions are listed.
 /// - Apple: one case per `transactionId` of `CONSUMPTION_REQUEST`, `REFUND`, `REFUND_DECLINED`
-///   and `REFUND_REVERSED` notifications (V2; REVOKE is not a refund).
+///   and `REFUND_REVERSED` notifications (V2; REVOKE is not a refund), of refunds Apple's API
+///   answers state (reconciliation: a refund whose notification was lost, or one of an earlier
+///   period found in the transaction history) and of the reversals those answers state after a
+///   refund; with the ledger's answers to the consumption requests.
 /// Times are epoch ms. Amounts are milliunits of `currency` (Apple's unit; WeChat fen × 10).
 public struct RefundCase: Sendable, Equatable, Codable {
     public enum Source: String, Sendable, Equatable, Codable, CaseIterable {
@@ -78,8 +81,12 @@ public struct RefundCase: Sendable, Equatable, Codable {
         public var evidence: String?
         /// The asking that triggered it.
         public var inquiryPosition: Int64?
-        /// recordedAt of the answer − recordedAt of the asking that triggered it.
+        /// How long the ledger took to answer: `decidedInMs` when recorded, else recordedAt of the
+        /// answer − recordedAt of the asking that triggered it.
         public var latencyMs: Int64?
+        /// Measured in process from the asking's arrival to the reply being ready (answers
+        /// recorded since the refund deadline; nil before).
+        public var decidedInMs: Int64?
         /// recordedAt of the answer − the asking's own `refund_time` (includes WeChat's delivery
         /// delay and clock skew; second resolution).
         public var latencyFromAskedMs: Int64?
@@ -113,6 +120,28 @@ public struct RefundCase: Sendable, Equatable, Codable {
         public var revocationReason: Int?
         public var revocationType: String?
         public var revocationPercentage: Int?
+        /// Who stated it: `apple.v2` (a notification) or `apple.api` (Apple's answer to the
+        /// ledger's own request during reconciliation, message `API/…`).
+        public var origin: String = FactOrigin.appleV2.rawValue
+    }
+
+    /// The ledger's answer to one CONSUMPTION_REQUEST of the case (`consumption/*` events): what it
+    /// sent Apple and Apple's answer, or why it sent nothing.
+    public struct ConsumptionAnswerEntry: Sendable, Equatable, Codable {
+        public var position: Int64
+        public var recordedAt: EpochMillis
+        /// `sent`, `refused` or `not_sent`.
+        public var outcome: String
+        /// Why nothing was sent (`no_consent`, `no_customer`, `no_credentials`, `window_expired`, `unknown_transaction`).
+        public var reason: String?
+        public var message: String?
+        /// The position of the CONSUMPTION_REQUEST it answers.
+        public var requestPosition: Int64?
+        /// The ConsumptionRequest body as sent (canonical JSON text).
+        public var request: String?
+        /// Apple's answer (`{"httpStatus", "errorCode"?, "errorMessage"?}`, canonical JSON text).
+        public var answer: String?
+        public var attempts: Int64?
     }
 
     /// "wechat:<pay_order_id>" or "apple:<transactionId>"; safe in a URL path segment only after
@@ -156,6 +185,8 @@ public struct RefundCase: Sendable, Equatable, Codable {
     /// Positions of every event of the case (inquiries, answers, outcomes, Apple notifications,
     /// the delivery, link events), ascending.
     public var links: [Int64]
+    /// Apple cases: the ledger's answers to the consumption requests, in recording order.
+    public var consumptionAnswers: [ConsumptionAnswerEntry] = []
 }
 
 /// The filters of `GET /v1/refunds`. Nil members do not filter.

@@ -13,9 +13,13 @@ import Foundation
 /// | `transaction` (WeChat delivery), `order_alias` | context: the order's amount, period, customer and subscription, and which ids name the same order |
 /// | `renewal` / `transaction` (WeChat) | context: the customer (openid) of a subscription |
 /// | `revocation` of a REFUND, `reversal`, `refund_declined`, `consumption_request` (Apple V2) | one case per transactionId; the transaction snapshot each carries gives amount, customer, product |
+/// | `revocation` (not FAMILY_REVOKE) stated by an App Store API answer (`apple.api`) | a refund the ledger learned by asking (its notification was lost, or an earlier period's): opens or joins the transaction's case |
+/// | `reversal` stated by an App Store API answer | joins the transaction's case only where it undoes a refund in force (API snapshots state "not revoked" every time) |
+/// | `consumption_answer` (ledger) | the ledger's answer to a consumption request: joins the transaction's case (`consumptionAnswers`) |
 ///
-/// Apple REVOKE (Family Sharing ending) and V1 cancellations are not refund requests and open no
-/// case. Give it every fact that may belong to the cases asked for: the refund facts, plus the
+/// An API answer restates what the ledger may already know: of its revocations and reversals only
+/// those that change the case's state (by signed time) are entries. Apple REVOKE (Family Sharing
+/// ending) and V1 cancellations are not refund requests and open no case. Give it every fact that may belong to the cases asked for: the refund facts, plus the
 /// WeChat facts naming their orders (deliveries, aliases, links) and the WeChat facts of those
 /// orders' subscriptions (`RefundFactQueries` in LedgerStore loads exactly that).
 public enum RefundCaseFold {
@@ -28,24 +32,39 @@ public enum RefundCaseFold {
     /// The fact kinds that open or make up a case (the rest is context).
     public static let caseKinds: Set<FactKind> = [
         .refundInquiry, .refundAnswer, .revocation, .refundFailed, .reversal, .refundDeclined, .consumptionRequest,
+        .consumptionAnswer,
     ]
 
     public static func cases(from facts: some Sequence<Fact>) -> [RefundCase] {
         let unique = deduplicated(facts)
         var wechat = WeChatInputs(links: WeChatOrderLinks(facts: unique))
         var apple: [String: [Fact]] = [:]
+        var api: [String: [Fact]] = [:]
+        var consumptionAnswers: [String: [Fact]] = [:]
         for f in unique {
             switch f.origin {
+            case .ledger where f.kind == .consumptionAnswer:
+                if let id = f.transactionId, !id.isEmpty { consumptionAnswers[id, default: []].append(f) }
             case .wechat, .ledger:
                 wechat.add(f)
             case .appleV2:
                 guard let id = f.transactionId, let type = appleTypes[f.kind], notificationType(of: f) == type else { continue }
                 apple[id, default: []].append(f)
-            case .appleV1, .appleAPI:
+            case .appleAPI:
+                guard let id = f.transactionId, f.kind == .revocation || f.kind == .reversal else { continue }
+                if f.kind == .revocation, f.transaction?.revocationType == "FAMILY_REVOKE" { continue }
+                api[id, default: []].append(f)
+            case .appleV1:
                 continue
             }
         }
-        let all = wechat.cases() + apple.map { appleCase(orderId: $0.key, entries: $0.value) }
+        var appleCases: [RefundCase] = []
+        for id in Set(apple.keys).union(api.filter { $0.value.contains { $0.kind == .revocation } }.keys) {
+            let entries = withAPIStatements(apple[id] ?? [], api[id] ?? [])
+            if entries.isEmpty { continue }
+            appleCases.append(appleCase(orderId: id, entries: entries, answers: consumptionAnswers[id] ?? []))
+        }
+        let all = wechat.cases() + appleCases
         return all.sorted { ($0.openedAt, $0.caseId) < ($1.openedAt, $1.caseId) }
     }
 
@@ -100,16 +119,54 @@ public enum RefundCaseFold {
 
     // MARK: - Apple
 
-    static func appleCase(orderId: String, entries all: [Fact]) -> RefundCase {
+    /// The case's notification facts with the API statements that change its state, walked in
+    /// signed order: an API revocation counts unless the same refund (same revocationDate) is
+    /// already in force; an API reversal only while a refund is in force.
+    static func withAPIStatements(_ notifications: [Fact], _ statements: [Fact]) -> [Fact] {
+        if statements.isEmpty { return notifications }
+        let order = { (a: Fact, b: Fact) in (a.signedAt, a.position, a.ordinal) < (b.signedAt, b.position, b.ordinal) }
+        var kept: [Fact] = []
+        var refundedAt: EpochMillis??
+        for f in (notifications + statements).sorted(by: order) {
+            let isAPI = f.origin == .appleAPI
+            switch f.kind {
+            case .revocation:
+                let date = f.transaction?.revocationDate
+                if isAPI, let current = refundedAt, current == date { continue }
+                refundedAt = .some(date)
+            case .reversal, .refundDeclined:
+                if isAPI, refundedAt == nil { continue }
+                refundedAt = nil
+            default:
+                break
+            }
+            kept.append(f)
+        }
+        return kept
+    }
+
+    static func appleCase(orderId: String, entries all: [Fact], answers rawAnswers: [Fact] = []) -> RefundCase {
         let (raw, repeats) = restatementsRemoved(all)
         let entries = raw.sorted { ($0.signedAt, $0.position, $0.ordinal) < ($1.signedAt, $1.position, $1.ordinal) }
         let notes = entries.map { f in
             RefundCase.AppleNotificationEntry(
-                position: f.position, recordedAt: f.recordedAt, notificationType: notificationType(of: f),
-                subtype: subtype(of: f), signedDate: f.signedAt,
+                position: f.position, recordedAt: f.recordedAt,
+                notificationType: f.origin == .appleAPI ? appleTypes[f.kind] ?? "" : notificationType(of: f),
+                subtype: f.origin == .appleAPI ? nil : subtype(of: f), signedDate: f.signedAt,
                 consumptionRequestReason: f.details["reason"]?.text,
                 revocationDate: f.transaction?.revocationDate, revocationReason: f.transaction?.revocationReason,
-                revocationType: f.transaction?.revocationType, revocationPercentage: f.transaction?.revocationPercentage)
+                revocationType: f.transaction?.revocationType, revocationPercentage: f.transaction?.revocationPercentage,
+                origin: f.origin.rawValue)
+        }
+        let answerFacts = restatementsRemoved(rawAnswers).kept
+            .sorted { ($0.recordedAt, $0.position, $0.ordinal) < ($1.recordedAt, $1.position, $1.ordinal) }
+        let answers = answerFacts.map { f in
+            let d = f.details
+            func json(_ v: JSONValue?) -> String? { v.map { String(decoding: $0.canonicalJSON(), as: UTF8.self) } }
+            return RefundCase.ConsumptionAnswerEntry(
+                position: f.position, recordedAt: f.recordedAt, outcome: d["outcome"]?.text ?? "", reason: d["reason"]?.text,
+                message: d["message"]?.text, requestPosition: d["requestPosition"]?.int64, request: json(d["request"]),
+                answer: json(d["answer"]), attempts: d["attempts"]?.int64)
         }
         let latestTx = entries.reversed().lazy.compactMap(\.transaction)
         let final = entries.last { $0.kind != .consumptionRequest }
@@ -139,7 +196,7 @@ public enum RefundCaseFold {
             openId: nil, customerId: latestTx.compactMap(\.appAccountToken).first ?? entries.compactMap(\.customerId).first,
             productId: latestTx.compactMap(\.productId).first,
             openedAt: entries.map(\.signedAt).min() ?? 0,
-            lastRecordedAt: (entries + repeats).map(\.recordedAt).max() ?? 0,
+            lastRecordedAt: (entries + repeats + answerFacts).map(\.recordedAt).max() ?? 0,
             decision: nil, decisionRule: nil, outcome: outcome, outcomeAt: outcomeAt,
             reason: notes.last { $0.consumptionRequestReason != nil }?.consumptionRequestReason,
             orderAmount: price.map { .init(milliunits: $0, currency: currency) }, refundedAmount: refunded,
@@ -148,7 +205,7 @@ public enum RefundCaseFold {
             revocationType: outcome == .refunded ? lastRefund?.revocationType : nil,
             revocationPercentage: outcome == .refunded ? lastRefund?.revocationPercentage : nil,
             deliveryPosition: nil, inquiries: [], answers: [], refundOutcomes: [], appleNotifications: notes,
-            links: Array(Set((entries + repeats).map(\.position))).sorted())
+            links: Array(Set((entries + repeats + answerFacts).map(\.position))).sorted(), consumptionAnswers: answers)
     }
 }
 
@@ -228,7 +285,12 @@ struct WeChatInputs {
         var triggered: [Int64: Int64] = [:]   // inquiry position → answer position
         var answerRows: [RefundCase.Answer] = []
         for (a, v) in zip(answered, answerDetails) {
-            let trigger = asked.first { $0.recordedAt <= a.recordedAt && triggered[$0.position] == nil }
+            // An answer names the asking it replied to (its refund_time, seconds); answers stored
+            // before they did are matched to the first unanswered asking recorded by then.
+            let named = v["refund_time"]?.int64.flatMap { t in
+                asked.first { $0.signedAt / 1000 == t && triggered[$0.position] == nil }
+            }
+            let trigger = named ?? asked.first { $0.recordedAt <= a.recordedAt && triggered[$0.position] == nil }
             if let t = trigger { triggered[t.position] = a.position }
             let code = v["result_code"]?.int64
             let decision: RefundCase.Decision? = v["decision"]?.text.flatMap(RefundCase.Decision.init(rawValue:))
@@ -239,7 +301,11 @@ struct WeChatInputs {
                 position: a.position, recordedAt: a.recordedAt, resultCode: code, decision: decision,
                 rule: v["rule"]?.text, resultInfo: info, evidence: v["evidence"]?.text,
                 inquiryPosition: trigger?.position,
-                latencyMs: trigger.map { a.recordedAt &- $0.recordedAt },
+                // The time the ledger took, measured in process from the asking's arrival to the
+                // reply being ready (`decidedInMs`); answers recorded before it was measured fall
+                // back to the recording times (0 when stored in the asking's transaction).
+                latencyMs: v["decidedInMs"]?.int64 ?? trigger.map { a.recordedAt &- $0.recordedAt },
+                decidedInMs: v["decidedInMs"]?.int64,
                 latencyFromAskedMs: trigger.map { a.recordedAt &- $0.signedAt }))
         }
         let inquiryRows = zip(asked, askedDetails).map { q, v -> RefundCase.Inquiry in

@@ -19,8 +19,11 @@ import Foundation
 /// - earlier refunds: the customer's refunded cases other than this order's, at their outcome time
 ///   (the policy keeps those inside its window).
 public enum RefundEvidence {
+    /// - Parameter deliveryRawSHA256: hex SHA-256 of the raw bytes of the event at the delivery's
+    ///   position (`RefundInquiryFacts.Delivery.position`), when the caller read it.
     public static func facts(
-        for inquiry: Fact, known: some Sequence<Fact>, customerRefundCases: [RefundCase]
+        for inquiry: Fact, known: some Sequence<Fact>, customerRefundCases: [RefundCase],
+        deliveryRawSHA256: (Int64) -> String? = { _ in nil }
     ) throws(RefundEvidenceError) -> RefundInquiryFacts {
         guard inquiry.kind == .refundInquiry, inquiry.origin == .wechat else { throw .notAnInquiry(position: inquiry.position) }
         guard let order = inquiry.transactionId, !order.isEmpty else { throw .missing(field: "pay_order_id") }
@@ -33,21 +36,38 @@ public enum RefundEvidence {
         let ids = links.ids(of: order)
         let idSet = Set(ids)
         let match = links.delivery(among: ids)
+        let subscription = match?.subscription ?? links.subscriptions(of: ids).first
+
+        // The subscription as it stood when asked, folded from its facts (and the order facts that
+        // join it), as every other reader folds it.
+        var fold: SubscriptionFold?
+        if let subscription {
+            let own = facts.filter { $0.subscription == subscription }
+            if !own.isEmpty {
+                fold = SubscriptionProjection.attach(facts.filter { $0.subscription == nil }, to: SubscriptionFold(key: subscription, facts: own))
+            }
+        }
+        let state = fold?.state(at: askedAt)
 
         var delivery: RefundInquiryFacts.Delivery?
         var use: RefundInquiryFacts.UseWindow?
         if let match {
-            let deliveredAt = match.transaction?.purchaseDate ?? match.effectiveAt
+            let order = match.transactionId ?? order
+            let paid = match.transaction?.purchaseDate
+            // Without PaidTime the delivery's period starts where the fold places it (the end of
+            // the period before it); CreateTime is the last resort, named as such.
+            let placed = paid == nil ? fold?.transaction(order)?.purchaseDate : nil
+            let deliveredAt = paid ?? placed ?? match.effectiveAt
+            let basis = paid != nil ? "PaidTime" : placed != nil && placed != match.effectiveAt ? "period_start" : "CreateTime"
             let periodEnd = match.transaction?.expiresDate
-            delivery = .init(orderId: match.transactionId ?? order, deliveredAt: deliveredAt, periodEndsAt: periodEnd,
-                             position: match.position)
+            delivery = .init(orderId: order, deliveredAt: deliveredAt, periodEndsAt: periodEnd, position: match.position,
+                             deliveredAtBasis: basis, rawSHA256: deliveryRawSHA256(match.position))
             let refundedAt = facts.filter { f in
                 f.kind == .revocation && f.origin == .wechat && !idSet.isDisjoint(with: WeChatInputs.ids(ofRefund: f))
             }.map(\.signedAt).min()
             let ends = [periodEnd, refundedAt].compactMap { $0 }.filter { $0 <= askedAt }
             use = .init(from: deliveredAt, until: ends.min())
         }
-        let subscription = match?.subscription ?? links.subscriptions(of: ids).first
         let contractCustomers = facts.filter { f in
             f.origin == .wechat && (f.kind == .transaction || f.kind == .renewal) && subscription != nil && f.subscription == subscription
         }.compactMap(\.customerId).filter { !$0.isEmpty }
@@ -55,12 +75,20 @@ public enum RefundEvidence {
         let thisCase = Set(ids.map { "wechat:" + $0 })
         let earlier = customerRefundCases
             .filter { $0.outcome == .refunded && !thisCase.contains($0.caseId) && !idSet.contains($0.orderId) }
-            .map { RefundInquiryFacts.EarlierRefund(orderId: $0.orderId, refundedAt: $0.outcomeAt ?? $0.openedAt) }
+            .map { c in
+                RefundInquiryFacts.EarlierRefund(
+                    orderId: c.orderId, refundedAt: c.outcomeAt ?? c.openedAt,
+                    refundIds: Array(Set(c.refundOutcomes.filter(\.succeeded).compactMap { $0.wxRefundId ?? $0.mchRefundId }
+                        .filter { !$0.isEmpty })).sorted())
+            }
             .sorted { ($0.refundedAt, $0.orderId) < ($1.refundedAt, $1.orderId) }
+        let price = match?.transaction?.price.map { RefundInquiryFacts.Money(milliunits: $0, currency: match?.transaction?.currency) }
         return RefundInquiryFacts(
             payOrderId: order, customer: customer, askedAt: askedAt, orderTime: detail["order_time"]?.int64,
             provideStatus: detail["provide_status"]?.int64.flatMap(XPayProvideStatus.init(rawValue:)),
-            delivery: delivery, entitlementUse: use, earlierRefunds: earlier)
+            delivery: delivery, entitlementUse: use, earlierRefunds: earlier,
+            productId: match?.transaction?.productId ?? detail["product_id"]?.text, pricePaid: price,
+            subscription: subscription, statusAtAsking: state?.status.rawValue, autoRenewAtAsking: state?.autoRenewStatus)
     }
 
     /// The `refund_inquiry` fact among an event's facts (`FactDecoder.facts(of:)`), or why there is none.

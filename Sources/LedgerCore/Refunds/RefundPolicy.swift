@@ -66,7 +66,28 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
         }
     }
 
-    public func decide(_ facts: RefundInquiryFacts) -> RefundDecision {
+    /// Canonical JSON of the policy (sorted keys): what `ledger:config` records and `digest` hashes.
+    public var canonicalJSON: Data {
+        JSONValue.object([
+            "allowWhenNotDelivered": .bool(allowWhenNotDelivered),
+            "maxEntitlementUseHours": .integer(Int64(maxEntitlementUseHours)),
+            "earlierRefundWindowDays": .integer(Int64(earlierRefundWindowDays)),
+            "maxEarlierRefunds": .integer(Int64(maxEarlierRefunds)),
+        ]).canonicalJSON()
+    }
+
+    /// A short digest of the policy (FNV-1a 64 of `canonicalJSON`, hex) for callers without
+    /// cryptography; the service names the SHA-256 it records in `config/wechat-refund-policy`.
+    public var digest: String {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in canonicalJSON { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        let hex = String(h, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    /// - Parameter policyDigest: the digest the evidence names for this policy (the service passes
+    ///   the SHA-256 it recorded in `ledger:config`); `digest` when nil.
+    public func decide(_ facts: RefundInquiryFacts, policyDigest: String? = nil) -> RefundDecision {
         let windowStart = facts.askedAt - EpochMillis(earlierRefundWindowDays) * 86_400_000
         let earlier = facts.earlierRefunds
             .filter { $0.orderId != facts.payOrderId && $0.refundedAt >= windowStart && $0.refundedAt <= facts.askedAt }
@@ -75,6 +96,7 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
         let useStart = facts.entitlementUse?.from ?? facts.delivery?.deliveredAt ?? facts.orderTime
         let useEnd = min(facts.entitlementUse?.until ?? facts.askedAt, facts.askedAt)
         let usedMinutes: Int64? = useStart.map { max(0, useEnd - $0) / 60_000 }
+        let basisWord = facts.delivery != nil ? "delivery" : "order_time"
 
         let verdict: RefundDecision.Verdict
         let rule: String
@@ -86,10 +108,10 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
                                      "customer had \(earlier.count) refund(s) of other orders within \(earlierRefundWindowDays) days (allowed \(maxEarlierRefunds))")
         } else if let used = usedMinutes, used < Int64(maxEntitlementUseHours) * 60 {
             (verdict, rule, info) = (.allow, "short_use",
-                                     "entitlement used \(used) minutes, under the \(maxEntitlementUseHours) h limit")
+                                     "held \(used) minutes since \(basisWord), under the \(maxEntitlementUseHours) h limit")
         } else if let used = usedMinutes {
             (verdict, rule, info) = (.refuse, "long_use",
-                                     "entitlement used \(used) minutes, at or over the \(maxEntitlementUseHours) h limit")
+                                     "held \(used) minutes since \(basisWord), at or over the \(maxEntitlementUseHours) h limit")
         } else {
             // Delivered according to WeChat, but neither the ledger nor the inquiry says since when.
             (verdict, rule, info) = (.refuse, "use_unknown", "delivered, but no delivery or order time to measure use from")
@@ -98,21 +120,42 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
         var factObject: [String: JSONValue] = [
             "pay_order_id": .string(facts.payOrderId),
             "asked_at": .integer(facts.askedAt),
-            "earlier_refunds_in_window": .array(earlier.map {
-                .object(["order_id": .string($0.orderId), "refunded_at": .integer($0.refundedAt)])
+            "earlier_refunds_in_window": .array(earlier.map { r in
+                var o: [String: JSONValue] = ["order_id": .string(r.orderId), "refunded_at": .integer(r.refundedAt)]
+                if !r.refundIds.isEmpty { o["refund_ids"] = .array(r.refundIds.map(JSONValue.string)) }
+                return .object(o)
             }),
         ]
         if let v = facts.customer { factObject["customer"] = .string(v) }
         if let v = facts.orderTime { factObject["order_time"] = .integer(v) }
         if let v = facts.provideStatus { factObject["provide_status"] = .integer(v.rawValue) }
+        if let v = facts.productId { factObject["product_id"] = .string(v) }
+        if let p = facts.pricePaid {
+            factObject["price_paid"] = .object(["milliunits": .integer(p.milliunits), "currency": .optional(p.currency)])
+        }
+        if let s = facts.subscription {
+            var o: [String: JSONValue] = ["original_transaction_id": .string(s.originalTransactionId), "environment": .string(s.environment)]
+            if let v = facts.statusAtAsking { o["status_at_asking"] = .string(v) }
+            if let v = facts.autoRenewAtAsking { o["auto_renew_at_asking"] = .integer(Int64(v)) }
+            factObject["subscription"] = .object(o)
+        }
         if let d = facts.delivery {
             var o: [String: JSONValue] = ["order_id": .string(d.orderId), "delivered_at": .integer(d.deliveredAt)]
+            if let b = d.deliveredAtBasis { o["delivered_at_basis"] = .string(b) }
             if let p = d.periodEndsAt { o["period_ends_at"] = .integer(p) }
             if let p = d.position { o["event_position"] = .integer(p) }
+            if let h = d.rawSHA256 { o["raw_sha256"] = .string(h) }
             factObject["ledger_delivery"] = .object(o)
         }
-        if let s = useStart { factObject["entitlement_use_from"] = .integer(s) }
-        if let m = usedMinutes { factObject["entitlement_used_minutes"] = .integer(m) }
+        if let start = useStart, let minutes = usedMinutes {
+            // Named for what it is: the ledger cannot see use inside the app, only how long the
+            // customer held the entitlement this order paid for.
+            factObject["usage"] = .object([
+                "basis": .string(facts.delivery != nil ? "time_since_delivery" : facts.orderTime != nil ? "time_since_order_time" : "unknown"),
+                "description": .string("minutes from \(facts.delivery != nil ? "the ledger's delivery" : "WeChat's order_time") to the asking, or to the end of the paid period or a refund of the order when sooner"),
+                "from": .integer(start), "until": .integer(useEnd), "minutes": .integer(minutes),
+            ])
+        }
         let evidence = JSONValue.object([
             "rule": .string(rule),
             "decision": .string(verdict == .allow ? "allow" : "refuse"),
@@ -121,6 +164,7 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
                 "maxEntitlementUseHours": .integer(Int64(maxEntitlementUseHours)),
                 "earlierRefundWindowDays": .integer(Int64(earlierRefundWindowDays)),
                 "maxEarlierRefunds": .integer(Int64(maxEarlierRefunds)),
+                "digest": .string(policyDigest ?? digest),
             ]),
             "facts": .object(factObject),
         ])
@@ -159,6 +203,23 @@ public struct RefundInquiryFacts: Sendable, Equatable {
     public var entitlementUse: UseWindow?
     /// Refunds of this customer's orders that the ledger recorded (any time; the policy filters).
     public var earlierRefunds: [EarlierRefund]
+    /// The product of the order (the delivery's, else the inquiry's `product_id`).
+    public var productId: String?
+    /// What the customer paid for the order (the delivery's ActualPrice).
+    public var pricePaid: Money?
+    /// The subscription the order belongs to, and its state when asked.
+    public var subscription: SubscriptionKey?
+    public var statusAtAsking: String?
+    public var autoRenewAtAsking: Int?
+
+    public struct Money: Sendable, Equatable {
+        public var milliunits: Int64
+        public var currency: String?
+        public init(milliunits: Int64, currency: String?) {
+            self.milliunits = milliunits
+            self.currency = currency
+        }
+    }
 
     public struct Delivery: Sendable, Equatable {
         public var orderId: String
@@ -166,11 +227,19 @@ public struct RefundInquiryFacts: Sendable, Equatable {
         public var periodEndsAt: EpochMillis?
         /// Event position of the delivery, so the evidence points at the raw message.
         public var position: Int64?
-        public init(orderId: String, deliveredAt: EpochMillis, periodEndsAt: EpochMillis? = nil, position: Int64? = nil) {
+        /// Where `deliveredAt` comes from: `PaidTime`, `period_start` (no PaidTime: the end of the
+        /// period before it) or `CreateTime` (no PaidTime and nothing earlier known).
+        public var deliveredAtBasis: String?
+        /// Hex SHA-256 of the delivery event's raw bytes (the push as received).
+        public var rawSHA256: String?
+        public init(orderId: String, deliveredAt: EpochMillis, periodEndsAt: EpochMillis? = nil, position: Int64? = nil,
+                    deliveredAtBasis: String? = nil, rawSHA256: String? = nil) {
             self.orderId = orderId
             self.deliveredAt = deliveredAt
             self.periodEndsAt = periodEndsAt
             self.position = position
+            self.deliveredAtBasis = deliveredAtBasis
+            self.rawSHA256 = rawSHA256
         }
     }
 
@@ -187,15 +256,19 @@ public struct RefundInquiryFacts: Sendable, Equatable {
     public struct EarlierRefund: Sendable, Equatable {
         public var orderId: String
         public var refundedAt: EpochMillis
-        public init(orderId: String, refundedAt: EpochMillis) {
+        /// WeChat's refund ids (WxRefundId, else MchRefundId) of the successful refunds.
+        public var refundIds: [String]
+        public init(orderId: String, refundedAt: EpochMillis, refundIds: [String] = []) {
             self.orderId = orderId
             self.refundedAt = refundedAt
+            self.refundIds = refundIds
         }
     }
 
     public init(payOrderId: String, customer: String? = nil, askedAt: EpochMillis, orderTime: EpochMillis? = nil,
                 provideStatus: XPayProvideStatus? = nil, delivery: Delivery? = nil, entitlementUse: UseWindow? = nil,
-                earlierRefunds: [EarlierRefund] = []) {
+                earlierRefunds: [EarlierRefund] = [], productId: String? = nil, pricePaid: Money? = nil,
+                subscription: SubscriptionKey? = nil, statusAtAsking: String? = nil, autoRenewAtAsking: Int? = nil) {
         self.payOrderId = payOrderId
         self.customer = customer
         self.askedAt = askedAt
@@ -204,6 +277,11 @@ public struct RefundInquiryFacts: Sendable, Equatable {
         self.delivery = delivery
         self.entitlementUse = entitlementUse
         self.earlierRefunds = earlierRefunds
+        self.productId = productId
+        self.pricePaid = pricePaid
+        self.subscription = subscription
+        self.statusAtAsking = statusAtAsking
+        self.autoRenewAtAsking = autoRenewAtAsking
     }
 }
 
@@ -214,13 +292,32 @@ public struct RefundDecision: Sendable, Equatable {
         case refuse = 1
     }
     public var verdict: Verdict
-    /// Which policy rule decided (`not_delivered`, `earlier_refunds`, `short_use`, `long_use`, `use_unknown`).
+    /// Which policy rule decided (`not_delivered`, `earlier_refunds`, `short_use`, `long_use`,
+    /// `use_unknown`), or `deadline` for the fallback given when the budget ran out.
     public var rule: String
     public var resultInfo: String
     /// Compact JSON (sorted keys): rule, decision, policy parameters and the facts used. Never empty.
     public var evidence: String
 
     public var resultCode: Int { verdict.rawValue }
+
+    /// The answer when the ledger could not decide within its budget (`reason`: `deadline`):
+    /// the configured verdict, with evidence saying so and what the asking was.
+    public static func fallback(_ verdict: Verdict, reason: String, budgetMs: Int64, payOrderId: String,
+                                askedAt: EpochMillis?, why: String) -> RefundDecision {
+        var facts: [String: JSONValue] = ["pay_order_id": .string(payOrderId)]
+        if let askedAt { facts["asked_at"] = .integer(askedAt) }
+        let evidence = JSONValue.object([
+            "rule": .string(reason),
+            "decision": .string(verdict == .allow ? "allow" : "refuse"),
+            "fallback": .object(["reason": .string(reason), "budget_ms": .integer(budgetMs), "detail": .string(why)]),
+            "facts": .object(facts),
+        ])
+        return RefundDecision(
+            verdict: verdict, rule: reason,
+            resultInfo: "the ledger could not decide within its \(budgetMs) ms budget; configured fallback answer",
+            evidence: String(decoding: evidence.canonicalJSON(), as: UTF8.self))
+    }
 
     public init(verdict: Verdict, rule: String, resultInfo: String, evidence: String) {
         self.verdict = verdict

@@ -33,9 +33,11 @@ public struct WeChatOrderLinks: Sendable {
     public mutating func add(_ fact: Fact) {
         guard fact.origin == .wechat || fact.origin == .ledger, let id = fact.transactionId, !id.isEmpty else { return }
         switch (fact.kind, fact.origin) {
-        case (.transaction, .wechat):
+        case (.transaction, .wechat), (.purchase, .wechat):
             insert(id)
             deliveriesById[id, default: []].append(fact)
+            // An ordinary purchase states its WeChatPayInfo id beside its OutTradeNo.
+            if fact.kind == .purchase, let alias = fact.orderAlias, !alias.isEmpty { union(id, alias) }
         case (.orderAlias, _), (.revocation, .wechat), (.refundFailed, .wechat):
             insert(id)
             if let alias = fact.orderAlias, !alias.isEmpty { union(id, alias) }

@@ -17,6 +17,11 @@ public enum XPayEventName {
     public static let refundInquiryAnswer = "ledger_wechat_refund_inquiry_answer"
     /// The ledger's link from a provisional order stream to a subscription stream (source `ledger`).
     public static let orderLinked = "ledger_wechat_order_linked"
+    /// WeChat's answer to the ledger's `query_subscribe_contract` (mode=apple), asked by
+    /// `ledger reconcile --wechat` (source `wechat`: what WeChat said, unsigned, at the time asked).
+    public static let contractQueryAnswer = "xpay_api_query_subscribe_contract"
+    /// WeChat's answer to the ledger's `query_order` (source `wechat`): the ids of one order.
+    public static let orderQueryAnswer = "xpay_api_query_order"
 }
 
 /// `AppleSubscriptionInfo` as it appears in the signing, deliver and unsigning pushes.

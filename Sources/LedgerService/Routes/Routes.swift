@@ -24,14 +24,20 @@ extension LedgerApp {
                 return await readyz(detailed: detailed)
             }
             addWebhookRoutes(to: &open)
+            addWeChatWebhookRoutes(to: &open)
         }
         router.group(logFailures, tokens.require(.app), deadline: deadline) { app in
             addAppRoutes(to: &app)
+            addReconciliationAppRoutes(to: &app)
+            addWeChatAppRoutes(to: &app)
         }
         router.group(logFailures, tokens.require(.auditor), deadline: deadline) { auditor in
             addAuditorRoutes(to: &auditor)
+            addReconciliationAuditorRoutes(to: &auditor)
+            addWeChatAuditorRoutes(to: &auditor)
         }
         router.group(logFailures, tokens.require(.admin), deadline: deadline) { admin in
+            addReconciliationAdminRoutes(to: &admin)
             admin.add("GET", "/metrics") { [self] _ in await metricsAnswer() }
             admin.add("POST", "/v1/admin/rebuild", deadline: adminDeadline) { [self] request in try await rebuild(request) }
         }
@@ -83,13 +89,6 @@ extension LedgerApp {
         group.add("POST", "/v1/apple/notifications/v1") { [self] request in
             try await receipt(apple.ingest(.v1, body: request.body, remoteAddress: request.remoteAddress))
         }
-        group.add("GET", "/v1/wechat/notifications") { [self] request in
-            .text(200, try wechat.verifyURL(query: request.query), contentType: "text/plain; charset=utf-8")
-        }
-        group.add("POST", "/v1/wechat/notifications") { [self] request in
-            let reply = try await wechat.handle(query: request.query, body: request.body, remoteAddress: request.remoteAddress)
-            return HTTPResponse(status: 200, headers: [("Content-Type", reply.contentType)], body: reply.body)
-        }
     }
 
     private func receipt(_ r: NotificationReceipt) -> HTTPResponse {
@@ -137,38 +136,6 @@ extension LedgerApp {
             let customer = try request.customerId()
             let key = try request.subscriptionKey()
             return .json(200, tieAnswer(try await ties.untie(customer, from: key, requestedBy: tokens.requester(of: request))))
-        }
-        group.add("GET", "/v1/wechat/contracts") { [self] request in
-            guard let openId = request.query["openid"], !openId.isEmpty,
-                  let productId = request.query["product_id"], !productId.isEmpty else {
-                throw ServiceFailure.invalidParameter("give both openid and product_id, e.g. ?openid=o…&product_id=com.example.monthly")
-            }
-            return .json(200, try await wechat.contract(openId: openId, productId: productId).responseJSON())
-        }
-        group.add("POST", "/v1/wechat/sign-params") { [self] request in
-            let example = #"{"openid": "o…", "productId": "com.example.monthly", "goodsPrice": 600, "sessionKey": "…"}"#
-            let body = try request.jsonObject(example: example)
-            guard case .string(let openId)? = body["openid"], case .string(let productId)? = body["productId"],
-                  case .integer(let price)? = body["goodsPrice"], case .string(let sessionKey)? = body["sessionKey"],
-                  let goodsPrice = Int(exactly: price) else {
-                throw ServiceFailure.invalidParameter("openid (string), productId (string), goodsPrice (integer fen) and sessionKey (string) are required")
-            }
-            var intro: Int?
-            if let v = body["activitySellingPrice"] {
-                guard case .integer(let n) = v, let fen = Int(exactly: n) else {
-                    throw ServiceFailure.invalidParameter("activitySellingPrice must be an integer (fen); 0 means a free trial")
-                }
-                intro = fen
-            }
-            var attach = ""
-            if let v = body["attach"] {
-                guard case .string(let s) = v else { throw ServiceFailure.invalidParameter("attach must be a string") }
-                attach = s
-            }
-            let params = try wechat.signParams(
-                AppleSubscribeSignRequest(openid: openId, productId: productId, goodsPrice: goodsPrice,
-                                          activitySellingPrice: intro, attach: attach), sessionKey: sessionKey)
-            return .json(200, ["signData": .string(params.signData), "paySig": .string(params.paySig), "signature": .string(params.signature)])
         }
     }
 

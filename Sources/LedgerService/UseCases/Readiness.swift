@@ -83,6 +83,6 @@ struct Readiness: Sendable {
             out += "# HELP ledger_chain_head Hash of the chain at its head (label hash; value 1)\n# TYPE ledger_chain_head gauge\n"
             out += "ledger_chain_head{position=\"\(head.position)\",hash=\"\(head.hex)\"} 1\n"
         }
-        return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric())
+        return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric()) + (await wechatMetricsText())
     }
 }

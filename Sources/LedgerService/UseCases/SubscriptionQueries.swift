@@ -84,8 +84,17 @@ struct SubscriptionQueries: Sendable {
     }
 
     private func events(of key: SubscriptionKey, reads: Reads) async throws -> [EvidencedEvent] {
-        let events = try await reads.events.read(stream: StreamId.subscription(key.originalTransactionId).text)
-        let facts = try await reads.projections.facts(positions: events.map(\.position))
+        var events = try await reads.events.read(stream: StreamId.subscription(key.originalTransactionId).text)
+        var facts = try await reads.projections.facts(positions: events.map(\.position))
+        // WeChat refunds and inquiries live in their order's stream, tied to the subscription by a
+        // link event (its `order_alias` fact, from the ledger): their events are this timeline's too.
+        let linked = Set(facts.filter { $0.origin == .ledger && $0.kind == .orderAlias && $0.subscription == key }
+            .compactMap(\.transactionId).map { StreamId.wechatOrder($0).text })
+        if !linked.isEmpty {
+            let more = try await reads.events.read(streams: linked.sorted())
+            facts += try await reads.projections.facts(positions: more.map(\.position))
+            events = (events + more).sorted { $0.position < $1.position }
+        }
         let byPosition = Dictionary(grouping: facts, by: \.position)
         // An event belongs to the asked environment when one of its facts does, or (no facts)
         // when its own environment column says so.

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HTTPServer
 import LedgerCore
@@ -6,22 +7,50 @@ import WeChatPay
 
 /// Use case: WeChat's message push (URL check and xpay events, with the ledger's answer to a refund
 /// inquiry) and the xpay helpers for app backends (contract state, signing parameters).
+///
+/// A push is verified (signature, decryption, appid), checked for freshness (plaintext mode: the
+/// replay window and the nonce memory; other modes: a stale timestamp is only counted), turned into
+/// an event — an authentic push the ledger cannot fully interpret is stored as evidence, never
+/// refused — and appended with the links its order needs; 200 only after the commit.
 struct WeChatPushDesk: Sendable {
     let receiver: PushReceiver?
     let refusal: String
     let policy: RefundPolicy
+    /// SHA-256 (hex, 16 digits) of the policy's canonical JSON: named in every answer's evidence and
+    /// in the `config/wechat-refund-policy` record.
+    let policyDigest: String
     let signer: AppleSubscribeSigner?
     let intake: NotificationIntake
     let store: Store
+    let metrics: Metrics
+    let log: Log
+    let replayWindow: ReplayWindow
+    let refundBudget: Duration
+    let refundAnswerDeadline: Duration
+    let fallbackVerdict: RefundDecision.Verdict
+    let linker: WeChatOrderLinker
+    /// Unix seconds now (tests move it).
+    let clock: @Sendable () -> Int64
 
-    init(configuration c: LedgerConfiguration.WeChat, intake: NotificationIntake, store: Store) throws(LedgerAppError) {
+    init(configuration c: LedgerConfiguration.WeChat, intake: NotificationIntake, store: Store, metrics: Metrics, log: Log,
+         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) throws(LedgerAppError) {
         self.intake = intake
         self.store = store
+        self.metrics = metrics
+        self.log = log
+        self.clock = clock
         do {
             policy = try c.refundPolicyJSON.map { data throws(RefundPolicyError) in try RefundPolicy.fromJSON(data) } ?? .default
         } catch {
             throw .configuration("wechat.refundPolicy: \(error)")
         }
+        policyDigest = String(Hex.encode(Digest.sha256([UInt8](policy.canonicalJSON))).prefix(16))
+        replayWindow = ReplayWindow(seconds: Int64(c.replayWindowSeconds))
+        refundBudget = .milliseconds(c.refundBudgetMs)
+        refundAnswerDeadline = .milliseconds(c.refundAnswerDeadlineMs)
+        fallbackVerdict = c.refundFallback == "refuse" ? .refuse : .allow
+        linker = WeChatOrderLinker(store: store, log: log)
+        metrics.describeWeChat()
         if let appId = c.appId, let token = c.token {
             do {
                 let key = try c.aesKey.map { s throws(WeChatPushError) in try EncodingAESKey(s.value) }
@@ -52,7 +81,6 @@ struct WeChatReply: Sendable {
     var contentType: String
 }
 
-/// A WeChat-side refusal with its own code (not configured, bad signature, …).
 extension WeChatPushDesk {
     private func requireReceiver() throws -> PushReceiver {
         guard let receiver else {
@@ -71,96 +99,186 @@ extension WeChatPushDesk {
         }
     }
 
-    /// Verifies and decrypts the push, stores it (with the ledger's answer, for a refund inquiry,
-    /// in the same transaction), then replies in the push's own format — only after the commit.
+    /// Verifies, checks freshness, stores (with the ledger's answer, for a refund inquiry, in the
+    /// same transaction), links the order, then replies in the push's own format — only after the commit.
     func handle(query: [String: String], body: Data, remoteAddress: String?) async throws -> WeChatReply {
+        let arrival = ContinuousClock.now
         let receiver = try requireReceiver()
-        let note: XPayNotification
+        let push: ReceivedPush
         do {
-            note = try XPayNotification(receiver.open(query: PushQuery(query), body: body))
+            push = try receiver.open(query: PushQuery(query), body: body)
         } catch {
-            intake.count(source: "wechat", outcome: error.code)
-            intake.log.warn("wechat push refused", ["code": error.code, "remote": remoteAddress ?? "-"])
+            refused(error, remoteAddress)
             throw error
         }
-        var stream: String?
-        if case .byOrder(let ids, _) = note.stream {
-            stream = try await subscriptionStream(forOrders: ids, dedupeKey: note.dedupeKey)
+        let nonceHash = try await checkFreshness(push, body: body, remoteAddress: remoteAddress)
+        let note = XPayNotification(push)
+        if let reason = note.unreadableReason {
+            metrics.increment("ledger_wechat_unreadable_pushes_total", ["event": String((push.event ?? push.msgType ?? "unknown").prefix(64))])
+            log.warn("an authentic WeChat push could not be interpreted; stored as evidence", [
+                "event": push.event ?? "-", "reason": reason, "stream": note.stream,
+            ])
         }
-        let event = note.event(resolvedStream: stream)
-        var batch = [event]
-        batch += try await links(for: note, into: event.streamId)
-        var reply = PushReply.success
-        if case .refundInquiry = note.message {
-            let (decision, answerEvent) = try await answer(event, note: note)
-            reply = .refundAnswer(decision)
-            if let answerEvent { batch.append(answerEvent) }
+        if note.asking != nil {
+            return try await answerInquiry(note, receiver: receiver, arrival: arrival, nonceHash: nonceHash)
         }
+        let group = note.orderIds.isEmpty ? nil : try await store.wechat.orderGroup(naming: note.orderIds)
+        let event = note.event()
+        let batch = [event] + (group.map { linker.links(for: note, group: $0) } ?? [])
         let outcomes = try await intake.append(batch, source: "wechat")
-        if case .refundInquiry(let inquiry) = note.message, outcomes.count > 1, outcomes.last!.duplicate,
-           let order = inquiry.payOrderId, let stored = try await storedAnswer(payOrderId: order) {
-            // A concurrent asking stored its answer first: repeat that one, word for word.
-            reply = .refundAnswer(stored)
-        }
-        let replyBody = try receiver.reply(reply, to: note.push)
-        return WeChatReply(body: replyBody, contentType: note.push.format == .xml ? "text/xml; charset=utf-8" : "application/json")
+        if let nonceHash { try? await store.wechat.markNonceStored(push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        // Re-checked after the commit: a push of the same order committed meanwhile is linked now.
+        try await linker.relink(after: note)
+        return WeChatReply(body: try receiver.reply(.success, to: push), contentType: contentType(push))
     }
 
-    /// Where a push that names only orders (refund inquiry, refund notify) goes: the stream its
-    /// earlier copy went to when WeChat re-pushes it (the dedupe key is unique per stream, so a
-    /// re-push routed anew after the order's delivery arrived would be stored twice); else the
-    /// subscription stream of the delivery that paid one of `orderIds`, if it is known.
-    func subscriptionStream(forOrders orderIds: [String], dedupeKey: String) async throws(StoreError) -> String? {
-        if let earlier = try await store.events.events(dedupeKeys: [dedupeKey]).first(where: { $0.event.source == .wechat }) {
-            return earlier.event.streamId
-        }
-        let deliveries = try await store.events.events(dedupeKeys: orderIds.map(DedupeKey.wechatDelivery))
-        return deliveries.first { StreamId($0.event.streamId).isSubscription }?.event.streamId
+    private func contentType(_ push: ReceivedPush) -> String {
+        push.format == .xml ? "text/xml; charset=utf-8" : "application/json"
     }
 
-    /// When a subscription's delivery arrives, events that waited in provisional streams for its
-    /// order (an early refund inquiry) are tied to the subscription by a link event.
-    func links(for note: XPayNotification, into stream: String) async throws(StoreError) -> [NewEvent] {
-        guard case .goodsDelivery = note.message, StreamId(stream).isSubscription else { return [] }
-        let candidates = note.orderIds.map { StreamId.wechatOrder($0).text }
-        let waiting = Set(try await store.events.read(streams: candidates).map(\.event.streamId))
-        return note.orderIds.filter { waiting.contains(StreamId.wechatOrder($0).text) }.map { order in
-            OrderLink.event(orderId: order, provisionalStream: StreamId.wechatOrder(order).text,
-                            subscriptionStream: stream, at: note.signedAt)
-        }
+    private func refused(_ error: WeChatPushError, _ remoteAddress: String?) {
+        intake.count(source: "wechat", outcome: error.code)
+        intake.log.warn("wechat push refused", ["code": error.code, "remote": remoteAddress ?? "-"])
     }
 
-    /// The answer to a refund inquiry: the stored one when this order was already answered (Apple
-    /// asks up to three times; all get the same answer), else a decision from the ledger's facts:
-    /// the inquiry's own (`FactDecoder`, the one reading of the event about to be stored), its
-    /// order's (deliveries, aliases, refunds, links and the subscription's WeChat facts, joined by
-    /// order ids whichever arrived first) and the customer's earlier refund cases.
-    func answer(_ event: NewEvent, note: XPayNotification) async throws -> (RefundDecision, NewEvent?) {
-        let inquiry = try RefundEvidence.inquiry(in: FactDecoder.facts(of: event))
-        let order = inquiry.transactionId ?? ""
-        if let stored = try await storedAnswer(payOrderId: order) { return (stored, nil) }
-        let known = try await store.refunds.orderFacts(naming: [order])
-        var facts = try RefundEvidence.facts(for: inquiry, known: known, customerRefundCases: [])
-        if let customer = facts.customer {
-            let keys = try await store.projections.subscriptions(customerId: customer)
-            let cases = RefundCaseFold.cases(from: try await store.refunds.subscriptionFacts(keys)).filter { $0.openId == customer }
-            facts = try RefundEvidence.facts(for: inquiry, known: known, customerRefundCases: cases)
-        }
-        let decision = policy.decide(facts)
-        return (decision, RefundInquiryAnswer.event(decision, for: note, streamId: event.streamId))
-    }
-
-    /// The answer already stored for `payOrderId`, word for word: its `refund_answer` fact. An
-    /// answer committed by a concurrent asking whose facts the catch-up has not derived yet (the
-    /// append transaction records them in the usual case) is read from its event through the same
-    /// decoder, so an order is never answered twice differently.
-    func storedAnswer(payOrderId order: String) async throws -> RefundDecision? {
-        if let fact = try await store.refunds.answers(payOrderId: order).first { return RefundDecision(answer: fact) }
-        guard let event = try await store.events.events(dedupeKeys: [RefundInquiryAnswer.caseKey(payOrderId: order)]).first else {
+    /// The replay window. Plaintext: a stale timestamp is refused, and the nonce may carry this
+    /// body only (returns the body's hash, to mark the nonce stored). Other modes: counted.
+    private func checkFreshness(_ push: ReceivedPush, body: Data, remoteAddress: String?) async throws -> String? {
+        let skew = replayWindow.skew(of: push.timestamp, now: clock())
+        guard push.mode == .plaintext else {
+            if let skew {
+                metrics.increment("ledger_wechat_stale_timestamps_total", ["mode": push.mode.rawValue])
+                log.info("wechat push with a timestamp outside the replay window; stored (its signature covers the body)",
+                         ["skew_seconds": skew == .max || skew == -.max ? "out of range" : String(skew), "mode": push.mode.rawValue])
+            }
             return nil
         }
-        return FactDecoder.facts(of: event).lazy.compactMap(RefundDecision.init(answer:)).first
+        if let skew {
+            let error = WeChatPushError.staleTimestamp(skew: skew, window: replayWindow.seconds)
+            refused(error, remoteAddress)
+            throw error
+        }
+        let hash = Hex.encode(Digest.sha256([UInt8](body)))
+        if try await store.wechat.claimNonce(push.nonce, timestamp: push.timestamp, bodySHA256: hash,
+                                             windowSeconds: Int(replayWindow.seconds)) == .reused {
+            let error = WeChatPushError.nonceReused
+            refused(error, remoteAddress)
+            throw error
+        }
+        return hash
     }
+
+    // MARK: refund inquiries
+
+    /// One asking of a refund inquiry: decided from the ledger's facts in one read transaction
+    /// within the budget (else the configured fallback, rule `deadline`), stored with the asking,
+    /// then answered — or 503 when not even that could be stored before WeChat stops waiting.
+    private func answerInquiry(_ note: XPayNotification, receiver: PushReceiver, arrival: ContinuousClock.Instant,
+                               nonceHash: String?) async throws -> WeChatReply {
+        guard let (order, refundTime) = note.asking else { throw ServiceFailure(500, "internal", "not a refund inquiry") }
+        let answerKey = RefundInquiryAnswer.key(payOrderId: order, refundTime: refundTime)
+        let inquiryEvent = note.event()
+        let budgetEnd = arrival + refundBudget
+        let store = self.store, stream = note.stream
+        let remaining = max(budgetEnd - ContinuousClock.now, .milliseconds(1))
+        let read = await Deadline.run(until: budgetEnd) {
+            try await store.wechat.refundDecisionInputs(payOrderId: order, stream: stream, answerKey: answerKey, timeout: remaining)
+        }
+        var decision: RefundDecision
+        var inputs: RefundDecisionInputs?
+        var repeated = false
+        switch read {
+        case .value(let i):
+            inputs = i
+            if let stored = i.storedAnswer, let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
+                decision = d
+                repeated = true
+            } else {
+                do {
+                    decision = try decide(note, inputs: i)
+                } catch {
+                    log.error("a refund inquiry could not be decided from the facts; fallback answer", ["error": "\(error)", "pay_order_id": order])
+                    decision = fallback(order, note, reason: "decision_error", why: "\(error)")
+                }
+            }
+        case .timedOut:
+            decision = fallback(order, note, reason: "deadline", why: "the decision's read did not finish within the budget")
+        case .failed(let error):
+            decision = fallback(order, note, reason: "deadline", why: "the decision's read failed: \((error as? StoreError)?.isUnavailable == true ? "database unavailable or too slow" : "\(error)")")
+        }
+        let decidedInMs = Int64((ContinuousClock.now - arrival).milliseconds)
+        if !repeated {
+            metrics.observe("ledger_wechat_refund_decision_seconds", value: Double(decidedInMs) / 1000)
+            if decision.rule == "deadline" || decision.rule == "decision_error" {
+                metrics.increment("ledger_wechat_refund_fallbacks_total", ["reason": decision.rule])
+                log.warn("refund inquiry answered with the fallback", ["pay_order_id": order, "reason": decision.rule, "decided_in_ms": decidedInMs])
+            }
+        }
+        guard let answerEvent = RefundInquiryAnswer.event(decision, for: note, decidedInMs: decidedInMs,
+                                                          budgetMs: Int64(refundBudget.milliseconds),
+                                                          policyDigest: decision.rule == "deadline" || decision.rule == "decision_error" ? nil : policyDigest) else {
+            throw ServiceFailure(500, "internal", "the refund answer could not be built")
+        }
+        // Stored before it is sent; not stored in time → 503, WeChat asks again (the stored answer
+        // is then repeated if the append did land late).
+        let intake = self.intake
+        let stored = await Deadline.run(until: arrival + refundAnswerDeadline) {
+            try await intake.append([inquiryEvent, answerEvent], source: "wechat")
+        }
+        let outcomes: [AppendOutcome]
+        switch stored {
+        case .value(let o): outcomes = o
+        case .failed(let error): throw error
+        case .timedOut:
+            metrics.increment("ledger_wechat_refund_answers_not_stored_total")
+            log.error("a refund answer could not be stored before WeChat's deadline; answered 503 so WeChat asks again", ["pay_order_id": order])
+            throw ServiceFailure(503, "refund_answer_not_stored",
+                                 "the answer could not be stored within \(refundAnswerDeadline.milliseconds) ms; nothing is sent unstored — ask again",
+                                 headers: [("Retry-After", "1")])
+        }
+        if let nonceHash { try? await store.wechat.markNonceStored(note.push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
+           let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
+            // A concurrent copy of this asking stored its answer first: that one, word for word.
+            decision = d
+        }
+        let reply = try receiver.reply(.refundAnswer(decision), to: note.push)
+        // Linking the inquiry's order stream is not part of the answer: it runs after the reply is
+        // ready, off the deadline (any later push of the order, or the reconciliation, retries it).
+        // Skipped when the decision's read did not finish: the database is struggling, and any
+        // later push of the order (or the reconciliation) links the stream.
+        let linker = self.linker, log = self.log
+        guard let known = inputs?.group, !known.subscriptions.isEmpty, !known.linkedStreams.contains(note.stream) else {
+            return WeChatReply(body: reply, contentType: contentType(note.push))
+        }
+        Task {
+            do {
+                try await linker.relink(after: note)
+            } catch {
+                log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
+                         ["stream": note.stream, "error": "\(error)"])
+            }
+        }
+        return WeChatReply(body: reply, contentType: contentType(note.push))
+    }
+
+    /// The policy's decision on the facts read (`RefundEvidence` folds them like every other reader).
+    private func decide(_ note: XPayNotification, inputs: RefundDecisionInputs) throws -> RefundDecision {
+        let inquiry = try RefundEvidence.inquiry(in: FactDecoder.facts(of: note.event()))
+        let cases = inputs.customer.map { customer in
+            RefundCaseFold.cases(from: inputs.customerFacts).filter { $0.openId == customer }
+        } ?? []
+        let facts = try RefundEvidence.facts(for: inquiry, known: inputs.known, customerRefundCases: cases,
+                                             deliveryRawSHA256: { inputs.rawSHA256[$0] })
+        return policy.decide(facts, policyDigest: policyDigest)
+    }
+
+    private func fallback(_ order: String, _ note: XPayNotification, reason: String, why: String) -> RefundDecision {
+        RefundDecision.fallback(fallbackVerdict, reason: reason, budgetMs: Int64(refundBudget.milliseconds), payOrderId: order,
+                                askedAt: note.asking.flatMap { epochMillisOrNil(seconds: $0.refundTime) }, why: why)
+    }
+
+    // MARK: app backends
 
     /// The xpay contract state of `openId` for `productId`, from the facts of the customer's
     /// subscriptions.
@@ -177,5 +295,18 @@ extension WeChatPushDesk {
         do { return try signer.sign(request, sessionKey: sessionKey) } catch {
             throw ServiceFailure(400, error.code, error.message)
         }
+    }
+}
+
+private func epochMillisOrNil(seconds: Int64) -> EpochMillis? {
+    let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+    return overflow ? nil : ms
+}
+
+extension Duration {
+    /// Whole milliseconds.
+    var milliseconds: Int {
+        let (s, atto) = components
+        return Int(s) * 1000 + Int(atto / 1_000_000_000_000_000)
     }
 }

@@ -17,7 +17,7 @@ public struct ChainedEvent: Sendable {
     }
 }
 
-/// Reads of the hash chain (`event_chain`, Migrations/0008): the head for `/metrics` and
+/// Reads of the hash chain (`event_chain`, Migrations/0009): the head for `/metrics` and
 /// exports, hashes at positions for anchors, and the walk `ledger verify` makes.
 public struct ChainStore: Sendable {
     let pool: ConnectionPool

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// The hash chain over the event log (Migrations/0008_audit_chain.sql, docs/hash-chain.md),
+/// The hash chain over the event log (Migrations/0009_audit_chain.sql, docs/hash-chain.md),
 /// implemented a second time, independently of the SQL that writes it, so `ledger verify` checks
 /// the database's arithmetic instead of trusting it:
 ///

@@ -173,7 +173,9 @@ enum FactStore {
     static func subscriptions(touchedBy facts: [Fact], on connection: Connection) throws -> Set<SubscriptionKey> {
         var keys = Set(facts.compactMap(\.subscription))
         var ids = Set<String>()
-        for f in facts where f.subscription == nil {
+        // Inquiries, answers and ordinary purchases change no subscription's fold (they state no
+        // alias and no revocation): appending them refolds nothing.
+        for f in facts where f.subscription == nil && ![.refundInquiry, .refundAnswer, .purchase, .unreadable].contains(f.kind) {
             if let id = f.transactionId { ids.insert(id) }
             if let id = f.orderAlias { ids.insert(id) }
         }

@@ -28,13 +28,19 @@ public struct RefundFactQueries: Sendable {
     }
 
     /// Every fact the list of all refund cases needs: the case facts (`RefundCaseFold.caseKinds`
-    /// of WeChat, the ledger and Apple V2) and their orders' context.
+    /// of WeChat, the ledger and Apple V2; the revocations App Store API answers state, and their
+    /// reversals of transactions that have a revocation) and their orders' context.
     public func allCaseFacts() async throws(ProjectionError) -> [Fact] {
         try await read { connection in
             let own = try connection.query(
                 """
                 SELECT \(FactRows.columns) FROM public.facts
-                WHERE schema_version = $1 AND kind IN (\(Self.caseKindList)) AND origin IN ('wechat', 'ledger', 'apple.v2')
+                WHERE schema_version = $1 AND kind IN (\(Self.caseKindList))
+                  AND (origin IN ('wechat', 'ledger', 'apple.v2')
+                       OR (origin = 'apple.api' AND kind = 'revocation')
+                       OR (origin = 'apple.api' AND kind = 'reversal' AND transaction_id IN (
+                           SELECT r.transaction_id FROM public.facts r
+                           WHERE r.schema_version = $1 AND r.kind = 'revocation' AND r.origin IN ('apple.v2', 'apple.api'))))
                 ORDER BY position, ordinal
                 """, [.int64(Int64(FactStore.version))], name: "refund case facts")
                 .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
@@ -43,7 +49,8 @@ public struct RefundFactQueries: Sendable {
     }
 
     /// The facts of one case (`RefundCase.caseId`): for `wechat:<id>` the order's facts and
-    /// context, for `apple:<transactionId>` the Apple case facts of that transaction. Folding them
+    /// context, for `apple:<transactionId>` the Apple case facts of that transaction (notifications,
+    /// API answers, the ledger's consumption answers). Folding them
     /// gives the same case as folding `allCaseFacts()` (a case depends only on its order's facts).
     /// Empty for an id of neither form.
     public func caseFacts(caseId: String) async throws(ProjectionError) -> [Fact] {
@@ -55,7 +62,8 @@ public struct RefundFactQueries: Sendable {
             try connection.query(
                 """
                 SELECT \(FactRows.columns) FROM public.facts
-                WHERE schema_version = $1 AND kind IN (\(Self.caseKindList)) AND origin = 'apple.v2' AND transaction_id = $2
+                WHERE schema_version = $1 AND kind IN (\(Self.caseKindList)) AND origin IN ('apple.v2', 'apple.api', 'ledger')
+                  AND transaction_id = $2
                 ORDER BY position, ordinal
                 """, [.int64(Int64(FactStore.version)), .text(tx)], name: "apple refund case facts")
                 .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }

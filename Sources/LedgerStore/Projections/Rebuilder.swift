@@ -441,14 +441,16 @@ public struct Rebuilder: Sendable {
         return (head, rows, subscriptions)
     }
 
-    /// The facts without a subscription (WeChat refunds and inquiries naming orders) up to `head`,
-    /// read once in the rebuild's snapshot and joined to each subscription as it is folded.
+    /// The facts without a subscription that can change a fold (WeChat refunds and order aliases)
+    /// up to `head`, read once in the rebuild's snapshot and joined to each subscription as it is
+    /// folded. Inquiries, answers and ordinary purchases change no fold and are left out: a shop
+    /// selling items through xpay may hold millions of purchases.
     static func orderFacts(upTo head: Int64, on connection: Connection) throws -> OrderFacts {
         let rows = try connection.query(
             """
             SELECT \(FactRows.columns) FROM public.facts
             WHERE schema_version = $1 AND subscription IS NULL AND origin IN ('wechat', 'ledger') AND position <= $2
-              AND transaction_id IS NOT NULL
+              AND transaction_id IS NOT NULL AND kind NOT IN ('purchase', 'refund_inquiry', 'refund_answer')
             ORDER BY position, ordinal
             """, [.int64(Int64(FactStore.version)), .int64(head)], name: "order facts")
         return OrderFacts(try rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) })

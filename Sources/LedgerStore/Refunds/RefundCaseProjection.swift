@@ -2,7 +2,7 @@ import Foundation
 import LedgerCore
 internal import Postgres
 
-/// The refund-case projection (`projections.refund_cases`, Migrations/0008): `RefundCaseFold` of
+/// The refund-case projection (`projections.refund_cases`, Migrations/0009): `RefundCaseFold` of
 /// the facts, kept like the other projections — by the live hook in the append transaction, by
 /// the catch-up worker from its checkpoint (`refund_cases`), and rebuilt from position 0 by
 /// `ledger rebuild --projection refund_cases` — so listing 100k cases is an indexed read, not a

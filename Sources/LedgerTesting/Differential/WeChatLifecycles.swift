@@ -81,6 +81,8 @@ struct WeChatScript {
     var payTransactionIds: [String] = []
     var payInfo: [Bool] = []
     var products: [String] = []
+    /// Times of signings that re-enable auto-renew within a period (after its unsigning).
+    var resignings = Set<EpochMillis>()
     let otid: String
 
     static let weekly = ("wx_vip_weekly", 7 * DiffTime.day)
@@ -105,13 +107,18 @@ struct WeChatScript {
     }
 
     /// A paid order. Sometimes the push has no WeChatPayInfo (no PaidTime, no MchOrderNo or
-    /// TransactionId): the order then starts at the first push's CreateTime (one second after the
-    /// payment here), and WeChat's re-push, sent later with a later CreateTime, must not move it.
+    /// TransactionId): the order then starts where the period before it ended (the latest earlier
+    /// RenewalDate, or the SignedTime of a signing of its period) — never at a push's CreateTime,
+    /// which WeChat's re-push moves.
     mutating func order(product: String, paid: EpochMillis, renewalDate: EpochMillis, mayOmitPayInfo: Bool = true) -> Int {
         let k = world.orders.count
         let id = "WX\(otid)T\(k + 1)"
         let withPay = !mayOmitPayInfo || !rng.chance(0.1)
-        let start = withPay ? paid : paid + 1000
+        let ends = world.orders.map(\.renewalDate) + world.signings.map(\.renewalDate)
+        // Signings that re-enable auto-renew within a period (after an unsigning of it) start nothing.
+        let starts = world.signings.filter { s in !resignings.contains(s.at) && s.renewalDate <= renewalDate && s.at < renewalDate }
+        let placed = (ends.filter { $0 < renewalDate } + starts.map(\.at)).max()
+        let start = withPay ? paid : placed ?? paid + 1000
         world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: start, renewalDate: renewalDate))
         orderIds.append(id)
         payInfo.append(withPay)
@@ -120,7 +127,7 @@ struct WeChatScript {
         products.append(product)
         world.contract.append(WeChatWorld.ContractChange(at: start, autoRenew: 1))
         push(.deliver(order: k), at: paid,
-             "deliver \(id) \(product) paid → \(DiffTime.iso(renewalDate))\(withPay ? "" : " (no WeChatPayInfo: starts at its CreateTime)")")
+             "deliver \(id) \(product) paid → \(DiffTime.iso(renewalDate))\(withPay ? "" : " (no WeChatPayInfo: starts at \(DiffTime.iso(start)), where the period before it ended)")")
         if !withPay { tags.insert("delivery-without-paid-time") }
         return k
     }
@@ -173,6 +180,7 @@ struct WeChatScript {
                 } else {
                     on = true
                     world.signings.append(WeChatWorld.Signing(at: u, renewalDate: renewalDate, productId: product))
+                    resignings.insert(u)
                     world.contract.append(WeChatWorld.ContractChange(at: u, autoRenew: 1))
                     push(.signing(renewalDate: renewalDate, product: product), at: u, "signing again (auto-renew on)")
                     tags.insert("re-signed")
@@ -279,7 +287,10 @@ struct WeChatScript {
     /// (path with query, body, content type) for `note`, as WeChat would push it.
     func render(_ note: WxNote, retry: Bool, crypto: WxCrypto, nonce: String) throws -> (String, Data, String) {
         let members = message(note, retry: retry)
-        let ts = String(note.at / 1000 + (retry ? 9 : 2))
+        // Plaintext mode's signature does not cover the body, so the ledger refuses a timestamp
+        // outside its replay window: plaintext pushes are signed now, as WeChat signs each send.
+        let ts = note.mode == .xmlPlain ? String(Int64(Date().timeIntervalSince1970) + (retry ? 1 : 0))
+            : String(note.at / 1000 + (retry ? 9 : 2))
         let signature = PushSignature.compute([WxCrypto.token, ts, nonce])
         switch note.mode {
         case .xmlPlain:

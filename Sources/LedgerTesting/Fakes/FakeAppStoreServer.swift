@@ -18,11 +18,13 @@ import FoundationNetworking
 ///   reason is recorded (`refusals`) so a test can say which check fired.
 /// - Signed items are signed by the `AppleTestAuthority` **at request time** (signedDate = the
 ///   fake's clock), like Apple, so two calls return different JWS for the same content.
-/// - Programmable: notification history (`addNotification`, `pageSize`), subscriptions with their
+/// - Programmable: notification history (`addNotification`, or `notify` to sign one from a
+///   subscription's state, `pageSize`), subscriptions with their
 ///   transactions and renewal info (`setSubscription`) for Get All Subscription Statuses and Get
 ///   Transaction History (revision paging), Send Consumption Information (validated like Apple,
 ///   recorded in `consumptionRequests`), test notifications (POSTed, signed, to `webhookURL`), and
-///   scripted failures (`enqueueFailure`: 429 with Retry-After, 5xx, any Apple error).
+///   scripted failures (`enqueueFailure`: 429 with Retry-After, 5xx, any Apple error, or any body
+///   verbatim for malformed answers).
 ///
 /// Status filters (`?status=`) are not applied: the project's HTTP server keeps only the first
 /// value of a repeated query parameter.
@@ -79,12 +81,18 @@ public final class FakeAppStoreServer: Sendable {
         public var status: Int
         public var errorCode: Int?
         public var retryAfter: String?
+        /// An answer body given verbatim instead (hostile or broken answers: not JSON, wrong shapes).
+        public var body: Data?
 
-        public init(status: Int, errorCode: Int? = nil, retryAfter: String? = nil) {
+        public init(status: Int, errorCode: Int? = nil, retryAfter: String? = nil, body: Data? = nil) {
             self.status = status
             self.errorCode = errorCode
             self.retryAfter = retryAfter
+            self.body = body
         }
+
+        /// A 200 whose body is `body`, exactly.
+        public static func answer(_ body: Data) -> Failure { Failure(status: 200, body: body) }
 
         /// 429 with `Retry-After` as Apple sends it (absolute ms), when given.
         public static func rateLimited(retryAtMillis: Int64?) -> Failure {
@@ -215,6 +223,45 @@ public final class FakeAppStoreServer: Sendable {
         state.withLock { $0.history.append(History(signedPayload: signed, date: date, failed: failed, transactionIds: transactionIds)) }
     }
 
+    /// Signs a V2 notification about `originalTransactionId` as Apple would send it at `date`: the
+    /// subscription's transaction (`transactionId`, else its latest) and renewal info as the fake
+    /// holds them now, each signed at `date`, in this fake's environment. Records it in the
+    /// notification history (`failed`: Apple could not deliver it) and returns the V2 body, which
+    /// a test posts to the webhook (delivered) or not (lost).
+    @discardableResult
+    public func notify(_ type: String, subtype: String? = nil, about originalTransactionId: String, date: Int64,
+                       transactionId: String? = nil, failed: Bool = false, consumptionRequestReason: String? = nil,
+                       uuid: String = UUID().uuidString.lowercased()) throws -> Data {
+        guard let sub = subscription(originalTransactionId) else {
+            preconditionFailure("notify: no subscription \(originalTransactionId); setSubscription first")
+        }
+        var n = AppleNotification()
+        n.notificationType = type
+        n.subtype = subtype
+        n.notificationUUID = uuid
+        n.version = "2.0"
+        n.signedDate = AppleTime(date)
+        var d = AppleNotification.NotificationData()
+        d.appAppleId = appAppleId
+        d.bundleId = credentials.bundleId
+        d.bundleVersion = "1"
+        d.environment = environment
+        d.status = sub.status
+        d.consumptionRequestReason = consumptionRequestReason
+        n.data = d
+        let tx = transactionId.flatMap { id in sub.transactions.first { $0.transactionId == id } } ?? sub.latest
+        let body = try authority.signNotification(
+            n, transaction: tx, renewal: sub.renewal, editTransaction: { $0["signedDate"] = date }, editRenewal: { $0["signedDate"] = date })
+        addNotification(body: body, date: date, failed: failed,
+                         transactionIds: Set(sub.transactions.compactMap(\.transactionId) + [originalTransactionId]))
+        return body
+    }
+
+    /// The notification history as the fake holds it (signedPayload, date, failed), oldest first.
+    public var history: [(signedPayload: String, date: Int64, failed: Bool)] {
+        state.withLock { $0.history.sorted { $0.date < $1.date }.map { ($0.signedPayload, $0.date, $0.failed) } }
+    }
+
     public func setSubscription(_ subscription: Subscription) {
         state.withLock { $0.subscriptions[subscription.originalTransactionId] = subscription }
     }
@@ -254,6 +301,7 @@ public final class FakeAppStoreServer: Sendable {
         if let failure {
             var headers: [(String, String)] = []
             if let r = failure.retryAfter { headers.append(("Retry-After", r)) }
+            if let body = failure.body { return .json(failure.status, body, headers: headers) }
             guard let code = failure.errorCode else { return HTTPResponse(status: failure.status, headers: headers) }
             return Self.error(failure.status, code, "scripted failure", headers: headers)
         }
@@ -285,7 +333,7 @@ public final class FakeAppStoreServer: Sendable {
         guard claims["aud"] as? String == AppStoreAPIToken.audience else { return refuse("aud") }
         guard claims["bid"] as? String == credentials.bundleId else { return refuse("bid") }
         func seconds(_ v: Any?) -> Int64? {
-            guard let n = v as? NSNumber, !(v is Bool), n.doubleValue == n.doubleValue.rounded() else { return nil }
+            guard let n = v as? NSNumber, n.objCType.pointee != CChar(UInt8(ascii: "c")), n.doubleValue == n.doubleValue.rounded() else { return nil }
             return n.int64Value
         }
         guard let iat = seconds(claims["iat"]), let exp = seconds(claims["exp"]) else { return refuse("iat/exp are not integers") }

@@ -1,0 +1,186 @@
+import AppStore
+import Foundation
+import LedgerCore
+import LedgerStore
+
+/// Use case: answering Apple's CONSUMPTION_REQUEST notifications from the ledger's facts, within
+/// Apple's 12-hour window, through a durable outbox.
+///
+/// The outbox is the requests themselves: each pass takes up every `consumption_request` fact
+/// (the stored V2 notification) the outbox does not hold yet (`consumption_outbox`, Migrations/0007),
+/// so a request stored while no sender ran — the service was down, or stopped between storing the
+/// notification and answering it — is answered by the next sender on any instance. One sender at a
+/// time across instances (an advisory lock). For each due request:
+///
+/// - no API credentials → `consumption/not-sent` reason `no_credentials`;
+/// - Apple's window passed → `not-sent` `window_expired` (with the last error);
+/// - the ledger does not know the transaction → `not-sent` `unknown_transaction`;
+/// - no customer, or the customer's latest consent (`POST /v1/customers/{id}/consent`) is not
+///   yes → `not-sent` `no_customer` / `no_consent`;
+/// - otherwise the `ConsumptionAssessment` of the facts is sent (Send Consumption Information v2):
+///   202 → `consumption/sent` with the request, Apple's answer and the basis of each field; an
+///   answer retrying cannot change → `consumption/refused`; a temporary failure → retried later
+///   (backoff, `Retry-After`) until the window closes.
+///
+/// Each request gets exactly one answer event (dedupe key `consumption:<request position>`),
+/// whose fact joins the transaction's refund case. A sender that dies after Apple accepted but
+/// before the event is stored makes the next one send again: Apple's PUT is idempotent.
+public final class ConsumptionResponder: Sendable {
+    let store: Store
+    /// One client per environment; empty when the API is not configured.
+    let clients: [String: AppStoreServerAPIClient]
+    let assessment: ConsumptionAssessment
+    let metrics: Metrics
+    let log: Log
+    let clock: @Sendable () -> EpochMillis
+    /// Requests signed longer ago than this when first seen are not taken up (a fresh deployment
+    /// does not answer years of history); Apple's window is 12 hours.
+    static let lookback: EpochMillis = 7 * 86_400_000
+
+    init(store: Store, clients: [String: AppStoreServerAPIClient], assessment: ConsumptionAssessment, metrics: Metrics, log: Log,
+         clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis) {
+        self.store = store
+        self.clients = clients
+        self.assessment = assessment
+        self.metrics = metrics
+        self.log = log
+        self.clock = clock
+        metrics.describe("ledger_consumption_answers_total", type: "counter",
+                         help: "Answers to Apple's consumption requests by outcome (sent, refused, not_sent) and reason")
+    }
+
+    /// What one pass did.
+    public struct PassResult: Sendable, Equatable {
+        /// Requests newly taken up from the facts.
+        public var enqueued = 0
+        /// Answer events stored (sent, refused or not sent).
+        public var answered = 0
+        /// Attempts that failed for a reason that may pass (retried later).
+        public var retrying = 0
+        /// True when another instance's sender held the lock (nothing was done).
+        public var busy = false
+    }
+
+    /// One pass: take up new requests, answer every due one. Cheap when there is nothing to do
+    /// (two small queries; the lock is taken only when a request is due).
+    @discardableResult
+    public func pass() async throws(StoreError) -> PassResult {
+        var result = PassResult()
+        let now = clock()
+        result.enqueued = try await store.reconciliation.enqueueConsumptionRequests(signedSince: now - Self.lookback, now: now)
+        guard !(try await store.reconciliation.dueConsumptionRequests(now: now, limit: 1)).isEmpty else { return result }
+        guard let lock = try await store.reconciliation.tryLock(.consumptionSender) else {
+            result.busy = true
+            return result
+        }
+        do {
+            // Read again under the lock: another sender may have answered them meanwhile.
+            for item in try await store.reconciliation.dueConsumptionRequests(now: clock()) {
+                if Task.isCancelled { break }
+                switch try await answer(item) {
+                case .answered: result.answered += 1
+                case .retrying: result.retrying += 1
+                }
+            }
+        } catch {
+            await lock.release()
+            throw error
+        }
+        await lock.release()
+        return result
+    }
+
+    enum Step { case answered, retrying }
+
+    func answer(_ item: ReconciliationStore.OutboxItem) async throws(StoreError) -> Step {
+        let now = clock()
+        let key = item.subscription
+        func notSent(_ reason: ConsumptionAnswerRecord.Reason, _ message: String) async throws(StoreError) -> Step {
+            try await record(item, outcome: .notSent, reason: reason, message: message, request: nil, answer: nil, basis: nil, attempted: false)
+            return .answered
+        }
+        guard let client = clients[key.environment] else {
+            return try await notSent(.noCredentials, "the App Store Server API is not configured (LEDGER_APPLE_API_ISSUER_ID, LEDGER_APPLE_API_KEY_ID, LEDGER_APPLE_API_PRIVATE_KEY): nothing can be sent")
+        }
+        if now >= item.deadline {
+            return try await notSent(.windowExpired, "Apple's 12-hour window closed at \(item.deadline)" + (item.lastError.map { "; last attempt: \($0)" } ?? ""))
+        }
+        let facts: [Fact]
+        do { facts = try await store.projections.facts(of: [key]) } catch { throw StoreError.unavailable("\(error)") }
+        guard let fold = SubscriptionProjection(facts: facts).subscriptions[key], fold.transaction(item.transactionId) != nil else {
+            return try await notSent(.unknownTransaction, "the ledger holds no transaction \(item.transactionId) of \(key.text)")
+        }
+        guard let customer = fold.state(at: now)?.customerId ?? fold.state(at: item.requestedAt)?.customerId else {
+            return try await notSent(.noCustomer, "the purchase names no customer (no appAccountToken and no tie), so no consent can be on record")
+        }
+        let consents = try await store.reconciliation.consentFacts(customerId: customer)
+        guard ConsentRecord.consented(consents, asOf: now) else {
+            return try await notSent(.noConsent, consents.isEmpty ? "customer \(customer) has not consented (POST /v1/customers/{id}/consent)"
+                                                                  : "customer \(customer) withdrew consent")
+        }
+        let information: ConsumptionInformation
+        do { information = try assessment.information(transactionId: item.transactionId, fold: fold, now: now) } catch {
+            return try await notSent(.unknownTransaction, "the ledger holds no transaction \(item.transactionId) of \(key.text)")
+        }
+        let request = ConsumptionRequest(information)
+        let productType = fold.transaction(item.transactionId)?.type
+        do {
+            try await client.sendConsumptionInformation(transactionId: item.transactionId, request, productType: productType)
+        } catch {
+            if error.isRetryable || error.handling == .notReady {
+                let wait = Self.backoff(attempts: item.attempts + 1, error: error, now: now)
+                if now + wait >= item.deadline {
+                    try await record(item, outcome: .notSent, reason: .windowExpired,
+                                     message: "Apple's 12-hour window closes at \(item.deadline) before the next attempt could be made; last attempt: \(error.message)",
+                                     request: information.requestJSON, answer: Self.answer(error), basis: information.basis, attempted: true)
+                    return .answered
+                }
+                try await store.reconciliation.recordConsumptionAttempt(requestPosition: item.requestPosition, error: error.message,
+                                                                        nextAttemptAt: now + wait)
+                log.warn("consumption information not sent yet; will retry", ["transactionId": item.transactionId, "error": error.message])
+                return .retrying
+            }
+            try await record(item, outcome: .refused, reason: nil, message: error.message, request: information.requestJSON,
+                             answer: Self.answer(error), basis: information.basis, attempted: true)
+            return .answered
+        }
+        try await record(item, outcome: .sent, reason: nil, message: nil, request: information.requestJSON,
+                         answer: .object(["httpStatus": .integer(202)]), basis: information.basis, attempted: true)
+        return .answered
+    }
+
+    /// Until the next attempt: Apple's Retry-After when it gave one, else 30 s doubling to 30 min.
+    static func backoff(attempts: Int, error: AppStoreServerAPIError, now: EpochMillis) -> EpochMillis {
+        if case .rateLimited(_, let retryAt?) = error, retryAt > now { return retryAt - now }
+        return min(30_000 << min(attempts - 1, 6), 1_800_000)
+    }
+
+    static func answer(_ error: AppStoreServerAPIError) -> JSONValue {
+        var o: [String: JSONValue] = ["error": .string(error.message)]
+        if let s = error.httpStatus { o["httpStatus"] = .integer(Int64(s)) }
+        if let c = error.errorCode { o["errorCode"] = .integer(Int64(c)) }
+        if case .apple(_, _, _, let text?) = error { o["errorMessage"] = .string(text) }
+        return .object(o)
+    }
+
+    private func record(
+        _ item: ReconciliationStore.OutboxItem, outcome: ConsumptionAnswerRecord.Outcome, reason: ConsumptionAnswerRecord.Reason?,
+        message: String?, request: JSONValue?, answer: JSONValue?, basis: JSONValue?, attempted: Bool
+    ) async throws(StoreError) {
+        let now = clock()
+        let payload = ConsumptionAnswerRecord.payload(
+            key: item.subscription, transactionId: item.transactionId, requestPosition: item.requestPosition,
+            requestSignedAt: item.requestedAt, outcome: outcome, reason: reason, message: message, request: request, answer: answer,
+            basis: basis, attempts: item.attempts + (attempted ? 1 : 0)).canonicalJSON()
+        let stored = try await store.events.append(NewEvent(
+            streamId: StreamId.subscription(item.subscription.originalTransactionId).text,
+            dedupeKey: DedupeKey.consumptionAnswer(requestPosition: item.requestPosition), source: .ledger,
+            type: outcome.eventType, environment: item.subscription.environment, signedAt: now, payload: payload, raw: payload))
+        try await store.reconciliation.markConsumptionAnswered(requestPosition: item.requestPosition, answerPosition: stored.position,
+                                                               attempted: attempted)
+        metrics.increment("ledger_consumption_answers_total", ["outcome": outcome.rawValue, "reason": reason?.rawValue ?? ""])
+        log.info("consumption request answered", [
+            "transactionId": item.transactionId, "outcome": outcome.rawValue, "reason": reason?.rawValue ?? "-", "position": stored.position,
+        ])
+    }
+}

@@ -1,0 +1,424 @@
+import Foundation
+import LedgerCore
+internal import Postgres
+
+/// The SQL of reconciliation with Apple and of the consumption outbox (Migrations/0007): run
+/// bookkeeping, the locks that let exactly one instance run each job, the subscriptions to ask
+/// Apple about, and the reads that turn facts into work. Nothing here reads an event payload.
+public struct ReconciliationStore: Sendable {
+    let pool: ConnectionPool
+    let conninfo: String
+
+    init(pool: ConnectionPool, conninfo: String) {
+        self.pool = pool
+        self.conninfo = conninfo
+    }
+
+    // MARK: - Locks
+
+    /// Jobs that must run on one instance at a time, across every instance on the database.
+    public enum Job: String, Sendable, CaseIterable {
+        /// A reconciliation run (periodic, admin or command line).
+        case reconciliation
+        /// The consumption outbox sender.
+        case consumptionSender
+
+        /// The advisory lock key: "LEDG" in the high bytes, the job's number in the low ones, so
+        /// it cannot collide with the small keys applications tend to pick.
+        var lockKey: Int64 {
+            switch self {
+            case .reconciliation: 0x4C45_4447_0000_0701
+            case .consumptionSender: 0x4C45_4447_0000_0702
+            }
+        }
+    }
+
+    /// Takes the job's session-level advisory lock on a connection of its own, or answers nil when
+    /// another session (instance) holds it. The lock lasts until `release()` (or until the
+    /// connection dies with the process, which PostgreSQL notices and releases it).
+    public func tryLock(_ job: Job) async throws(StoreError) -> HeldLock? {
+        let conninfo = self.conninfo
+        do {
+            return try await BlockingWork.run {
+                let connection = try Connection(conninfo: conninfo)
+                let taken = try connection.query("SELECT pg_try_advisory_lock($1) AS taken", [.int64(job.lockKey)], name: "try job lock")
+                    .first?.decode(Bool.self, "taken") ?? false
+                guard taken else { return nil }
+                return HeldLock(job: job, connection: connection)
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    // MARK: - Runs
+
+    /// One row of `reconciliation_runs`.
+    public struct Run: Sendable, Equatable {
+        public var runId: String
+        public var trigger: String
+        public var environments: [String]
+        public var since: EpochMillis
+        public var until: EpochMillis
+        public var dryRun: Bool
+        public var all: Bool
+        public var requestedBy: JSONValue
+        public var startedAt: EpochMillis
+        public var finishedAt: EpochMillis?
+        public var status: String
+        public var summary: JSONValue?
+        public var error: String?
+        public var reportPosition: Int64?
+
+        public init(runId: String, trigger: String, environments: [String], since: EpochMillis, until: EpochMillis, dryRun: Bool,
+                    all: Bool, requestedBy: JSONValue, startedAt: EpochMillis) {
+            self.runId = runId
+            self.trigger = trigger
+            self.environments = environments
+            self.since = since
+            self.until = until
+            self.dryRun = dryRun
+            self.all = all
+            self.requestedBy = requestedBy
+            self.startedAt = startedAt
+            self.status = "running"
+        }
+
+        public var json: JSONValue {
+            .object([
+                "runId": .string(runId), "trigger": .string(trigger), "environments": .array(environments.map(JSONValue.string)),
+                "window": .object(["since": .integer(since), "until": .integer(until)]), "dryRun": .bool(dryRun), "all": .bool(all),
+                "requestedBy": requestedBy, "startedAt": .integer(startedAt), "finishedAt": .optional(finishedAt),
+                "status": .string(status), "summary": summary ?? .null, "error": .optional(error),
+                "reportPosition": .optional(reportPosition),
+            ])
+        }
+    }
+
+    static let runColumns = """
+        run_id, trigger, array_to_string(environments, ',') AS environments, window_since, window_until, dry_run, all_known, requested_by, started_at, finished_at, \
+        status, summary, error, report_position
+        """
+
+    public func recordStart(_ run: Run) async throws(StoreError) {
+        try await execute(
+            """
+            INSERT INTO reconciliation_runs (run_id, trigger, environments, window_since, window_until, dry_run, all_known, requested_by, started_at, status)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running')
+            """,
+            [.text(run.runId), .text(run.trigger), .array(run.environments.map { .text($0) }, of: .text), .int64(run.since),
+             .int64(run.until), .bool(run.dryRun), .bool(run.all), .jsonb(run.requestedBy.canonicalJSON()), .int64(run.startedAt)],
+            name: "reconciliation run start")
+    }
+
+    public func recordEnd(runId: String, succeeded: Bool, finishedAt: EpochMillis, summary: JSONValue?, error: String?,
+                          reportPosition: Int64?) async throws(StoreError) {
+        try await execute(
+            """
+            UPDATE reconciliation_runs SET status = $2, finished_at = $3, summary = $4, error = $5, report_position = $6
+            WHERE run_id = $1
+            """,
+            [.text(runId), .text(succeeded ? "succeeded" : "failed"), .int64(finishedAt),
+             summary.map { .jsonb($0.canonicalJSON()) } ?? .null, .optional(error), .optional(reportPosition)],
+            name: "reconciliation run end")
+    }
+
+    public func run(id: String) async throws(StoreError) -> Run? {
+        try await runs("SELECT \(Self.runColumns) FROM reconciliation_runs WHERE run_id = $1", [.text(id)]).first
+    }
+
+    /// The latest run started (by `trigger`, when given).
+    public func latestRun(trigger: String? = nil) async throws(StoreError) -> Run? {
+        if let trigger {
+            return try await runs(
+                "SELECT \(Self.runColumns) FROM reconciliation_runs WHERE trigger = $1 ORDER BY started_at DESC, run_id LIMIT 1",
+                [.text(trigger)]).first
+        }
+        return try await runs("SELECT \(Self.runColumns) FROM reconciliation_runs ORDER BY started_at DESC, run_id LIMIT 1", []).first
+    }
+
+    /// The latest run that finished successfully and stored what it found (not a dry run).
+    public func latestSucceededRun() async throws(StoreError) -> Run? {
+        try await runs(
+            """
+            SELECT \(Self.runColumns) FROM reconciliation_runs WHERE status = 'succeeded' AND NOT dry_run
+            ORDER BY finished_at DESC, run_id LIMIT 1
+            """, []).first
+    }
+
+    private func runs(_ sql: String, _ parameters: [PostgresValue]) async throws(StoreError) -> [Run] {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(sql, parameters, name: "reconciliation runs").rows.map { row in
+                    var run = Run(
+                        runId: try row.decode(String.self, "run_id"), trigger: try row.decode(String.self, "trigger"),
+                        environments: try row.decode(String.self, "environments").split(separator: ",").map(String.init),
+                        since: try row.decode(Int64.self, "window_since"), until: try row.decode(Int64.self, "window_until"),
+                        dryRun: try row.decode(Bool.self, "dry_run"), all: try row.decode(Bool.self, "all_known"),
+                        requestedBy: try JSONValue(json: try row.decode(Data.self, "requested_by")),
+                        startedAt: try row.decode(Int64.self, "started_at"))
+                    run.finishedAt = try row.decode(Int64?.self, "finished_at")
+                    run.status = try row.decode(String.self, "status")
+                    run.summary = try row.decode(Data?.self, "summary").map { try JSONValue(json: $0) }
+                    run.error = try row.decode(String?.self, "error")
+                    run.reportPosition = try row.decode(Int64?.self, "report_position")
+                    return run
+                }
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    // MARK: - What to ask Apple about
+
+    /// The originalTransactionIds of `environment` the ledger knows for `bundleId` that may be
+    /// auto-renewable subscriptions (product type unknown or auto-renewable), ordered; with
+    /// `expiredSince`, only those not expired before it (no expiry, or one at or after it).
+    public func knownSubscriptions(environment: String, bundleId: String, expiredSince: EpochMillis?) async throws(StoreError) -> [String] {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(
+                    """
+                    SELECT original_transaction_id FROM projections.subscriptions
+                    WHERE environment = $1 AND bundle_id = $2
+                      AND (product_type IS NULL OR product_type = 'Auto-Renewable Subscription')
+                      AND ($3::bigint IS NULL OR expires_date IS NULL OR expires_date >= $3
+                           OR grace_period_expires_date >= $3)
+                    ORDER BY original_transaction_id
+                    """, [.text(environment), .text(bundleId), .optional(expiredSince)], name: "subscriptions to reconcile")
+                    .rows.map { try $0.decode(String.self, "original_transaction_id") }
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    /// Per stream, the position of its latest event that is not an App Store API answer (source
+    /// apple, type `API/…`): what `AppleAPIAnswerEvents` keys answers after. Streams without such an
+    /// event are absent.
+    public func latestPositionsBesidesAPIAnswers(streams: [String]) async throws(StoreError) -> [String: Int64] {
+        guard !streams.isEmpty else { return [:] }
+        do {
+            return try await pool.withConnection { connection in
+                var out: [String: Int64] = [:]
+                for row in try connection.query(
+                    """
+                    SELECT stream_id, max(position) AS position FROM events
+                    WHERE stream_id = ANY($1) AND NOT (source = 'apple' AND type LIKE 'API/%')
+                    GROUP BY stream_id
+                    """, [.array(streams.map { .text($0) }, of: .text)], name: "latest non-answer positions").rows {
+                    out[try row.decode(String.self, "stream_id")] = try row.decode(Int64.self, "position")
+                }
+                return out
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    /// Which of `keys` (stream, dedupe key) are stored already: what a dry run would not store.
+    public func stored(_ keys: [(stream: String, dedupeKey: String)]) async throws(StoreError) -> Set<String> {
+        guard !keys.isEmpty else { return [] }
+        do {
+            return try await pool.withConnection { connection in
+                Set(try connection.query(
+                    """
+                    SELECT e.stream_id || E'\\n' || e.dedupe_key AS k FROM events e
+                    JOIN unnest($1::text[], $2::text[]) AS k(stream_id, dedupe_key)
+                      ON e.stream_id = k.stream_id AND e.dedupe_key = k.dedupe_key
+                    """, [.array(keys.map { .text($0.stream) }, of: .text), .array(keys.map { .text($0.dedupeKey) }, of: .text)],
+                    name: "stored keys").rows.map { try $0.decode(String.self, "k") })
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    /// The newest drift report stored (`reconcile/report` in `ledger:reconciliation`).
+    public func latestReport() async throws(StoreError) -> RecordedEvent? {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(
+                    """
+                    SELECT \(EventStore.columns) FROM events WHERE stream_id = $1 AND type = $2 ORDER BY position DESC LIMIT 1
+                    """, [.text(StreamId.ledgerReconciliation.text), .text(LedgerEventType.reconciliationReport)],
+                    name: "latest drift report").rows.map(EventStore.decode).first
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    // MARK: - Consent
+
+    /// Every consent fact of `customerId` (`ConsentRecord.consented` picks the one in force).
+    public func consentFacts(customerId: String) async throws(StoreError) -> [Fact] {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(
+                    """
+                    SELECT \(FactRows.columns) FROM public.facts
+                    WHERE schema_version = $1 AND kind = 'consent' AND customer_id = $2 ORDER BY position
+                    """, [.int64(Int64(FactStore.version)), .text(customerId)], name: "consent of customer")
+                    .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    // MARK: - Consumption outbox
+
+    /// A consumption request waiting for (or given) an answer.
+    public struct OutboxItem: Sendable, Equatable {
+        public var requestPosition: Int64
+        public var subscription: SubscriptionKey
+        public var transactionId: String
+        public var requestedAt: EpochMillis
+        public var deadline: EpochMillis
+        public var status: String
+        public var attempts: Int
+        public var nextAttemptAt: EpochMillis
+        public var lastError: String?
+        public var answerPosition: Int64?
+    }
+
+    static let outboxColumns = """
+        request_position, subscription, transaction_id, requested_at, deadline, status, attempts, next_attempt_at, last_error, answer_position
+        """
+
+    /// Takes up every CONSUMPTION_REQUEST (an `apple.v2` `consumption_request` fact) signed at or
+    /// after `since` that the outbox does not hold yet; the deadline is Apple's 12 hours after
+    /// the request was signed. Returns how many were added.
+    @discardableResult
+    public func enqueueConsumptionRequests(signedSince since: EpochMillis, now: EpochMillis,
+                                           window: EpochMillis = 12 * 3_600_000) async throws(StoreError) -> Int {
+        do {
+            return try await pool.withConnection { connection in
+                Int(try connection.query(
+                    """
+                    WITH added AS (
+                        INSERT INTO consumption_outbox (request_position, subscription, transaction_id, requested_at, deadline, next_attempt_at, enqueued_at)
+                        SELECT f.position, f.subscription, f.transaction_id, f.signed_at, f.signed_at + $3, $4, $4
+                        FROM public.facts f
+                        WHERE f.schema_version = $1 AND f.kind = 'consumption_request' AND f.origin = 'apple.v2'
+                          AND f.signed_at >= $2 AND f.subscription IS NOT NULL AND f.transaction_id IS NOT NULL
+                          AND NOT EXISTS (SELECT 1 FROM consumption_outbox o WHERE o.request_position = f.position)
+                        ON CONFLICT (request_position) DO NOTHING
+                        RETURNING 1
+                    ) SELECT count(*) AS n FROM added
+                    """, [.int64(Int64(FactStore.version)), .int64(since), .int64(window), .int64(now)], name: "enqueue consumption requests")
+                    .first?.decode(Int64.self, "n") ?? 0)
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    /// Pending requests whose next attempt is due at `now`, oldest first.
+    public func dueConsumptionRequests(now: EpochMillis, limit: Int = 50) async throws(StoreError) -> [OutboxItem] {
+        try await outbox(
+            "SELECT \(Self.outboxColumns) FROM consumption_outbox WHERE status = 'pending' AND next_attempt_at <= $1 ORDER BY next_attempt_at, request_position LIMIT $2",
+            [.int64(now), .int64(Int64(limit))])
+    }
+
+    /// Every row (tests, operators), by request position.
+    public func consumptionOutbox() async throws(StoreError) -> [OutboxItem] {
+        try await outbox("SELECT \(Self.outboxColumns) FROM consumption_outbox ORDER BY request_position", [])
+    }
+
+    /// A failed attempt: count it, remember why, and when to try again.
+    public func recordConsumptionAttempt(requestPosition: Int64, error: String, nextAttemptAt: EpochMillis) async throws(StoreError) {
+        try await execute(
+            "UPDATE consumption_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3 WHERE request_position = $1 AND status = 'pending'",
+            [.int64(requestPosition), .text(String(error.prefix(2000))), .int64(nextAttemptAt)], name: "consumption attempt")
+    }
+
+    /// The request is answered: its answer event is at `answerPosition`.
+    public func markConsumptionAnswered(requestPosition: Int64, answerPosition: Int64, attempted: Bool) async throws(StoreError) {
+        try await execute(
+            """
+            UPDATE consumption_outbox SET status = 'done', answer_position = $2, attempts = attempts + $3
+            WHERE request_position = $1
+            """, [.int64(requestPosition), .int64(answerPosition), .int32(attempted ? 1 : 0)], name: "consumption answered")
+    }
+
+    /// The `consumption_request` fact stored at `position` (nil when there is none).
+    public func consumptionRequestFact(position: Int64) async throws(StoreError) -> Fact? {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(
+                    """
+                    SELECT \(FactRows.columns) FROM public.facts
+                    WHERE schema_version = $1 AND position = $2 AND kind = 'consumption_request' ORDER BY ordinal LIMIT 1
+                    """, [.int64(Int64(FactStore.version)), .int64(position)], name: "consumption request fact")
+                    .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }.first
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    private func outbox(_ sql: String, _ parameters: [PostgresValue]) async throws(StoreError) -> [OutboxItem] {
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(sql, parameters, name: "consumption outbox").rows.compactMap { row in
+                    guard let key = SubscriptionKey(text: try row.decode(String.self, "subscription")) else { return nil }
+                    return OutboxItem(
+                        requestPosition: try row.decode(Int64.self, "request_position"), subscription: key,
+                        transactionId: try row.decode(String.self, "transaction_id"),
+                        requestedAt: try row.decode(Int64.self, "requested_at"), deadline: try row.decode(Int64.self, "deadline"),
+                        status: try row.decode(String.self, "status"), attempts: Int(try row.decode(Int32.self, "attempts")),
+                        nextAttemptAt: try row.decode(Int64.self, "next_attempt_at"), lastError: try row.decode(String?.self, "last_error"),
+                        answerPosition: try row.decode(Int64?.self, "answer_position"))
+                }
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    private func execute(_ sql: String, _ parameters: [PostgresValue], name: String) async throws(StoreError) {
+        do {
+            _ = try await pool.withConnection { connection in
+                try connection.query(sql, parameters, name: name)
+                return 0
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+}
+
+/// A job's advisory lock, held on its own connection until `release()`.
+public final class HeldLock: @unchecked Sendable {
+    public let job: ReconciliationStore.Job
+    private let lock = NSLock()
+    /// Closed with this object when a holder forgets `release()`: that releases the lock too.
+    private var connection: Connection?
+
+    init(job: ReconciliationStore.Job, connection: Connection) {
+        self.job = job
+        self.connection = connection
+    }
+
+    /// Releases the lock (off the cooperative pool: libpq blocks). Closing the connection would
+    /// release it too, so a lock can never outlive its holder.
+    public func release() async {
+        guard let held = take() else { return }
+        let key = job.lockKey
+        _ = try? await BlockingWork.run {
+            _ = try? held.query("SELECT pg_advisory_unlock($1)", [.int64(key)], name: "release job lock")
+            return 0
+        }
+    }
+
+    private func take() -> Connection? {
+        lock.lock()
+        defer { lock.unlock() }
+        let held = connection
+        connection = nil
+        return held
+    }
+}
