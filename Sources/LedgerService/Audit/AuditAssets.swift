@@ -30,7 +30,6 @@ enum AuditAssets {
     header .brand { font-weight: 600; margin-right: auto; }
     header nav { display: flex; flex-wrap: wrap; gap: .3rem 1rem; }
     header nav a[aria-current] { text-decoration: underline; }
-    header nav .pending { color: #9fb0c2; cursor: default; }
     header form { margin: 0; }
     header button { background: transparent; color: #fff; border: 1px solid #8ea3b8; border-radius: 4px; padding: .2rem .6rem; cursor: pointer; }
     main { max-width: 1200px; margin: 0 auto; padding: 1rem; }
@@ -65,6 +64,7 @@ enum AuditAssets {
     .event > .head { display: flex; flex-wrap: wrap; gap: .3rem 1rem; padding: .5rem .8rem; border-bottom: 1px solid var(--line); }
     .event > .body { padding: .5rem .8rem; }
     .change { display: inline-block; margin-right: 1rem; }
+    tr.changed td { background: #fff8e6; }
     details summary { cursor: pointer; color: var(--accent); }
     @media (max-width: 640px) {
       body { font-size: 14px; }

@@ -2,9 +2,7 @@ import Foundation
 import LedgerCore
 import LedgerStore
 
-/// The navigation of the auditor's pages. The drift report arrives with Apple reconciliation
-/// (issue 12): it is listed here, not linked, until that page exists — register it by giving the
-/// entry a URL.
+/// The navigation of the auditor's pages.
 enum AuditNavigation: String, CaseIterable {
     case search, refunds, projections, drift
 
@@ -17,13 +15,12 @@ enum AuditNavigation: String, CaseIterable {
         }
     }
 
-    /// Nil: not available in this build.
-    var url: AuditURL? {
+    var url: AuditURL {
         switch self {
         case .search: AuditURL("search")
         case .refunds: AuditURL("refunds")
         case .projections: AuditURL("projections")
-        case .drift: nil
+        case .drift: AuditURL("drift")
         }
     }
 }
@@ -46,10 +43,7 @@ enum AuditPages {
 
     static func layout(title: String, current: AuditNavigation?, csrf: String?, notice: HTML? = nil, _ body: HTML) -> HTML {
         let nav = HTML.join(AuditNavigation.allCases.map { item -> HTML in
-            if let url = item.url {
-                return item == current ? "<a href=\"\(url)\" aria-current=\"page\">\(item.title)</a>" : "<a href=\"\(url)\">\(item.title)</a>"
-            }
-            return "<span class=\"pending\" title=\"arrives with Apple reconciliation\">\(item.title) (not yet available)</span>"
+            item == current ? "<a href=\"\(item.url)\" aria-current=\"page\">\(item.title)</a>" : "<a href=\"\(item.url)\">\(item.title)</a>"
         })
         let session: HTML = csrf.map { token in
             "<form method=\"post\" action=\"\(AuditURL("logout"))\"><input type=\"hidden\" name=\"csrf\" value=\"\(token)\"><button type=\"submit\" id=\"logout\">Log out</button></form>"

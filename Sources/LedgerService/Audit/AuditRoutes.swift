@@ -105,6 +105,12 @@ extension LedgerApp {
             group.add("GET", "/audit/refunds/{caseId}") { [self] request in
                 try await page(request) { csrf in try await casePage(request.pathParameters["caseId"] ?? "", csrf: csrf) }
             }
+            group.add("GET", "/audit/drift") { [self] request in
+                try await page(request) { csrf in
+                    AuditPages.drift(DriftPageModel(view: try await appleAPI.drift.latest(),
+                                                    unavailable: appleAPI.reconciliation == nil ? appleAPI.notConfigured : nil), csrf: csrf)
+                }
+            }
             group.add("GET", "/audit/projections") { [self] request in
                 try await page(request) { csrf in
                     AuditPages.projections(try await store.projectionStatuses(), chain: try? await store.chain.head(), csrf: csrf)
