@@ -72,6 +72,9 @@ public final class LedgerApp: Sendable {
         if audit.sessions.ephemeralKey {
             log.warn("LEDGER_SESSION_KEY is not set: auditor sessions are signed with a key made up at start, so they end at restart and other instances refuse them")
         }
+        if let problem = audit.evidenceProblem {
+            log.warn("the auditor's pages cannot re-verify evidence: \(problem)")
+        }
         describeMetrics()
     }
 

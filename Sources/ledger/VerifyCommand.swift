@@ -6,13 +6,15 @@ import LedgerStore
 /// `ledger verify`: the auditor's proof that the log is what was appended.
 enum VerifyCommand {
     static let help = """
-    usage: ledger verify [--from N] [--anchor] [--anchor-file F]
+    usage: ledger verify [--from N] [--anchor] [--anchor-file F] [--wechat-key-history FILE]
 
     Walks the hash chain over the event log (docs/hash-chain.md), recomputing every link from the
     event's own fields, and re-verifies each event's raw evidence: every Apple JWS at its own
     signedDate against the configured roots (LEDGER_APPLE_ROOT_CERTS, else Apple Root CA - G3),
-    every WeChat push with the configured token and EncodingAESKeys (current and previous). Reports
-    the first broken position and why, then the others (up to 100).
+    every WeChat push against the key history — the configured token and EncodingAESKeys (current
+    and previous) and the older ones of the key-history file — as `ledger verify-payload` does. A
+    plaintext-mode push counts as unsigned (its signature does not cover the body). Reports the
+    first broken position and why, then the others (up to 100).
 
       --from N          start at position N (the link before N is taken as stored); default 1
       --anchor          after a clean walk, print one line `<position> <hex hash>` of the head on
@@ -20,6 +22,10 @@ enum VerifyCommand {
       --anchor-file F   check that the log still extends each anchor in F (one `<position> <hex>`
                         per line, # comments allowed): a chain rewritten after an edit passes the
                         walk but not an anchor kept from before the edit
+      --wechat-key-history FILE
+                        the WeChat keys in use before the current ones, to re-verify pushes
+                        stored under them (default: LEDGER_WECHAT_KEY_HISTORY_FILE):
+                        {"keys": [{"appId": "wx…", "token": "…", "aesKey": "<43 characters>", "label": "until 2026-03-01"}]}
 
     Progress and the report go to standard error. Exit status: 0 when nothing is broken, 1 when
     something is (the first broken position is named), 2 on bad usage. Database: LEDGER_DATABASE_URL
@@ -27,7 +33,7 @@ enum VerifyCommand {
     """
 
     static func run(_ raw: [String]) async throws {
-        let args = try parse(raw, command: "verify", valued: ["from", "anchor-file"], boolean: ["anchor"], help: help)
+        let args = try parse(raw, command: "verify", valued: ["from", "anchor-file", "wechat-key-history"], boolean: ["anchor"], help: help)
         guard args.positionals.isEmpty else {
             throw CommandFailure(message: "unexpected argument \(args.positionals[0]); see ledger verify --help", exitCode: 2)
         }
@@ -37,8 +43,10 @@ enum VerifyCommand {
         let anchors = try args.options["anchor-file"].map(readAnchors) ?? []
         let configuration = try loadConfiguration()
         let evidence: EvidenceVerifier
-        do { evidence = try EvidenceVerifier(configuration: configuration) } catch {
-            throw CommandFailure(message: "cannot load the trusted Apple roots: \(error)", exitCode: 2)
+        do {
+            evidence = try EvidenceVerifier(configuration: configuration, wechatKeyHistoryFile: args.options["wechat-key-history"])
+        } catch {
+            throw CommandFailure(message: "\(error)", exitCode: 2)
         }
         let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 2, liveProjections: false))
         defer { store.close() }

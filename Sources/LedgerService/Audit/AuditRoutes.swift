@@ -8,11 +8,24 @@ import LedgerStore
 /// What the auditor's pages need beyond the API's use cases: sessions and the evidence verifier.
 struct AuditDesk: Sendable {
     let sessions: AuditSessions
+    /// Nil when the Apple roots or the WeChat key history cannot be loaded (`evidenceProblem`
+    /// says which): the pages still open, and every evidence check says why it could not run.
     let evidence: EvidenceVerifier?
+    let evidenceProblem: EvidenceKeysError?
 
     init(configuration: LedgerConfiguration) {
         sessions = AuditSessions(configuration: configuration.audit)
-        evidence = try? EvidenceVerifier(configuration: configuration)
+        do {
+            evidence = try EvidenceVerifier(configuration: configuration)
+            evidenceProblem = nil
+        } catch {
+            evidence = nil
+            evidenceProblem = error
+        }
+    }
+
+    func check(_ event: RecordedEvent) -> EvidenceCheck {
+        evidence?.check(event) ?? .refused(reason: "not re-verified: \(evidenceProblem?.description ?? "no evidence verifier")")
     }
 }
 
@@ -243,7 +256,7 @@ extension LedgerApp {
             let before = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
             cumulative += own
             let after = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
-            let check = audit.evidence?.check(e.event) ?? .refused(reason: "the configured Apple roots could not be loaded")
+            let check = audit.check(e.event)
             entries.append(TimelineEntry(event: e.event, facts: e.facts, before: before, after: after, evidence: check,
                                          chainHolds: holds[e.event.position]))
         }
@@ -259,7 +272,7 @@ extension LedgerApp {
             o["events"] = .array(evidence.map(Representation.event))
             json = .object(o)
         }
-        let checks = evidence.map { e in (e, audit.evidence?.check(e.event) ?? .refused(reason: "the configured Apple roots could not be loaded")) }
+        let checks = evidence.map { e in (e, audit.check(e.event)) }
         return AuditPages.refundCase(found, evidence: checks, json: String(decoding: json.canonicalJSON(), as: UTF8.self), csrf: csrf)
     }
 }

@@ -1,4 +1,5 @@
 import AppStore
+import Crypto
 import Foundation
 import LedgerCore
 import LedgerStore
@@ -7,10 +8,11 @@ import WeChatPay
 /// What re-verifying one stored event's raw evidence found.
 public enum EvidenceCheck: Sendable, Equatable {
     /// Every signature in it verified now (Apple: each JWS at its own signedDate against the
-    /// configured roots; WeChat: the push signature and decryption with the configured keys).
+    /// configured roots; WeChat: msg_signature and decryption with a key of the key history).
     case verified(detail: String)
     /// Nothing in it is signed (V1 notifications and verifyReceipt answers, authenticated only by
-    /// the shared secret or TLS at the time; the ledger's own events).
+    /// the shared secret or TLS at the time; the ledger's own events; plaintext-mode WeChat pushes,
+    /// whose signature does not cover the body).
     case unsigned(reason: String)
     /// It holds a signature and that signature does not verify now.
     case refused(reason: String)
@@ -26,43 +28,37 @@ public enum EvidenceCheck: Sendable, Equatable {
     }
 }
 
-/// Re-verifies a stored WeChat push. **The key-history seam:** today this is the keys in the
-/// current configuration (token, current and previous EncodingAESKey, through WeChatPay's
-/// `PushReceiver`); a key history (every token/key with the time it was in force) plugs in by
-/// conforming another type and handing it to `EvidenceVerifier(wechat:)`.
-public protocol WeChatPushReverifying: Sendable {
-    func reverify(raw: Data, recordedAt: EpochMillis) -> EvidenceCheck
+/// Why the keys to re-verify stored evidence could not be loaded.
+public enum EvidenceKeysError: Error, Equatable, CustomStringConvertible {
+    case appleRoots(String)
+    case wechatKeys(String)
+
+    public var description: String {
+        switch self {
+        case .appleRoots(let why): "cannot load the trusted Apple roots (LEDGER_APPLE_ROOT_CERTS): \(why)"
+        case .wechatKeys(let why): "cannot load the WeChat push keys: \(why)"
+        }
+    }
 }
 
-/// The configured WeChat keys, through `PushReceiver.open` (signature, msg_signature, decryption
-/// and appid check — exactly what the push passed when it arrived).
-public struct ConfiguredWeChatKeys: WeChatPushReverifying {
-    let receiver: PushReceiver?
-
-    public init(_ configuration: LedgerConfiguration.WeChat) {
-        guard let appId = configuration.appId, let token = configuration.token else { receiver = nil; return }
-        let key = configuration.aesKey.flatMap { try? EncodingAESKey($0.value) }
-        let previous = configuration.previousAESKey.flatMap { try? EncodingAESKey($0.value) }
-        // Plaintext pushes were accepted only when allowed; their query signature is what remains to check.
-        receiver = try? PushReceiver(config: WeChatPushConfig(appId: appId, token: token.value, aesKey: key, previousAESKey: previous,
-                                                              allowPlaintext: true, maxBodyBytes: 16 << 20))
-    }
-
-    public func reverify(raw: Data, recordedAt: EpochMillis) -> EvidenceCheck {
-        guard let receiver else {
-            return .refused(reason: "WeChat is not configured (LEDGER_WECHAT_APPID, LEDGER_WECHAT_TOKEN): a stored push cannot be re-verified")
-        }
-        guard let stored = try? JSONDecoder().decode(JSONValue.self, from: raw), case .object(let query)? = stored["query"],
-              let body = RawPush.body(of: raw) else {
-            return .refused(reason: "raw is not a stored push ({\"v\":1,\"query\":…,\"body\":…}); it cannot be re-verified")
-        }
-        var parameters: [String: String] = [:]
-        for (k, v) in query { if case .string(let s) = v { parameters[k] = s } }
+extension LedgerConfiguration.WeChat {
+    /// Every push key stored pushes may have been sealed with: the configured token with its
+    /// current and previous EncodingAESKey, then the key-history file (`file`, else
+    /// LEDGER_WECHAT_KEY_HISTORY_FILE). The one place `ledger verify`, `ledger verify-payload` and
+    /// the auditor's pages get the history from.
+    public func keyHistory(file: String? = nil) throws(EvidenceKeysError) -> WeChatKeyHistory {
+        let key: EncodingAESKey?, previous: EncodingAESKey?
         do {
-            let push = try receiver.open(query: PushQuery(parameters), body: Data(body))
-            return .verified(detail: "WeChat \(push.mode.rawValue) push, signature\(push.mode == .plaintext ? "" : " and decryption") checked with the configured \(push.usedPreviousKey ? "previous" : "current") key")
+            key = try aesKey.map { s throws(WeChatPushError) in try EncodingAESKey(s.value) }
+            previous = try previousAESKey.map { s throws(WeChatPushError) in try EncodingAESKey(s.value) }
         } catch {
-            return .refused(reason: "WeChat push: \(error.code) — \(error.message) (with the token and EncodingAESKeys configured now; a rotated token needs the key history)")
+            throw .wechatKeys("LEDGER_WECHAT_AES_KEY / LEDGER_WECHAT_PREVIOUS_AES_KEY: \(error.message)")
+        }
+        do {
+            return try WeChatKeyHistory(appId: appId, token: token?.value, aesKey: key, previousAESKey: previous,
+                                        file: (file ?? keyHistoryFile).map { URL(fileURLWithPath: $0) })
+        } catch {
+            throw .wechatKeys(error.description)
         }
     }
 }
@@ -70,19 +66,25 @@ public struct ConfiguredWeChatKeys: WeChatPushReverifying {
 /// Re-verifies the raw evidence of stored events — what `ledger verify` and the timeline show.
 public struct EvidenceVerifier: Sendable {
     let apple: PayloadInspector
-    let wechat: any WeChatPushReverifying
+    let wechat: WeChatKeyHistory
 
-    public init(apple verifier: SignedDataVerifier, wechat: any WeChatPushReverifying) {
+    public init(apple verifier: SignedDataVerifier, wechat: WeChatKeyHistory) {
         self.apple = PayloadInspector(verifier: verifier)
         self.wechat = wechat
     }
 
-    /// With the configured Apple roots (or the bundled Apple Root CA - G3) and WeChat keys.
-    public init(configuration: LedgerConfiguration) throws {
-        let roots = configuration.apple.rootCertificatePaths.isEmpty
-            ? [AppleTrustedRoots.bundledAppleRootCAG3]
-            : try AppleTrustedRoots.load(paths: configuration.apple.rootCertificatePaths)
-        self.init(apple: SignedDataVerifier(trustedRoots: roots), wechat: ConfiguredWeChatKeys(configuration.wechat))
+    /// With the configured Apple roots (or the bundled Apple Root CA - G3) and the WeChat key
+    /// history (`wechatKeyHistoryFile` overrides LEDGER_WECHAT_KEY_HISTORY_FILE).
+    public init(configuration: LedgerConfiguration, wechatKeyHistoryFile: String? = nil) throws(EvidenceKeysError) {
+        let roots: [X509Certificate]
+        do {
+            roots = configuration.apple.rootCertificatePaths.isEmpty
+                ? [AppleTrustedRoots.bundledAppleRootCAG3]
+                : try AppleTrustedRoots.load(paths: configuration.apple.rootCertificatePaths)
+        } catch {
+            throw .appleRoots("\(error)")
+        }
+        self.init(apple: SignedDataVerifier(trustedRoots: roots), wechat: try configuration.wechat.keyHistory(file: wechatKeyHistoryFile))
     }
 
     public func check(_ event: RecordedEvent) -> EvidenceCheck {
@@ -90,9 +92,25 @@ public struct EvidenceVerifier: Sendable {
         case .ledger:
             return .unsigned(reason: "the ledger's own record (covered by the hash chain only)")
         case .wechat:
-            return wechat.reverify(raw: event.event.raw, recordedAt: event.recordedAt)
+            return checkWeChat(event.event.raw)
         case .apple:
             return checkApple(event.event.raw)
+        }
+    }
+
+    /// A stored push against the key history (`WeChatPushEvidence`, as `ledger verify-payload`):
+    /// verified when a key of the history opens it; a plaintext-mode push is unsigned (its
+    /// signature covers the token, timestamp and nonce, never the body); refused otherwise.
+    func checkWeChat(_ raw: Data) -> EvidenceCheck {
+        let result = WeChatPushEvidence.verify(raw: raw, keys: wechat)
+        switch result.outcome {
+        case .verified:
+            let recorded = result.matchesRecording ? "" : "; NOT the key the ledger recorded when it arrived (token \(result.recordedTokenFingerprint ?? "-"), EncodingAESKey \(result.recordedAESKeyFingerprint ?? "-"))"
+            return .verified(detail: "WeChat \(result.mode?.rawValue ?? "") push: \(result.note)\(recorded)")
+        case .unsignedBody:
+            return .unsigned(reason: "WeChat \(result.note)")
+        case .failed:
+            return .refused(reason: "WeChat push: \(result.note)")
         }
     }
 
