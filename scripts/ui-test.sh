@@ -5,8 +5,10 @@
 # Starts the real service on a scratch database with simulated Apple data (ledger-dev simulate),
 # posts WeChat pushes (plaintext mode, a hostile order id among them), then scripts/ui_test.py
 # signs in, searches, opens a timeline and a refund case, downloads the CSV and compares it with
-# the API's, signs out, checks that an app token gets a refusal page, that the CSP header is there
-# and that the browser reported no console errors or CSP violations. Screenshots: .build/ui/.
+# the API's, opens projection status and the drift report, signs out, checks that an app token gets
+# a refusal page, that the CSP header is there and that the browser reported no console errors or
+# CSP violations. Screenshots: .build/ui/; the README's two (timeline, refund case at 1280 px) are
+# copied to docs/screenshots/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -69,6 +71,9 @@ done
 SE_OFFLINE=true LEDGER_UI_BASE="$BASE" LEDGER_UI_SHOTS="$SHOTS" LEDGER_UI_WECHAT_TOKEN=ui-test-token \
   LEDGER_UI_APP_TOKEN=ui-app-token LEDGER_UI_AUDITOR_TOKEN=ui-auditor-token \
   "$VENV/bin/python" scripts/ui_test.py
+# The README shows these two: taken by this run, so they always show the pages as they are.
+cp "$SHOTS/timeline-1280.png" docs/screenshots/audit-timeline.png
+cp "$SHOTS/refund-case-1280.png" docs/screenshots/audit-refund-case.png
 # The chain the pages and exports rely on, recomputed by a tool that shares no code with the ledger.
 "$PSQL" "$ADMIN_URL" -XAt -F ' ' -c "$(python3 scripts/recompute_chain.py --query)" | python3 scripts/recompute_chain.py
 echo "ui-test: passed in $(( $(date +%s) - started )) s; screenshots in $SHOTS"

@@ -52,8 +52,10 @@ def http(path, token=None, data=None, content_type=None):
 
 
 def push(message, nonce):
-    """A plaintext-mode JSON push, signed like WeChat signs it (SHA-1 of the sorted token, time, nonce)."""
-    ts = "1775226065"
+    """A plaintext-mode JSON push, signed like WeChat signs it (SHA-1 of the sorted token, time, nonce).
+
+    The query's timestamp is now: plaintext pushes outside the replay window are refused."""
+    ts = str(int(time.time()))
     signature = hashlib.sha1("".join(sorted([WECHAT_TOKEN, ts, nonce])).encode()).hexdigest()
     query = urllib.parse.urlencode({"signature": signature, "timestamp": ts, "nonce": nonce})
     status, _, body = http(f"/v1/wechat/notifications?{query}", data=json.dumps(message).encode(),
@@ -230,6 +232,15 @@ def main():
         b.open("/audit/projections")
         check("refund_cases" in b.text(), "projection status lists refund_cases")
         b.shot("projections")
+
+        # The drift report, through the navigation: no reconciliation runs here, so its empty state.
+        b.click(b.driver.find_element(By.LINK_TEXT, "Drift report"), "drift report")
+        check(b.driver.current_url.endswith("/audit/drift"), f"drift link: {b.driver.current_url}")
+        drift = b.text()
+        check("No reconciliation has run yet" in drift and "ledger reconcile" in drift, f"drift empty state: {drift[:400]}")
+        check(b.driver.find_element(By.CSS_SELECTOR, "nav a[aria-current]").text == "Drift report", "drift is the current page")
+        b.shot("drift")
+        b.shot("drift", 390)
 
         # Sign out: the pages are closed again.
         b.click(b.driver.find_element(By.ID, "logout"), "sign-out")
