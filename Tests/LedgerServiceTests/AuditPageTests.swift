@@ -36,17 +36,25 @@ final class AuditHTMLTests: XCTestCase {
         XCTAssertEqual(AuditURL("refunds", "..").text, "/audit/refunds/..", "a dot segment stays inside /audit (the router matches it literally)")
     }
 
-    /// A case whose every text is `value` (decoded, as the projection stores cases).
-    func hostileCase(_ value: String) throws -> RefundCase {
-        let object: [String: Any] = [
+    /// A case whose every text is `value` (decoded, as the projection stores cases); `apple`: an
+    /// Apple case with a hostile notification and consumption answer.
+    func hostileCase(_ value: String, apple: Bool = false) throws -> RefundCase {
+        var object: [String: Any] = [
             "caseId": "wechat:" + value, "source": "wechat", "orderId": value, "openId": value, "customerId": value, "productId": value,
             "openedAt": 1, "lastRecordedAt": 2, "decision": "refuse", "decisionRule": value, "outcome": "pending", "reason": value,
             "inquiries": [["position": 1, "recordedAt": 1, "askedAt": 1, "reason": value, "channelBill": value, "productId": value,
                            "streamId": value, "repeatedAnswer": false]],
             "answers": [["position": 2, "recordedAt": 2, "resultCode": 1, "decision": "refuse", "rule": value, "resultInfo": value,
                          "evidence": value, "inquiryPosition": 1, "latencyMs": 1]],
-            "refundOutcomes": [], "appleNotifications": [], "links": [1, 2],
+            "refundOutcomes": [], "appleNotifications": [], "links": [1, 2], "consumptionAnswers": [],
         ]
+        if apple {
+            object["source"] = "apple"
+            object["appleNotifications"] = [["position": 3, "recordedAt": 3, "notificationType": value, "subtype": value,
+                                             "consumptionRequestReason": value, "origin": value]]
+            object["consumptionAnswers"] = [["position": 4, "recordedAt": 4, "outcome": value, "reason": value, "message": value,
+                                             "requestPosition": 3, "request": value, "answer": value, "attempts": 1]]
+        }
         return try JSONDecoder().decode(RefundCase.self, from: JSONSerialization.data(withJSONObject: object))
     }
 
@@ -54,6 +62,7 @@ final class AuditHTMLTests: XCTestCase {
         for value in Self.hostile {
             let c = try hostileCase(value)
             let pages = [AuditPages.refundCase(c, evidence: [], json: value, csrf: value), AuditPages.caseTable([c]),
+                         AuditPages.refundCase(try hostileCase(value, apple: true), evidence: [], json: value, csrf: value),
                          AuditPages.search(.init(query: value, cases: [c]), csrf: "t"), AuditPages.refusal(value),
                          AuditPages.error(title: value, message: value, csrf: nil), AuditPages.login(csrf: value, message: value, next: value)]
             for page in pages {

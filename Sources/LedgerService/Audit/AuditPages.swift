@@ -310,11 +310,22 @@ enum AuditPages {
             body = body + "<h2>Inquiry</h2>\(askings)<h2>The ledger’s answer</h2>\(answers)<h2>Outcome</h2>\(outcomes)"
         } else {
             let notes = HTML.join(c.appleNotifications.map { n in
-                "<tr><td data-label=\"Event\"><a href=\"#event-\(n.position)\">#\(n.position)</a></td><td data-label=\"Type\">\(n.notificationType)\(n.subtype.map { "/\($0)" } ?? "")</td><td data-label=\"Signed\">\(time(n.signedDate))</td><td data-label=\"Reason\">\(n.consumptionRequestReason ?? n.revocationReason.map { "revocationReason \($0)" })</td></tr>" as HTML
+                let from: HTML = n.origin == FactOrigin.appleAPI.rawValue ? "App Store Server API answer (reconciliation)" : "notification"
+                return "<tr><td data-label=\"Event\"><a href=\"#event-\(n.position)\">#\(n.position)</a></td><td data-label=\"Type\">\(n.notificationType)\(n.subtype.map { "/\($0)" } ?? "")</td><td data-label=\"Stated by\">\(from)</td><td data-label=\"Signed\">\(time(n.signedDate))</td><td data-label=\"Reason\">\(n.consumptionRequestReason ?? n.revocationReason.map { "revocationReason \($0)" })</td></tr>" as HTML
             })
+            let consumption: HTML = c.consumptionAnswers.isEmpty
+                ? "<p class=\"muted\" id=\"consumption\">No consumption information sent to Apple is recorded for this case.</p>"
+                : HTML.join(c.consumptionAnswers.map { a in
+                    """
+                    <div class="card consumption"><dl class="facts"><dt>Answer</dt><dd><a href="#event-\(a.position)">#\(a.position)</a> recorded \(time(a.recordedAt))\(a.requestPosition.map { " to the request #\($0)" as HTML } ?? .empty)</dd>
+                    <dt>Outcome</dt><dd>\(a.outcome)\(a.reason.map { " — \($0)" as HTML } ?? .empty)</dd>
+                    <dt>Message</dt><dd>\(a.message)</dd><dt>Attempts</dt><dd>\(a.attempts.map { String($0) })</dd>
+                    <dt>Sent to Apple</dt><dd><pre>\(a.request ?? "nothing")</pre></dd><dt>Apple’s answer</dt><dd><pre>\(a.answer ?? "—")</pre></dd></dl></div>
+                    """
+                })
             body = body + """
-            <h2>Apple notifications</h2><div class="scroll"><table class="responsive"><thead><tr><th>Event</th><th>Type</th><th>Signed</th><th>Reason</th></tr></thead><tbody>\(notes)</tbody></table></div>
-            <h2>Apple consumption answer</h2><p class="muted" id="consumption">No consumption information sent to Apple is recorded for this case.</p>
+            <h2>Apple notifications</h2><div class="scroll"><table class="responsive"><thead><tr><th>Event</th><th>Type</th><th>Stated by</th><th>Signed</th><th>Reason</th></tr></thead><tbody>\(notes)</tbody></table></div>
+            <h2>Apple consumption answer</h2>\(consumption)
             """
         }
         let trail = HTML.join(evidence.map { e, check in

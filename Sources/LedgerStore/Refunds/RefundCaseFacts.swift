@@ -10,8 +10,9 @@ internal import Postgres
 enum RefundCaseFacts {
     static var version: Int64 { Int64(FactStore.version) }
 
-    /// Every fact the cases of the whole log up to `upTo` need: the case facts, every WeChat or
-    /// ledger fact naming an order (deliveries, aliases, links: a superset of what the cases'
+    /// Every fact the cases of the whole log up to `upTo` need: the case facts (with the
+    /// revocations App Store API answers state, and their reversals of revoked transactions, as
+    /// `RefundFactQueries.allCaseFacts`), every WeChat or ledger fact naming an order (deliveries, aliases, links: a superset of what the cases'
     /// orders reach), and the WeChat deliveries and contract changes of the subscriptions named.
     /// Facts that belong to no case change no case, so the fold equals the fold of each case's own.
     static func all(upTo: Int64, on connection: Connection) throws -> [Fact] {
@@ -21,7 +22,11 @@ enum RefundCaseFacts {
             SELECT \(FactRows.columns) FROM public.facts
             WHERE schema_version = $1 AND position <= $2 AND (
                 (kind IN (\(RefundFactQueries.caseKindList)) AND origin IN ('wechat', 'ledger', 'apple.v2'))
-                OR (origin IN ('wechat', 'ledger') AND (transaction_id IS NOT NULL OR order_alias IS NOT NULL)))
+                OR (origin IN ('wechat', 'ledger') AND (transaction_id IS NOT NULL OR order_alias IS NOT NULL))
+                OR (origin = 'apple.api' AND kind = 'revocation')
+                OR (origin = 'apple.api' AND kind = 'reversal' AND transaction_id IN (
+                    SELECT r.transaction_id FROM public.facts r
+                    WHERE r.schema_version = $1 AND r.position <= $2 AND r.kind = 'revocation' AND r.origin IN ('apple.v2', 'apple.api'))))
             """, [.int64(version), .int64(upTo)], name: "refund case facts up to")
         for row in own.rows {
             let fact = try FactRows.fact(FactQueryRow(row: row))
@@ -59,13 +64,15 @@ enum RefundCaseFacts {
         return (found.keys.sorted().map { found[$0]! }, reached)
     }
 
-    /// The Apple V2 case facts of `transactionIds` (an Apple case is its transaction's facts).
+    /// The Apple case facts of `transactionIds` (an Apple case is its transaction's facts: the
+    /// notifications, what App Store API answers state, the ledger's consumption answers), as
+    /// `RefundFactQueries.caseFacts` reads one case.
     static func apple(_ transactionIds: Set<String>, upTo: Int64, on connection: Connection) throws -> [Fact] {
         guard !transactionIds.isEmpty else { return [] }
         return try connection.query(
             """
             SELECT \(FactRows.columns) FROM public.facts
-            WHERE schema_version = $1 AND position <= $3 AND origin = 'apple.v2'
+            WHERE schema_version = $1 AND position <= $3 AND origin IN ('apple.v2', 'apple.api', 'ledger')
               AND kind IN (\(RefundFactQueries.caseKindList)) AND transaction_id = ANY($2)
             ORDER BY position, ordinal
             """, [.int64(version), .array(transactionIds.sorted().map { .text($0) }, of: .text), .int64(upTo)],

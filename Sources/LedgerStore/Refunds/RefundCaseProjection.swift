@@ -35,12 +35,22 @@ enum RefundCaseProjection {
         var seeds = Seeds()
         var context: Set<String> = []
         var subscriptions: Set<String> = []
+        var apiReversals: Set<String> = []
         for f in facts {
             switch f.origin {
             case .appleV2:
                 if RefundCaseFold.caseKinds.contains(f.kind), let tx = f.transactionId, !tx.isEmpty {
                     seeds.appleTransactions.insert(tx)
                 }
+            case .appleAPI:
+                // An App Store API answer states a refund (its notification lost) or, for every
+                // transaction it lists, "not revoked": the latter matters only to a case that exists.
+                guard let tx = f.transactionId, !tx.isEmpty else { break }
+                if f.kind == .revocation { seeds.appleTransactions.insert(tx) }
+                if f.kind == .reversal { apiReversals.insert(tx) }
+            case .ledger where f.kind == .consumptionAnswer:
+                // The ledger's answer to a consumption request joins its Apple transaction's case.
+                if let tx = f.transactionId, !tx.isEmpty { seeds.appleTransactions.insert(tx) }
             case .wechat, .ledger:
                 let ids = RefundFactQueries.orderIds(of: f)
                 if RefundCaseFold.caseKinds.contains(f.kind) {
@@ -52,11 +62,19 @@ enum RefundCaseProjection {
                    f.customerId != nil {
                     subscriptions.insert(key.originalTransactionId)
                 }
-            case .appleV1, .appleAPI:
+            case .appleV1:
                 break
             }
         }
         let (cases, orders) = tables(next: next)
+        apiReversals.subtract(seeds.appleTransactions)
+        if !apiReversals.isEmpty {
+            for row in try connection.query(
+                "SELECT order_id FROM \(cases) WHERE case_id = ANY($1)",
+                [.array(apiReversals.sorted().map { .text("apple:" + $0) }, of: .text)], name: "apple refund cases of reversals").rows {
+                seeds.appleTransactions.insert(try row.decode(String.self, "order_id"))
+            }
+        }
         // Context (deliveries, aliases, links) matters only to an order some case already holds:
         // an order without an inquiry or a refund has no case to change.
         context.subtract(seeds.orderIds)
