@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-ui clean
 
 deps:
 	@$(DB) deps
@@ -39,7 +39,7 @@ migrate: db-start build
 	@eval "$$($(DB) env)"; LEDGER_DATABASE_URL="$$LEDGER_ADMIN_DATABASE_URL" $(LEDGER) migrate
 
 run: migrate
-	@eval "$$($(DB) env)"; exec $(LEDGER) serve
+	@eval "$$($(DB) env)"; LEDGER_INSECURE_COOKIES=$${LEDGER_INSECURE_COOKIES:-true} exec $(LEDGER) serve
 
 # The read-replica tests need the streaming replica beside the cluster.
 test: db-start
@@ -54,6 +54,12 @@ demo: deps
 test-api: deps
 	@scripts/api-test.sh
 
+# The auditor's pages in Debian's Chromium (chromium-driver + selenium in the git-ignored .venv):
+# sign-in, search, timeline, refund case, CSV = API, sign-out, app-token refusal, CSP; screenshots
+# in .build/ui/.
+test-ui: deps
+	@scripts/ui-test.sh
+
 # Crash, outage, duplicate-storm, slowloris and graceful-shutdown scenarios against the real binary.
 test-reliability: deps
 	@scripts/test-reliability.sh $(RELIABILITY_FLAGS)
@@ -66,7 +72,7 @@ test-scale: deps
 # (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry).
 bench: release db-start
 	swift build -c release --product ledger-dev
-	@eval "$$($(DB) env)"; for b in verify append ingest read rebuild refund-inquiry; do \
+	@eval "$$($(DB) env)"; for b in verify append ingest read rebuild refund-inquiry refunds; do \
 	  .build/release/ledger-dev bench $$b || exit 1; done
 
 clean: db-stop

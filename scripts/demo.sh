@@ -82,6 +82,7 @@ env "${APPLE_ENV[@]}" \
   LEDGER_CONFIG="$STATE/config.json" \
   LEDGER_LISTEN="$LISTEN" \
   LEDGER_TOKENS="app:$APP_TOKEN,auditor:$AUDITOR_TOKEN,admin:$ADMIN_TOKEN" \
+  LEDGER_INSECURE_COOKIES=true \
   nohup "$LEDGER" serve >"$LOG" 2>&1 </dev/null &
 PID=$!
 echo "$PID" >"$PIDFILE"
@@ -123,6 +124,12 @@ cat <<EOF
   curl -s $BASE/readyz
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/readyz
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/metrics | grep ^ledger_
+
+The auditor's pages (plain HTTP here, so the session cookie is not Secure: LEDGER_INSECURE_COOKIES=true):
+  open $BASE/audit and sign in with $AUDITOR_TOKEN
+
+Check the whole log (hash chain and every signature) and keep an anchor:
+  LEDGER_APPLE_ROOT_CERTS=$STATE/simulator-root.der $LEDGER verify --anchor
 
 Re-verify a stored notification's raw evidence offline, as an auditor would:
   $LEDGER_PG_BIN/psql "$LEDGER_DATABASE_URL" -XAtc "SELECT convert_from(raw, 'UTF8') FROM events WHERE stream_id = '$OTID' ORDER BY position LIMIT 1" \\

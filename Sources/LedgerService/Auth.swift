@@ -31,6 +31,16 @@ public struct TokenAuthority: Sendable {
         return best
     }
 
+    /// The strongest role of a token known by its SHA-256 (an auditor's session cookie carries
+    /// the hash, never the token), compared like `role(forAuthorizationHeader:)`.
+    public func role(forTokenSHA256 digest: [UInt8]) -> Role? {
+        var best: Role?
+        for e in entries where ConstantTime.equals(e.sha256, digest) {
+            if best == nil || best! < e.role { best = e.role }
+        }
+        return best
+    }
+
     public func authorize(header: String?, needs required: Role) -> Result<Role, Failure> {
         guard header != nil else {
             return .failure(.unauthenticated("send Authorization: Bearer <token>; tokens are configured with LEDGER_TOKENS (role:token)"))

@@ -97,6 +97,26 @@ public struct LedgerConfiguration: Sendable {
         public var adminDeadlineSeconds: Int = 3600
     }
 
+    /// The auditor's pages (`/audit`, Audit/AuditRoutes.swift): how their session cookie is signed
+    /// and whether it may travel over plain HTTP.
+    public struct Audit: Sendable {
+        /// LEDGER_SESSION_KEY (or `_FILE`, or `audit.sessionKey`): the HMAC key that signs session
+        /// cookies and CSRF tokens, at least 32 bytes and the same on every instance, so any
+        /// instance can check a session. Nil: a random key per process (sessions end at restart
+        /// and other instances refuse them; a warning is logged at start).
+        public var sessionKey: Secret?
+        /// LEDGER_INSECURE_COOKIES=true: cookies without `Secure`, for local plain HTTP only
+        /// (`make run`, `make demo`, the browser test).
+        public var insecureCookies = false
+
+        static func sessionKey(_ value: String, name: String) throws(ConfigurationError) -> Secret {
+            guard value.utf8.count >= 32 else {
+                throw .invalidValue(name: name, reason: "must be at least 32 bytes (e.g. `openssl rand -hex 32`); the value given is shorter")
+            }
+            return Secret(value)
+        }
+    }
+
     /// A bearer token, kept only as the SHA-256 of its bytes.
     public struct TokenHash: Sendable, Equatable {
         public var role: Role
@@ -129,6 +149,7 @@ public struct LedgerConfiguration: Sendable {
     public var appleAPI = AppleAPI()
     public var wechat = WeChat()
     public var http = HTTP()
+    public var audit = Audit()
     public var tokens: [TokenHash] = []
     /// `{"products": {…}}` as given; the projections read it as a product → entitlement catalog.
     /// Nil when the file has no `products`: every product then grants an entitlement named after
@@ -267,6 +288,10 @@ public struct LedgerConfiguration: Sendable {
             if let n = h["requestDeadlineSeconds"] as? Int { http.requestDeadlineSeconds = n }
             if let n = h["adminDeadlineSeconds"] as? Int { http.adminDeadlineSeconds = n }
         }
+        if let a = object["audit"] as? [String: Any] {
+            if let k = try string(a["sessionKey"], "audit.sessionKey") { audit.sessionKey = try Audit.sessionKey(k, name: "audit.sessionKey") }
+            if let b = a["insecureCookies"] as? Bool { audit.insecureCookies = b }
+        }
         if let n = object["databasePoolSize"] as? Int { databasePoolSize = n }
         if let list = object["tokens"] {
             // The file stores hashes, never plain tokens: {"role": "auditor", "sha256": "<hex>"}.
@@ -357,6 +382,14 @@ public struct LedgerConfiguration: Sendable {
         if let v = env["LEDGER_WECHAT_REFUND_FALLBACK"], !v.isEmpty { wechat.refundFallback = v }
         try wechat.validate()
         if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
+        if let v = env["LEDGER_SESSION_KEY"], !v.isEmpty { audit.sessionKey = try Audit.sessionKey(v, name: "LEDGER_SESSION_KEY") }
+        if let v = env["LEDGER_INSECURE_COOKIES"] {
+            switch v {
+            case "true", "1": audit.insecureCookies = true
+            case "", "false", "0": audit.insecureCookies = false
+            default: throw .invalidValue(name: "LEDGER_INSECURE_COOKIES", reason: "'\(v)' is not a boolean: set it to true (local plain HTTP only) or unset it")
+            }
+        }
         if let v = env["LEDGER_TOKENS"], !v.isEmpty {
             for pair in v.split(separator: ",") {
                 let parts = pair.split(separator: ":", maxSplits: 1).map(String.init)

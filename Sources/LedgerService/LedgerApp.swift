@@ -26,6 +26,8 @@ public final class LedgerApp: Sendable {
     let admin: AdminActions
     let catalogKeeper: CatalogKeeper
     let readiness: Readiness
+    /// The auditor's pages: sessions and evidence re-verification (Audit/).
+    let audit: AuditDesk
     /// Reconciliation, consumption answers, consent, receipts (the App Store Server API and verifyReceipt).
     public let appleAPI: AppleAPIUseCases
     let wechatConfig: WeChatConfigKeeper
@@ -60,12 +62,19 @@ public final class LedgerApp: Sendable {
         wechat = try WeChatPushDesk(configuration: configuration.wechat, intake: intake, store: store, metrics: metrics, log: log)
         wechatConfig = WeChatConfigKeeper(configuration: configuration.wechat, desk: wechat, store: store, log: log)
         queries = SubscriptionQueries(store: store, catalog: catalog)
-        refunds = RefundDesk(store: store)
+        refunds = RefundDesk(store: store, catalogDigest: CatalogRecord.digest(catalog))
         ties = CustomerTies(store: store)
         admin = AdminActions(store: store, log: log)
         catalogKeeper = CatalogKeeper(store: store, catalog: catalog, log: log)
         readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)
         tokens = TokenAuthority(tokens: configuration.tokens)
+        audit = AuditDesk(configuration: configuration)
+        if audit.sessions.ephemeralKey {
+            log.warn("LEDGER_SESSION_KEY is not set: auditor sessions are signed with a key made up at start, so they end at restart and other instances refuse them")
+        }
+        if let problem = audit.evidenceProblem {
+            log.warn("the auditor's pages cannot re-verify evidence: \(problem)")
+        }
         describeMetrics()
     }
 

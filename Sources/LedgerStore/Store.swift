@@ -60,6 +60,10 @@ public final class Store: Sendable {
     public let worker: ProjectionWorker
     /// `ledger rederive`: facts of this build's schema version for every event.
     public let facts: FactDeriver
+    /// The hash chain over the log (head, anchors, the walk `ledger verify` makes).
+    public let chain: ChainStore
+    /// The refund-case projection: pages, exports at a position, single cases.
+    public let refundCases: RefundCaseQueries
     /// The primary's read side.
     public let primaryReads: Reads
     let replica: ReadReplica?
@@ -74,12 +78,14 @@ public final class Store: Sendable {
                               acquireTimeout: configuration.acquireTimeout)
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
         events = EventStore(
-            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector)] : [],
+            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector), RefundCaseHook()] : [],
             onHookFailure: configuration.onProjectionFailure)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
         refunds = RefundFactQueries(pool: pool)
         worker = ProjectionWorker(pool: pool, projector: projector)
         facts = FactDeriver(conninfo: configuration.databaseURL)
+        chain = ChainStore(pool: pool)
+        refundCases = RefundCaseQueries(pool: pool, conninfo: configuration.databaseURL)
         primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
         replica = configuration.readDatabaseURL.map {
             ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,

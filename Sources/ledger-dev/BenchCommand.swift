@@ -6,7 +6,7 @@ import LedgerTesting
 /// same run, and the ratio, so a result means something on any machine.
 enum BenchCommand {
     static let help = """
-    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|verify|fold> [options]
+    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|verify|fold> [options]
 
       append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
                       inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
@@ -19,6 +19,8 @@ enum BenchCommand {
       refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: req/s, p50/p99 and the
                       service's decidedInMs percentiles, median of 3 runs beside the URL check
                       --inquiries N (2000) --connections C (16) --runs R (3)
+      refunds         the refund-case list (projection, pages of 100 by cursor) at N cases vs folding every
+                      refund fact per request, as the list did before      --cases N (100000)
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
       fold            pure projection folds: facts/s vs JSON decoding of the same payloads
 
@@ -36,7 +38,7 @@ enum BenchCommand {
         }
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
-                                      "seconds", "inquiries", "runs"],
+                                      "seconds", "inquiries", "runs", "cases"],
                              boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
@@ -88,6 +90,9 @@ enum BenchCommand {
                                                        inquiries: try args.int("inquiries", default: 2_000),
                                                        connections: try args.int("connections", default: 16),
                                                        runs: try args.int("runs", default: 3), log: progress))
+        case "refunds":
+            print(try await RefundListBenchmark.run(serverConninfo: try needServer(), cases: try args.int("cases", default: 100_000),
+                                                    log: progress))
         case "verify":
             print(try VerifierBenchmark.run(seconds: Double(try args.int("seconds", default: 3))))
         case "fold":

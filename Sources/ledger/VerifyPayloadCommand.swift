@@ -116,16 +116,8 @@ extension VerifyPayloadCommand {
     /// Re-verifies stored WeChat pushes against the key history (`WeChatPushEvidence.verify`).
     static func verifyWeChat(_ raws: [(label: String, raw: Data)], historyFile: String?) throws {
         let configuration = try loadConfiguration()
-        let w = configuration.wechat
         let history: WeChatKeyHistory
-        do {
-            let key = try w.aesKey.map { s throws(WeChatPushError) in try EncodingAESKey(s.value) }
-            let previous = try w.previousAESKey.map { s throws(WeChatPushError) in try EncodingAESKey(s.value) }
-            let file = (historyFile ?? w.keyHistoryFile).map { URL(fileURLWithPath: $0) }
-            history = try WeChatKeyHistory(appId: w.appId, token: w.token?.value, aesKey: key, previousAESKey: previous, file: file)
-        } catch let e as WeChatPushError {
-            throw CommandFailure(message: "WeChat keys: \(e.message)", exitCode: 2)
-        } catch {
+        do { history = try configuration.wechat.keyHistory(file: historyFile) } catch {
             throw CommandFailure(message: "\(error)", exitCode: 2)
         }
         guard !history.keys.isEmpty else {

@@ -18,6 +18,7 @@ commands:
   verify-payload   verify stored evidence offline (Apple JWS, notification bodies, App Store API answers, WeChat pushes)
   reconcile        reconcile with Apple (backfill missed notifications, heal drift, test notifications);
                    with --wechat, ask WeChat for the contract state the ledger may have missed
+  verify           walk the hash chain over the log and re-verify every stored signature
 
 Run `ledger <command> --help` for a command's options. Configuration comes from LEDGER_CONFIG
 (a JSON file) and the LEDGER_* environment variables listed in README.md. The development tools
@@ -39,6 +40,7 @@ do {
     case "project": try await ProjectCommand.run(rest)
     case "rederive": try await RederiveCommand.run(rest)
     case "verify-payload": try await VerifyPayloadCommand.run(rest)
+    case "verify": try await VerifyCommand.run(rest)
     case "reconcile":
         if rest.contains("--wechat") { try await ReconcileWeChat.run(rest) } else { try await ReconcileCommand.run(rest) }
     case "simulate", "bench", "reliability":

@@ -258,11 +258,12 @@ final class WeChatWebhookTests: XCTestCase {
             let csv = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token")
             XCTAssertEqual(csv.status, 200)
             XCTAssertTrue(csv.headers["content-type"]?.hasPrefix("text/csv") ?? false)
-            // RFC 4180 lines end in CRLF (one grapheme in Swift, so count bytes): a header and one case.
-            XCTAssertEqual(csv.body.split(separator: 0x0A).count, 2, csv.text)
+            // RFC 4180 lines end in CRLF (one grapheme in Swift, so count bytes): the export's position
+            // line, a header and one case.
+            XCTAssertEqual(csv.body.split(separator: 0x0A).count, 3, csv.text)
             // The CSV's latency column is the measured decidedInMs of the first answer.
-            let header = String(decoding: csv.body.split(separator: 0x0A)[0], as: UTF8.self).split(separator: ",")
-            let row = String(decoding: csv.body.split(separator: 0x0A)[1], as: UTF8.self)
+            let header = String(decoding: csv.body.split(separator: 0x0A)[1], as: UTF8.self).split(separator: ",")
+            let row = String(decoding: csv.body.split(separator: 0x0A)[2], as: UTF8.self)
             let latencyColumn = try XCTUnwrap(header.firstIndex(of: "first_answer_latency_ms"))
             XCTAssertEqual(Int64(row.split(separator: ",", omittingEmptySubsequences: false)[latencyColumn]),
                            answerRows.first?["decidedInMs"] as? Int64)

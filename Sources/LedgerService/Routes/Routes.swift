@@ -41,6 +41,7 @@ extension LedgerApp {
             admin.add("GET", "/metrics") { [self] _ in await metricsAnswer() }
             admin.add("POST", "/v1/admin/rebuild", deadline: adminDeadline) { [self] request in try await rebuild(request) }
         }
+        addAuditRoutes(to: &router)
         return router
     }
 
@@ -160,20 +161,20 @@ extension LedgerApp {
             return .json(200, ["originalTransactionId": .string(key.originalTransactionId), "environment": .string(key.environment),
                                "events": .array(events.map(Representation.event))])
         }
-        group.add("GET", "/v1/refunds") { [self] request in
-            var query = request.query
-            if let to = query.removeValue(forKey: "to") { query["until"] = to }
-            let filter: RefundCaseFilter
-            do { filter = try RefundCaseFilter(query: query) } catch { throw ServiceFailure.invalidParameter("\(error)") }
-            let format = request.query["format"] ?? "json"
-            guard format == "json" || format == "csv" else { throw ServiceFailure.invalidParameter("format must be json or csv") }
-            let cases = try await refunds.cases(matching: filter)
-            if format == "csv" {
+        // An export may be the whole list folded at an old position: the long deadline.
+        group.add("GET", "/v1/refunds", deadline: .seconds(configuration.http.adminDeadlineSeconds)) { [self] request in
+            let query = try RefundListQuery(request.query)
+            let export = try await refunds.export(matching: query.filter, after: query.cursor, limit: query.limit,
+                                                  asOfPosition: query.asOfPosition)
+            if query.format == "csv" {
                 return HTTPResponse(status: 200, headers: [("Content-Type", "text/csv; charset=utf-8"),
-                                                           ("Content-Disposition", "attachment; filename=\"refunds.csv\"")],
-                                    body: Data(RefundCaseCSV.render(cases).utf8))
+                                                           ("Content-Disposition", "attachment; filename=\"refunds-at-\(export.snapshot.position).csv\"")]
+                                        + export.headers,
+                                    body: Data(export.csv.utf8))
             }
-            return .json(200, ["cases": try Representation.encoded(cases)])
+            var answer: [String: JSONValue] = ["export": export.json, "cases": try Representation.encoded(export.snapshot.cases)]
+            if query.limit != nil { answer["nextCursor"] = .optional(export.snapshot.nextCursor?.text) }
+            return .json(200, .object(answer), headers: export.headers)
         }
         group.add("GET", "/v1/refunds/{caseId}") { [self] request in
             let id = request.pathParameters["caseId"] ?? ""

@@ -76,6 +76,13 @@ struct Readiness: Sendable {
         } else {
             out += "# projection status unavailable: the database did not answer\n"
         }
+        if let head = try? await store.chain.head() {
+            // The value to compare with an anchor kept elsewhere (`ledger verify --anchor-file`).
+            out += "# HELP ledger_chain_head_position Last position of the hash chain over the event log\n# TYPE ledger_chain_head_position gauge\n"
+            out += "ledger_chain_head_position \(head.position)\n"
+            out += "# HELP ledger_chain_head Hash of the chain at its head (label hash; value 1)\n# TYPE ledger_chain_head gauge\n"
+            out += "ledger_chain_head{position=\"\(head.position)\",hash=\"\(head.hex)\"} 1\n"
+        }
         return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric()) + (await wechatMetricsText())
     }
 }

@@ -11,6 +11,12 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
     case transactions
     /// Grants per customer, through the product catalog.
     case entitlements
+    /// Refund cases (`RefundCaseFold`): not cut from subscription folds; kept by
+    /// `RefundCaseProjection` (Refunds/RefundCaseProjection.swift) with the same checkpoint protocol.
+    case refundCases = "refund_cases"
+
+    /// The projections cut from one fold of a subscription's facts (`Projector`).
+    public static let subscriptionCuts: [ProjectionName] = [.subscriptions, .transactions, .entitlements]
 
     public static func < (a: ProjectionName, b: ProjectionName) -> Bool { a.rawValue < b.rawValue }
 
@@ -25,6 +31,7 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
         case .subscriptions: [.subscriptions, .customerSubscriptions]
         case .transactions: [.transactions]
         case .entitlements: [.entitlements]
+        case .refundCases: []
         }
     }
 }

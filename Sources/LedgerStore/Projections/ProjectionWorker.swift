@@ -114,6 +114,7 @@ public final class ProjectionWorker: Sendable {
     // MARK: one pass
 
     func pass(_ projection: ProjectionName, on connection: Connection) throws -> ProjectionPass.Outcome {
+        if projection == .refundCases { return try RefundCaseProjection.pass(batchSize: batchSize, on: connection) }
         // Look before locking: the live hook keeps a running projection at the head, and every
         // append's NOTIFY wakes this worker. Taking the checkpoint row FOR UPDATE just to find
         // nothing to do made each append batch's hook wait for this transaction (measured: 5

@@ -73,7 +73,7 @@ struct LiveProjectionHook: AppendHook {
             WHERE projection = ANY($3) AND position = $1 AND status = 'running'
             RETURNING projection
             """,
-            [.int64(first - 1), .int64(last), .array(ProjectionName.allCases.map { .text($0.rawValue) }, of: .text)],
+            [.int64(first - 1), .int64(last), .array(ProjectionName.subscriptionCuts.map { .text($0.rawValue) }, of: .text)],
             name: "advance live checkpoints")
         var projections = Set<ProjectionName>()
         for row in advanced.rows {

@@ -146,10 +146,17 @@ public struct Rebuilder: Sendable {
 
     /// Rebuilds `projections` (all by default). `progress(done, total)` counts fact rows.
     public func run(
-        projections: Set<ProjectionName> = Set(ProjectionName.allCases),
+        projections: Set<ProjectionName> = Set(ProjectionName.subscriptionCuts),
         progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(ProjectionError) -> RebuildReport {
-        try await Self.offThread { try self.rebuild(projections: projections, progress: progress) }
+        // Refund cases are not cut from subscription folds: their own rebuild (Refunds/RefundCaseRebuild.swift).
+        let folded = projections.subtracting([.refundCases])
+        var report = folded.isEmpty ? nil : try await Self.offThread { try self.rebuild(projections: folded, progress: progress) }
+        if projections.contains(.refundCases) {
+            report = RebuildReport.combined(report, try await Self.offThread { try self.rebuildRefundCases(progress: progress) })
+        }
+        guard let report else { throw ProjectionError.refused("nothing to rebuild: name at least one projection") }
+        return report
     }
 
     /// Folds everything under the current catalog and compares the entitlements with the stored

@@ -1,0 +1,257 @@
+"""The auditor's pages in Chromium (scripts/ui-test.sh starts the service and sets the variables).
+
+Each step asserts what a person would check; screenshots go to LEDGER_UI_SHOTS. Any console
+error or Content-Security-Policy violation the browser reports fails the run.
+"""
+import hashlib
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+BASE = os.environ["LEDGER_UI_BASE"]
+SHOTS = os.environ["LEDGER_UI_SHOTS"]
+WECHAT_TOKEN = os.environ["LEDGER_UI_WECHAT_TOKEN"]
+APP = os.environ["LEDGER_UI_APP_TOKEN"]
+AUDITOR = os.environ["LEDGER_UI_AUDITOR_TOKEN"]
+HOSTILE = "<img src=x onerror=alert(1)>"
+OTID = "2000001147420001"
+
+
+def fail(message):
+    print(f"ui-test: FAILED: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+
+
+def http(path, token=None, data=None, content_type=None):
+    request = urllib.request.Request(BASE + path, data=data, method="POST" if data is not None else "GET")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if content_type:
+        request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def push(message, nonce):
+    """A plaintext-mode JSON push, signed like WeChat signs it (SHA-1 of the sorted token, time, nonce).
+
+    The query's timestamp is now: plaintext pushes outside the replay window are refused."""
+    ts = str(int(time.time()))
+    signature = hashlib.sha1("".join(sorted([WECHAT_TOKEN, ts, nonce])).encode()).hexdigest()
+    query = urllib.parse.urlencode({"signature": signature, "timestamp": ts, "nonce": nonce})
+    status, _, body = http(f"/v1/wechat/notifications?{query}", data=json.dumps(message).encode(),
+                           content_type="application/json")
+    check(status == 200, f"push {message.get('Event')}: {status} {body[:300]!r}")
+
+
+def header(event, at):
+    return {"ToUserName": "gh_ui", "FromUserName": "o_official", "CreateTime": at, "MsgType": "event", "Event": event}
+
+
+def inquiry(order, at, reason="UNINTENDED_PURCHASE"):
+    message = header("xpay_subscribe_ios_refund_query_notify", at)
+    message.update({"refund_time": str(at), "order_time": "1775226066", "channel_bill": "510001234567890",
+                    "bundleid": "com.tencent.xin", "product_id": "vip_monthly", "p_count": "1",
+                    "refund_request_reason": reason, "provide_status": "1", "pay_order_id": order,
+                    "service_type": "unipdt", "consumption_status": "0"})
+    return message
+
+
+def seed_wechat():
+    delivery = header("xpay_goods_deliver_notify", 1775226066)
+    delivery.update({"OpenId": "oUIcustomer", "OutTradeNo": "ORDER-UI-1", "Env": 0,
+                     "GoodsInfo": {"ProductId": "vip_monthly", "Quantity": 1, "OrigPrice": 3000, "ActualPrice": 990, "Attach": "ui"},
+                     "AppleSubscriptionInfo": {"OriginalTransactionId": OTID, "AutoRenewStatus": 1, "RenewalDate": 1777818065000}})
+    push(delivery, "n1")
+    push(inquiry("ORDER-UI-1", 1775300000), "n2")
+    refund = header("xpay_refund_notify", 1775400000)
+    refund.update({"OpenId": "oUIcustomer", "WxRefundId": "wxr-ui-1", "MchRefundId": "", "WxOrderId": "WX-UI-1",
+                   "MchOrderId": "ORDER-UI-1", "RefundFee": 990, "RetCode": 0, "RetMsg": "", "RefundStartTimestamp": 1775399940,
+                   "RefundSuccTimestamp": 1775400000, "RetryTimes": 0})
+    push(refund, "n3")
+    push(inquiry(HOSTILE, 1775300600, reason='"><script>alert(1)</script>'), "n4")
+
+
+class Browser:
+    def __init__(self):
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1280,900", "--hide-scrollbars", "--force-device-scale-factor=1"]:
+            options.add_argument(argument)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        self.driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+        self.driver.set_page_load_timeout(30)
+        self.downloads = os.path.join(SHOTS, "downloads")
+        os.makedirs(self.downloads, exist_ok=True)
+        for old in os.listdir(self.downloads):
+            os.remove(os.path.join(self.downloads, old))
+        self.driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": self.downloads})
+
+    def open(self, path, expected_status=None):
+        self.driver.get(BASE + path)
+        self.console_clean(path, expected_status)
+
+    def console_clean(self, where, expected_status=None):
+        for entry in self.driver.get_log("browser"):
+            text = entry.get("message", "")
+            # A refusal page is answered with its status on purpose; Chromium logs the status.
+            if expected_status and entry.get("source") == "network" and f"status of {expected_status}" in text:
+                continue
+            if entry.get("level") in ("SEVERE", "ERROR") or "Content Security Policy" in text or "Refused to" in text:
+                fail(f"console at {where}: {entry}")
+
+    def click(self, element, where):
+        """Clicks and waits for the next page (a click does not wait for the navigation it starts)."""
+        page = self.driver.find_element(By.TAG_NAME, "html")
+        element.click()
+        WebDriverWait(self.driver, 20).until(expected_conditions.staleness_of(page))
+        WebDriverWait(self.driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+        self.console_clean(where)
+
+    def text(self):
+        return self.driver.find_element(By.TAG_NAME, "body").text
+
+    def shot(self, name, width=1280):
+        self.driver.set_window_size(width, 900)
+        height = self.driver.execute_script("return Math.min(document.documentElement.scrollHeight, 4000)")
+        self.driver.set_window_size(width, max(height, 600))
+        overflow = self.driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        check(overflow <= 1, f"{name} at {width} px: the page is {overflow} px wider than the window")
+        self.driver.save_screenshot(os.path.join(SHOTS, f"{name}-{width}.png"))
+        self.driver.set_window_size(1280, 900)
+
+    def sign_in(self, token, expected_status=None):
+        self.open("/audit/login")
+        field = self.driver.find_element(By.ID, "token")
+        field.clear()
+        field.send_keys(token)
+        page = self.driver.find_element(By.TAG_NAME, "html")
+        self.driver.find_element(By.ID, "sign-in").click()
+        WebDriverWait(self.driver, 20).until(expected_conditions.staleness_of(page))
+        self.console_clean("sign-in", expected_status)
+
+
+def main():
+    started = time.time()
+    seed_wechat()
+
+    # The header every page carries, and the API's view to compare the pages with.
+    status, headers, _ = http("/audit/login")
+    check(status == 200, f"/audit/login answered {status}")
+    csp = headers.get("Content-Security-Policy", "")
+    check("default-src 'none'" in csp and "script-src 'self'" in csp and "'unsafe-inline'" not in csp, f"CSP header: {csp!r}")
+    status, _, body = http("/v1/refunds?source=apple&limit=50", token=AUDITOR)
+    check(status == 200, f"refund list: {status}")
+    apple_cases = json.loads(body)["cases"]
+    check(apple_cases, "the simulation produced no Apple refund case")
+    apple_otid = apple_cases[0]["originalTransactionId"]
+
+    b = Browser()
+    try:
+        # An app token gets a refusal page, not a session.
+        b.sign_in(APP, expected_status=403)
+        check("app role" in b.text(), f"app token: {b.text()[:300]}")
+        b.shot("refusal-app-token", 390)
+        b.open("/audit/refunds", expected_status=403)  # the refusal's log entry may arrive late
+        check("/audit/login" in b.driver.current_url, "no session after the refusal")
+
+        b.sign_in(AUDITOR)
+        check(b.driver.current_url.endswith("/audit/search"), f"after sign-in: {b.driver.current_url}: {b.text()[:400]}")
+        check(b.driver.execute_script("return document.cookie") == "", "the session cookie is HttpOnly")
+
+        # Search for a subscription, open its timeline.
+        box = b.driver.find_element(By.ID, "q")
+        box.send_keys(apple_otid)
+        b.click(b.driver.find_element(By.ID, "search"), "search")
+        b.click(b.driver.find_element(By.CSS_SELECTOR, "a.subscription"), "timeline")
+        timeline = b.text()
+        check("Subscription " + apple_otid in timeline, "timeline title")
+        check("signature verified" in timeline and "chain link holds" in timeline, "timeline verification marks")
+        check("REFUND" in timeline, "the refunded subscription's REFUND is on its timeline")
+        b.shot("timeline")
+        b.shot("timeline", 390)
+
+        # The refund cases, the WeChat case and its evidence.
+        b.open("/audit/refunds?source=wechat")
+        check("wechat:ORDER-UI-1" in b.text(), "the WeChat case is listed")
+        b.shot("refund-cases")
+        b.click(b.driver.find_element(By.LINK_TEXT, "wechat:ORDER-UI-1"), "refund case")
+        case = b.text()
+        check("Refund case wechat:ORDER-UI-1" in case and "refunded" in case, "the case page")
+        check("The ledger’s answer" in case and "UNINTENDED_PURCHASE" in case, "inquiry and answer on the case page")
+        b.shot("refund-case")
+        b.shot("refund-case", 390)
+
+        # A hostile order id is shown as text: no element, no alert.
+        b.open("/audit/refunds/" + urllib.parse.quote("wechat:" + HOSTILE, safe=""))
+        check(HOSTILE in b.text(), "the hostile id is shown as text")
+        check(not b.driver.find_elements(By.CSS_SELECTOR, "main img, main script"), "no element came from the hostile id")
+        try:
+            b.driver.switch_to.alert
+            fail("an alert opened")
+        except NoAlertPresentException:
+            pass
+
+        # The page's CSV equals the API's, byte for byte.
+        b.open("/audit/refunds")
+        b.driver.find_element(By.ID, "csv").click()
+        deadline = time.time() + 20
+        files = []
+        while time.time() < deadline:
+            files = [f for f in os.listdir(b.downloads) if f.endswith(".csv")]  # not .crdownload: complete
+            if files:
+                break
+            time.sleep(0.2)
+        check(files, "the CSV was not downloaded")
+        with open(os.path.join(b.downloads, files[0]), "rb") as f:
+            downloaded = f.read()
+        status, _, api_csv = http("/v1/refunds?format=csv", token=AUDITOR)
+        check(status == 200 and downloaded == api_csv, "the downloaded CSV differs from GET /v1/refunds?format=csv")
+        check(downloaded.startswith(b"# ledger refund export; position="), "the CSV names its position")
+
+        b.open("/audit/projections")
+        check("refund_cases" in b.text(), "projection status lists refund_cases")
+        b.shot("projections")
+
+        # The drift report, through the navigation: no reconciliation runs here, so its empty state.
+        b.click(b.driver.find_element(By.LINK_TEXT, "Drift report"), "drift report")
+        check(b.driver.current_url.endswith("/audit/drift"), f"drift link: {b.driver.current_url}")
+        drift = b.text()
+        check("No reconciliation has run yet" in drift and "ledger reconcile" in drift, f"drift empty state: {drift[:400]}")
+        check(b.driver.find_element(By.CSS_SELECTOR, "nav a[aria-current]").text == "Drift report", "drift is the current page")
+        b.shot("drift")
+        b.shot("drift", 390)
+
+        # Sign out: the pages are closed again.
+        b.click(b.driver.find_element(By.ID, "logout"), "sign-out")
+        check("/audit/login" in b.driver.current_url, f"after sign-out: {b.driver.current_url}")
+        b.open("/audit/refunds")
+        check("/audit/login" in b.driver.current_url, "signed out: the list needs a session again")
+        b.shot("login", 390)
+    finally:
+        b.driver.quit()
+    print(f"ui-test: browser steps passed in {time.time() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
