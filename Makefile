@@ -68,12 +68,17 @@ test-reliability: deps
 test-scale: deps
 	@scripts/test-scale.sh $(SCALE_FLAGS)
 
-# Every benchmark, in a release build, each printing its same-run baseline and the ratio
-# (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry).
+# Every benchmark, in a release build: each prints the median of 3 runs with min/max beside its
+# same-run baseline and one `ratio:` line, and records them in .build/bench.json; README's
+# performance table is then rewritten from that file (scripts/bench-table.py).
+# (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry.)
+BENCHMARKS ?= verify fold append ingest read rebuild refund-inquiry refunds
 bench: release db-start
 	swift build -c release --product ledger-dev
-	@eval "$$($(DB) env)"; for b in verify append ingest read rebuild refund-inquiry refunds; do \
-	  .build/release/ledger-dev bench $$b || exit 1; done
+	@rm -f .build/bench.json
+	@eval "$$($(DB) env)"; for b in $(BENCHMARKS); do \
+	  echo "== ledger-dev bench $$b"; .build/release/ledger-dev bench $$b || exit 1; done
+	@python3 scripts/bench-table.py .build/bench.json README.md
 
 clean: db-stop
 	rm -rf .build .pg

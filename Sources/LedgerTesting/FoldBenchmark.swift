@@ -20,6 +20,8 @@ public enum FoldBenchmark {
         /// (and by `ledger rederive`); rebuilds read the stored facts instead.
         public var decodeSeconds: Double
         public var decodedPerSecond: Double
+        /// Facts the decoding produced per second (the fold's unit).
+        public var decodedFactsPerSecond: Double = 0
 
         public var description: String {
             "folded \(facts) facts of \(subscriptions) subscriptions: \(Int(factsPerSecond)) facts/s, "
@@ -30,6 +32,20 @@ public enum FoldBenchmark {
 
     /// Generates at least `events` notifications (seed 1, 2 years from 2025-01-01), folds them
     /// in delivery order and reports the rates. `decodeSample` caps how many are JSON-decoded.
+    /// `runs` runs over the same facts: folding stored facts (what rebuild, the live hook and
+    /// `?at=` do) against deriving facts from the JSON payloads (what they would do without the
+    /// facts table), both in facts/s.
+    public static func summary(events: Int, runs: Int = 3, seed: UInt64 = 1) -> (Result, BenchSummary) {
+        var results: [Result] = []
+        for _ in 0..<max(1, runs) { results.append(run(events: events, seed: seed)) }
+        let summary = BenchSummary(
+            name: "fold", command: "ledger-dev bench fold --events \(events)", unit: "facts/s",
+            ledgerLabel: "SubscriptionProjection folding stored facts", ledger: results.map(\.factsPerSecond),
+            baselineLabel: "FactDecoder deriving facts from the JSON payloads", baseline: results.map(\.decodedFactsPerSecond),
+            details: ["states/s": BenchSummary.Figure(results.map(\.statesPerSecond)).median])
+        return (results[results.count / 2], summary)
+    }
+
     public static func run(events: Int, seed: UInt64 = 1, decodeSample: Int = 20_000) -> Result {
         let start: EpochMillis = 1_735_689_600_000
         var notifications: [SimulatedNotification] = []
@@ -59,9 +75,13 @@ public enum FoldBenchmark {
         let sample = Array(notifications.prefix(decodeSample)).enumerated().compactMap { i, n in
             try? n.recordedEvent(position: Int64(i + 1), recordedAt: n.deliveredAt)
         }
-        var decoded = 0
+        var decoded = 0, decodedFacts = 0
         let decodeTime = clock.measure {
-            for event in sample where !FactDecoder.facts(of: event).isEmpty { decoded += 1 }
+            for event in sample {
+                let facts = FactDecoder.facts(of: event)
+                if !facts.isEmpty { decoded += 1 }
+                decodedFacts += facts.count
+            }
         }
         let foldSeconds = seconds(foldTime)
         let evaluateSeconds = seconds(evaluateTime)
@@ -71,7 +91,8 @@ public enum FoldBenchmark {
             foldSeconds: foldSeconds, factsPerSecond: Double(facts.count) / max(foldSeconds, 1e-9),
             evaluateSeconds: evaluateSeconds,
             statesPerSecond: Double(projection.subscriptions.count) / max(evaluateSeconds, 1e-9),
-            decodeSeconds: decodeSeconds, decodedPerSecond: Double(decoded) / max(decodeSeconds, 1e-9))
+            decodeSeconds: decodeSeconds, decodedPerSecond: Double(decoded) / max(decodeSeconds, 1e-9),
+            decodedFactsPerSecond: Double(decodedFacts) / max(decodeSeconds, 1e-9))
     }
 
     private static func seconds(_ d: Duration) -> Double {

@@ -47,6 +47,19 @@ public enum RebuildBenchmark {
         public var copyEventsPerSecond: Double { Double(events) / max(copySeconds, 1e-9) }
         public var ratio: Double { rebuild.seconds / max(copySeconds, 1e-9) }
 
+        /// The rebuild's time against the COPY of the rows it reads, run by run (× the COPY:
+        /// smaller is better; target ≤ 1.5), with the throughput target (≥ 100k events/s) and
+        /// peak RSS (< 200 MB) beside it.
+        public var summary: BenchSummary {
+            var details = ["rebuild events/s": rebuild.eventsPerSecond, "derive events/s": Double(events) / max(deriveSeconds, 1e-9)]
+            if let rss = rebuildPeakRSSBytes { details["peak RSS MB"] = Double(rss) / 1_048_576 }
+            return BenchSummary(name: "rebuild", command: "ledger-dev bench rebuild --events \(events)", unit: "s",
+                                ledgerLabel: "rebuild of every projection (fold + COPY IN + swap)", ledger: rebuildRuns,
+                                baselineLabel: "COPY of the same fact rows to the client", baseline: copyRuns,
+                                higherIsBetter: false, ratioIsLedgerOverBaseline: true,
+                                target: ("≤ 1.5× the COPY", { $0 <= 1.5 }), details: details, loadAverage: loadAverage)
+        }
+
         var runsText: String {
             func span(_ xs: [Double]) -> String {
                 String(format: "%.2f–%.2f s", xs.min() ?? 0, xs.max() ?? 0)

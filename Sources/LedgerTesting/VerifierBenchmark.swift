@@ -13,6 +13,20 @@ public enum VerifierBenchmark {
         /// `openssl speed -seconds N ecdsap256` verify/s, nil when openssl could not be run.
         public var opensslVerifiesPerSecond: Double?
         public var opensslNote: String
+        /// Every run's verifications/s and openssl verify/s (the fields above are the last run's).
+        public var verifierRuns: [Double] = []
+        public var opensslRuns: [Double] = []
+
+        /// Verifications/s against `openssl speed ecdsap256` verify/s of the same run: the
+        /// verifier's one P-256 verify plus JWS parsing and the cached chain check, against the bare
+        /// signature check. Nil when openssl did not run.
+        public var summary: BenchSummary? {
+            guard !opensslRuns.isEmpty else { return nil }
+            return BenchSummary(name: "verify", command: "ledger-dev bench verify", unit: "verifications/s",
+                                ledgerLabel: "SignedDataVerifier (JWS parse, cached chain, ES256)", ledger: verifierRuns,
+                                baselineLabel: "openssl speed ecdsap256 (verify only)", baseline: opensslRuns,
+                                details: ["chain validations": Double(chainValidations)])
+        }
 
         public var description: String {
             var s = String(format: "SignedDataVerifier (cached chain): %.0f verifications/s (%d in %.2f s, %d chain validation(s))",
@@ -27,6 +41,20 @@ public enum VerifierBenchmark {
     }
 
     /// Verifies one transaction JWS repeatedly for `seconds`, then runs `openssl speed`.
+    /// `runs` alternating runs of the verifier and of openssl; the report holds every run.
+    public static func run(seconds: Double = 3, opensslSeconds: Int = 3, runOpenSSL: Bool = true, runs: Int) throws -> Report {
+        var report = try run(seconds: seconds, opensslSeconds: opensslSeconds, runOpenSSL: runOpenSSL)
+        var verifier = [report.verificationsPerSecond], openssl = report.opensslVerifiesPerSecond.map { [$0] } ?? []
+        for _ in 1..<max(1, runs) {
+            report = try run(seconds: seconds, opensslSeconds: opensslSeconds, runOpenSSL: runOpenSSL && !openssl.isEmpty)
+            verifier.append(report.verificationsPerSecond)
+            if let o = report.opensslVerifiesPerSecond { openssl.append(o) }
+        }
+        report.verifierRuns = verifier
+        report.opensslRuns = openssl.count == verifier.count ? openssl : []
+        return report
+    }
+
     public static func run(seconds: Double = 3, opensslSeconds: Int = 3, runOpenSSL: Bool = true) throws -> Report {
         let authority = try AppleTestAuthority.mint()
         let sample = AppleTestAuthority.sample()

@@ -24,6 +24,9 @@ enum BenchCommand {
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
       fold            pure projection folds: facts/s vs JSON decoding of the same payloads
 
+    Every benchmark takes --runs R (3): it prints the median of the runs with min and max, its
+    same-run baseline and one `ratio:` line, and records them in .build/bench.json (LEDGER_BENCH_JSON).
+
     Needs the project cluster (make db-start; the LEDGER_TEST_DATABASE_URL superuser URL from
     `eval "$(scripts/db.sh env)"`), creates scratch databases and drops them afterwards.
     ingest, read and refund-inquiry spawn the `ledger` executable next to this one.
@@ -47,13 +50,26 @@ enum BenchCommand {
             }
             return server
         }
+        let runs = max(1, try args.int("runs", default: 3))
         switch name {
         case "append":
             let levels = (args.options["concurrency"] ?? "1,8,32").split(separator: ",").compactMap { Int($0) }
             let events = try args.int("events", default: 20_000)
-            print("bench append: \(events) events per level, EventStore (group commit) vs pgbench single-row INSERT")
+            print("bench append: \(events) events per level, EventStore (group commit) vs pgbench single-row INSERT, \(runs) runs each")
             for c in levels {
-                print(try await AppendBenchmark.run(conninfo: try needServer(), events: events, concurrency: c))
+                var results: [AppendBenchmark.Report] = []
+                for _ in 0..<runs {
+                    let result = try await AppendBenchmark.run(conninfo: try needServer(), events: events, concurrency: c)
+                    print(result)
+                    results.append(result)
+                }
+                let baseline = results.compactMap(\.pgbenchTPS)
+                guard baseline.count == results.count else {
+                    throw CommandFailure(message: "pgbench did not run (\(results.last?.pgbenchNote ?? "?")): install postgresql-contrib or put pgbench on PATH", exitCode: 1)
+                }
+                try report(BenchSummary(name: "append/c\(c)", command: "ledger-dev bench append --concurrency \(c)", unit: "events/s",
+                                        ledgerLabel: "EventStore.append (group commit, facts, chain)", ledger: results.map(\.eventsPerSecond),
+                                        baselineLabel: "pgbench single-row INSERT of the same rows", baseline: baseline))
             }
         case "ingest":
             let options = try ReliabilityOptions(quick: false)
@@ -80,26 +96,45 @@ enum BenchCommand {
             let events = try args.int("events", default: 1_000_000)
             let bar = ProgressBar(total: events, label: "rebuild")
             let report = try await RebuildBenchmark.run(conninfo: try needServer(), events: events,
-                                                        keepDatabase: args.has("keep-database")) { phase, done, total in
+                                                        keepDatabase: args.has("keep-database"), runs: runs) { phase, done, total in
                 if phase != "seed" { bar.update(done) }
             }
             bar.finish(events)
             print(report)
+            try Self.report(report.summary)
         case "refund-inquiry":
-            print(try await RefundInquiryBenchmark.run(serverConninfo: try needServer(),
-                                                       inquiries: try args.int("inquiries", default: 2_000),
-                                                       connections: try args.int("connections", default: 16),
-                                                       runs: try args.int("runs", default: 3), log: progress))
+            let result = try await RefundInquiryBenchmark.run(serverConninfo: try needServer(),
+                                                              inquiries: try args.int("inquiries", default: 2_000),
+                                                              connections: try args.int("connections", default: 16),
+                                                              runs: runs, log: progress)
+            print(result)
+            try report(result.summary)
         case "refunds":
-            print(try await RefundListBenchmark.run(serverConninfo: try needServer(), cases: try args.int("cases", default: 100_000),
-                                                    log: progress))
+            let result = try await RefundListBenchmark.run(serverConninfo: try needServer(), cases: try args.int("cases", default: 100_000),
+                                                           log: progress)
+            print(result)
+            try report(result.summary)
         case "verify":
-            print(try VerifierBenchmark.run(seconds: Double(try args.int("seconds", default: 3))))
+            let result = try VerifierBenchmark.run(seconds: Double(try args.int("seconds", default: 3)), runs: runs)
+            print(result)
+            guard let summary = result.summary else {
+                throw CommandFailure(message: "openssl speed did not run (\(result.opensslNote)): the verify benchmark has no baseline", exitCode: 1)
+            }
+            try report(summary)
         case "fold":
-            print(FoldBenchmark.run(events: try args.int("events", default: 300_000)))
+            let (result, summary) = FoldBenchmark.summary(events: try args.int("events", default: 300_000), runs: runs)
+            print(result)
+            try report(summary)
         default:
             throw CommandFailure(message: "unknown benchmark '\(name)'\n\n\(help)", exitCode: 2)
         }
+    }
+
+    /// Prints a summary's lines (its one `ratio:` line last) and records it in .build/bench.json
+    /// (`LEDGER_BENCH_JSON` to write elsewhere), which `scripts/bench-table.py` turns into README's table.
+    static func report(_ summary: BenchSummary) throws {
+        for line in summary.lines { print(line) }
+        try summary.record()
     }
 
     static let progress: @Sendable (String) -> Void = { line in
