@@ -19,9 +19,11 @@ import Synchronization
 /// - Snapshots are stored only after the append transaction committed (`AfterCommit`).
 /// - A running projection at checkpoint C holds the rows of the fold of the facts ≤ C (live ==
 ///   rebuild), so the transaction rows in the table are those of the fold of the facts before the
-///   batch; the new fold's rows are compared with those, and only changed ones are rewritten. The
-///   rows that depend on the evaluation time (subscription state, grants) and the small ones
-///   (customers) are rewritten whole as before.
+///   batch. Without WeChat facts a transaction's row depends only on its own snapshots,
+///   revocations and reversals, so only the transactions the batch's facts name can change: their
+///   rows before and after are compared, and only changed ones are rewritten. The rows that depend
+///   on the evaluation time (subscription state, grants) and the small ones (customers) are
+///   rewritten whole as before.
 /// - Subscriptions whose fold can take in order facts without a subscription (WeChat, order
 ///   aliases: `SubscriptionProjection.attach`) are not snapshotted: they take the full path.
 /// `Store.liveFoldStatistics`, for `/metrics` and the ingest benchmark.
@@ -38,8 +40,6 @@ final class FoldSnapshots: Sendable {
         var fold: SubscriptionFold
         /// Every fact of the subscription at or before this position is in `fold`.
         var position: Int64
-        /// `fold.transactions` (empty for an empty fold): the rows the table holds for it.
-        var transactions: [TransactionRecord]
         /// Facts folded: the entry's weight against `capacity`.
         var facts: Int
         var lastUse: UInt64 = 0
@@ -77,18 +77,23 @@ final class FoldSnapshots: Sendable {
         }
     }
 
-    func lookup(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
+    /// Removes and returns the snapshots of `keys`: the caller owns them (folding into a
+    /// uniquely held snapshot mutates it in place, no copy of its dictionaries) and `store`s the
+    /// new ones after its commit. A batch that fails loses them: the next append reads all facts.
+    func take(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
         state.withLock { s in
-            s.clock += 1
             var found: [SubscriptionKey: Entry] = [:]
             for key in keys {
-                guard let i = s.entries.index(forKey: key) else { continue }
-                s.entries.values[i].lastUse = s.clock
-                found[key] = s.entries.values[i]
+                guard let entry = s.entries.removeValue(forKey: key) else { continue }
+                s.facts -= entry.facts
+                found[key] = entry
             }
             return found
         }
     }
+
+    /// Tests: the positions of the snapshots held.
+    var positions: [SubscriptionKey: Int64] { state.withLock { $0.entries.mapValues(\.position) } }
 
     func count(hits: Int, misses: Int, unsnapshotted: Int) {
         state.withLock {
@@ -137,7 +142,7 @@ extension Projector {
     ) throws -> AfterCommit? {
         if keys.isEmpty || projections.isEmpty { return nil }
         let sorted = keys.sorted()
-        let cached = snapshots.lookup(sorted)
+        var cached = snapshots.take(sorted)
         // Every fact after each subscription's snapshot (all of them without one): usually just
         // this batch's, which are already in the table (recorded earlier in this transaction).
         let rows = try connection.query(
@@ -168,34 +173,44 @@ extension Projector {
                 full.insert(key)
                 continue
             }
-            let snapshot = cached[key]
-            if snapshot != nil { hits += 1 }
-            var fold = snapshot?.fold ?? SubscriptionFold(key: key)
-            var count = snapshot?.facts ?? 0
-            // The table holds the fold of the facts before this batch.
+            let snapshotFacts = cached[key]?.facts
+            if snapshotFacts != nil { hits += 1 }
+            // Moved out of `cached` (the temporary ends with the statement), so applying facts
+            // mutates the snapshot in place instead of copying its dictionaries.
+            var fold = cached.removeValue(forKey: key)?.fold ?? SubscriptionFold(key: key)
+            // The table holds the fold of the facts before this batch (another writer's, too).
             let before = facts.prefix { $0.position < first }
             for fact in before { fold.apply(fact) }
-            let old = snapshot != nil && before.isEmpty ? snapshot!.transactions : (fold.isEmpty ? [] : fold.transactions)
-            for fact in facts.dropFirst(before.count) { fold.apply(fact) }
-            count += facts.count
-            let new = fold.isEmpty ? [] : fold.transactions
-            if projections.contains(.transactions) {
-                var previous = Dictionary(old.map { ($0.transactionId, $0) }, uniquingKeysWith: { a, _ in a })
-                var changed: [TransactionRecord] = []
-                for record in new {
-                    if let was = previous.removeValue(forKey: record.transactionId) {
-                        if was != record {
-                            changed.append(record)
-                            gone.append((key, record.transactionId))
-                        }
-                    } else {
-                        changed.append(record)
-                    }
+            let batch = facts.dropFirst(before.count)
+            // In a fold without WeChat facts a transaction's row depends only on its own snapshots,
+            // revocations and reversals (`SubscriptionFold.record`): only the transactions this
+            // batch's facts name can change; the others' rows stay as they are.
+            var touched = Set<String>()
+            for fact in batch {
+                switch fact.kind {
+                case .transaction:
+                    if let id = fact.transaction?.transactionId { touched.insert(id) }
+                case .revocation, .reversal:
+                    if let id = fact.transactionId { touched.insert(id) }
+                    if let id = fact.orderAlias { touched.insert(id) }
+                default:
+                    break
                 }
-                for id in previous.keys { gone.append((key, id)) }
+            }
+            var old: [String: TransactionRecord] = [:]
+            for id in touched { old[id] = fold.transaction(id) }
+            for fact in batch { fold.apply(fact) }
+            if projections.contains(.transactions) {
+                var changed: [TransactionRecord] = []
+                for id in touched.sorted() {
+                    let was = old[id], now = fold.transaction(id)
+                    guard was != now else { continue }
+                    if was != nil { gone.append((key, id)) }
+                    if let now { changed.append(now) }
+                }
                 changedTransactions[key] = changed
             }
-            remember[key] = FoldSnapshots.Entry(fold: fold, position: last, transactions: new, facts: count)
+            remember[key] = FoldSnapshots.Entry(fold: fold, position: last, facts: (snapshotFacts ?? 0) + facts.count)
         }
         snapshots.count(hits: hits, misses: remember.count - hits, unsnapshotted: full.count)
 
