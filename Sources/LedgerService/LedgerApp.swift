@@ -82,6 +82,7 @@ public final class LedgerApp: Sendable {
         metrics.describe("ledger_http_requests_total", type: "counter", help: "HTTP requests by route, method and status")
         metrics.describe("ledger_http_request_duration_seconds", type: "histogram", help: "HTTP request latency by route")
         metrics.describe("ledger_notifications_total", type: "counter", help: "Notifications received by source and outcome")
+        describeIngestMetrics()
         let store = self.store
         metrics.gauge("ledger_events_appended_total", help: "Events appended since start (new, not duplicates)") {
             [(labels: [:], value: Double(store.statistics.appended))]

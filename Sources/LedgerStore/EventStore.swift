@@ -13,10 +13,17 @@ import Synchronization
 /// be lost), and the failure is reported through `EventStore`'s `onHookFailure` and metrics so the
 /// projection can be stopped and caught up later from its checkpoint. Hooks do not run for a batch
 /// whose facts the catch-up derives instead (the facts checkpoint was behind).
+///
+/// A hook may return an action to run once the transaction has committed (never after a
+/// rollback): caches of what the tables hold (the live projection's fold snapshots) learn only
+/// committed states that way.
 protocol AppendHook: Sendable {
     var name: String { get }
-    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws
+    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit?
 }
+
+/// Run by the writer after the append transaction committed.
+typealias AfterCommit = @Sendable () -> Void
 
 /// The database pool's counters, for `/metrics`.
 public struct ConnectionStatistics: Sendable, Equatable {
@@ -262,9 +269,10 @@ public final class EventStore: Sendable {
 
     private func write(_ batch: [Request], writer: Int) {
         do {
-            let (outcomes, reported) = try withWriterConnection(writer) { connection in
+            let (outcomes, reported, committed) = try withWriterConnection(writer) { connection in
                 try connection.transaction { connection in try self.insert(batch, on: connection) }
             }
+            for action in committed { action() }
             record(batch: batch, outcomes: outcomes, hookFailures: reported)
             for failure in reported { onHookFailure?(failure) }
             for (request, outcome) in zip(batch, outcomes) { request.complete(.success(outcome)) }
@@ -286,7 +294,7 @@ public final class EventStore: Sendable {
         }
     }
 
-    private func insert(_ batch: [Request], on connection: Connection) throws -> ([[AppendOutcome]], [HookFailure]) {
+    private func insert(_ batch: [Request], on connection: Connection) throws -> ([[AppendOutcome]], [HookFailure], [AfterCommit]) {
         let events = batch.flatMap(\.events)
         let result = try connection.query(
             """
@@ -318,6 +326,7 @@ public final class EventStore: Sendable {
         }
 
         var hookFailures: [HookFailure] = []
+        var afterCommit: [AfterCommit] = []
         let eventFacts = batch.flatMap(\.facts)
         var fresh: [(RecordedEvent, [Fact])] = []
         for ((event, facts), outcome) in zip(zip(events, eventFacts), flat) where !outcome.duplicate {
@@ -344,7 +353,9 @@ public final class EventStore: Sendable {
                 let freshEvents = fresh.map(\.0)
                 for hook in hooks {
                     do {
-                        try connection.savepoint { connection in try hook.didAppend(freshEvents, facts: facts, in: connection) }
+                        if let action = try connection.savepoint({ connection in try hook.didAppend(freshEvents, facts: facts, in: connection) }) {
+                            afterCommit.append(action)
+                        }
                     } catch {
                         // A broken connection cannot commit the events either; let the batch fail.
                         if connection.isBroken { throw error }
@@ -360,7 +371,7 @@ public final class EventStore: Sendable {
             outcomes.append(Array(flat[offset..<offset + request.events.count]))
             offset += request.events.count
         }
-        return (outcomes, hookFailures)
+        return (outcomes, hookFailures, afterCommit)
     }
 
     private func record(batch: [Request], outcomes: [[AppendOutcome]], hookFailures: [HookFailure]) {

@@ -49,6 +49,7 @@ public final class Store: Sendable {
 
     public let configuration: Configuration
     let pool: ConnectionPool
+    let foldSnapshots = FoldSnapshots()
     public let projector: Projector
     /// Appends (group commit) and reads of the event log.
     public let events: EventStore
@@ -78,7 +79,7 @@ public final class Store: Sendable {
                               acquireTimeout: configuration.acquireTimeout)
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
         events = EventStore(
-            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector), RefundCaseHook()] : [],
+            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector, snapshots: foldSnapshots), RefundCaseHook()] : [],
             onHookFailure: configuration.onProjectionFailure)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
         refunds = RefundFactQueries(pool: pool)
@@ -168,6 +169,13 @@ public final class Store: Sendable {
 
     /// Counters of the event log and the pool, for `/metrics`.
     public var statistics: EventStoreMetrics { events.metrics }
+
+    /// The live hook's fold snapshots (LiveFold.swift): subscriptions refolded from a snapshot
+    /// (hits) or from all their facts (misses), and those that take the full path.
+    public var liveFoldStatistics: LiveFoldStatistics {
+        let c = foldSnapshots.counters
+        return LiveFoldStatistics(hits: c.hits, misses: c.misses, fullRefolds: c.unsnapshotted, snapshots: c.entries, facts: c.facts)
+    }
 
     /// Closes the pools (in-flight reads finish; appends already queued are answered).
     public func close() {

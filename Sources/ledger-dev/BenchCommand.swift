@@ -10,8 +10,9 @@ enum BenchCommand {
 
       append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
                       inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
-      ingest          signed V2 notifications over HTTP into a spawned `ledger serve` vs pgbench
-                      --notifications N (10000) --connections C (32)
+      ingest          signed V2 notifications over HTTP into a spawned `ledger serve` vs pgbench single-row
+                      commits of the same bytes, streams of 1, 10 and 100 prior events
+                      --notifications N (2000 per run) --connections C (32) --runs R (3) --priors 1,10,100
       read            GET /v1/subscriptions/{id} on a populated spawned service: max req/s and p99 at a
                       fixed rate        --subscriptions N (5000) --connections C (32) --rate R (2000) --seconds S (10)
       rebuild         rebuild every projection from N seeded events vs COPY of the same rows
@@ -41,7 +42,7 @@ enum BenchCommand {
         }
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
-                                      "seconds", "inquiries", "runs", "cases"],
+                                      "seconds", "inquiries", "runs", "cases", "priors"],
                              boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
@@ -72,15 +73,19 @@ enum BenchCommand {
                                         baselineLabel: "pgbench single-row INSERT of the same rows", baseline: baseline))
             }
         case "ingest":
-            let options = try ReliabilityOptions(quick: false)
-            let spawned = try SpawnedService(options: options)
+            let spawned = try SpawnedService(options: try ReliabilityOptions(quick: false), environment: ["LEDGER_TOKENS": "admin:bench-ingest-admin"])
             defer { spawned.stop() }
-            let c = try args.int("connections", default: 32)
-            let report = try await IngestBenchmark.run(
-                .init(baseURL: spawned.baseURL, notifications: try args.int("notifications", default: 10_000), connections: c,
-                      baseline: IngestBenchmark.pgbenchBaseline(serverConninfo: try needServer())),
+            let summaries = try await IngestSuite.run(
+                .init(baseURL: spawned.baseURL, databaseConninfo: spawned.database.adminConninfo, serverConninfo: try needServer(),
+                      adminToken: "bench-ingest-admin", notifications: try args.int("notifications", default: 2_000),
+                      connections: try args.int("connections", default: 32), runs: try args.int("runs", default: 3),
+                      priors: (args.options["priors"] ?? "1,10,100").split(separator: ",").compactMap { Int($0) }),
                 authority: spawned.authority, log: progress)
-            print(report.text)
+            print("bench ingest: signed V2 notifications (3 JWS each) into a spawned `ledger serve` vs pgbench single-row commits of the same bytes (service pid \(spawned.pid.map(String.init) ?? "?"))")
+            for summary in summaries {
+                print(summary.lines.joined(separator: "\n"))
+                try summary.record()
+            }
         case "read":
             let options = try ReliabilityOptions(quick: false)
             let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token"])

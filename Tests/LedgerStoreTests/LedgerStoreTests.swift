@@ -220,18 +220,23 @@ final class EventStoreTests: StoreTestCase {
     func testHooksRunInTheAppendTransactionAndTheirFailuresDoNotLoseEvents() async throws {
         try admin().query("CREATE TABLE hook_log (position bigint, hook text)")
         try admin().query("GRANT INSERT, SELECT ON hook_log TO ledger_service")
+        final class Committed: Sendable { let hooks = Mutex<[String]>([]) }
+        let committed = Committed()
         struct Recording: AppendHook {
             let name: String
             let fail: Bool
-            func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws {
+            let committed: Committed
+            func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
                 for event in events {
                     try connection.query("INSERT INTO hook_log VALUES ($1, $2)", [.int64(event.position), .text(name)])
                 }
                 if fail { throw StoreError.rejected(sqlState: nil, message: "projection bug") }
+                return { [name, committed] in committed.hooks.withLock { $0.append(name) } }
             }
         }
         let failures = FailureLog()
-        let store = EventStore(pool: pool, hooks: [Recording(name: "good", fail: false), Recording(name: "broken", fail: true)],
+        let store = EventStore(pool: pool, hooks: [Recording(name: "good", fail: false, committed: committed),
+                                                   Recording(name: "broken", fail: true, committed: committed)],
                                onHookFailure: { failures.add($0) })
         let outcomes = try await store.append([makeEvent(key: "h1"), makeEvent(key: "h2")])
         XCTAssertEqual(outcomes.map(\.position), [1, 2])
@@ -244,6 +249,7 @@ final class EventStoreTests: StoreTestCase {
         XCTAssertEqual(failures.all.map(\.hook), ["broken"])
         XCTAssertEqual(failures.all.first?.positions, 1...2)
         XCTAssertEqual(store.metrics.hookFailures, ["broken": 1])
+        XCTAssertEqual(committed.hooks.withLock { $0 }, ["good"], "after-commit actions run once per committed batch, never for a failed hook")
     }
 
     func testAppendNotifiesListenersAtCommitAndBlockingAppendWorks() throws {

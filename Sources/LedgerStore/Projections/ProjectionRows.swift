@@ -10,11 +10,12 @@ struct SubscriptionRows {
     var grants: [EntitlementGrant]
     var customers: [String]
 
-    init(fold: SubscriptionFold, catalog: ProductCatalog, now: EpochMillis) {
+    /// `transactions`: the rows to write for the fold's transactions (default: all of them).
+    init(fold: SubscriptionFold, catalog: ProductCatalog, now: EpochMillis, transactions: [TransactionRecord]? = nil) {
         key = fold.key
         let state = fold.state(at: now)
         subscription = state
-        transactions = fold.transactions
+        self.transactions = transactions ?? fold.transactions
         // Every grant the current product carries, entitled now or not: readers re-evaluate the
         // status at their own time, so the table is right for any evaluation time, not only for
         // times after this fold (and a rebuild on a host with a skewed clock changes nothing).

@@ -60,11 +60,15 @@ public struct Projector: Sendable {
 struct LiveProjectionHook: AppendHook {
     let name = "projections"
     let projector: Projector
+    let snapshots: FoldSnapshots
 
-    init(projector: Projector) { self.projector = projector }
+    init(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) {
+        self.projector = projector
+        self.snapshots = snapshots
+    }
 
-    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws {
-        guard let first = events.first?.position, let last = events.last?.position else { return }
+    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
+        guard let first = events.first?.position, let last = events.last?.position else { return nil }
         // Locks the checkpoint rows: a worker holding one makes this wait for its commit, and
         // then the WHERE is evaluated again on the row it committed.
         let advanced = try connection.query(
@@ -79,8 +83,9 @@ struct LiveProjectionHook: AppendHook {
         for row in advanced.rows {
             if let name = ProjectionName(rawValue: try row.decode(String.self, "projection")) { projections.insert(name) }
         }
-        if projections.isEmpty { return }
+        if projections.isEmpty { return nil }
         let keys = try FactStore.subscriptions(touchedBy: facts, on: connection)
-        try projector.refold(subscriptions: keys, projections: projections, on: connection)
+        return try projector.refoldLive(subscriptions: keys, projections: projections, first: first, last: last,
+                                        snapshots: snapshots, on: connection)
     }
 }

@@ -229,17 +229,18 @@ enum RefundCaseProjection {
 struct RefundCaseHook: AppendHook {
     let name = "refund_cases"
 
-    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws {
-        guard let first = events.first?.position, let last = events.last?.position else { return }
+    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
+        guard let first = events.first?.position, let last = events.last?.position else { return nil }
         let advanced = try connection.query(
             """
             UPDATE projection_checkpoints SET position = $2, updated_at = now()
             WHERE projection = $3 AND position = $1 AND status = 'running'
             RETURNING projection
             """, [.int64(first - 1), .int64(last), .text(RefundCaseProjection.name.rawValue)], name: "advance refund cases checkpoint")
-        guard advanced.count == 1 else { return }
+        guard advanced.count == 1 else { return nil }
         let seeds = try RefundCaseProjection.seeds(from: facts, on: connection)
         if !seeds.isEmpty { try RefundCaseProjection.refold(seeds, upTo: last, on: connection) }
+        return nil
     }
 }
 

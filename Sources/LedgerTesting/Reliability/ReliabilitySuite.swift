@@ -351,6 +351,8 @@ public final class SpawnedService: @unchecked Sendable {
     public var database: TestDatabase { harness.database }
     public var authority: AppleTestAuthority { harness.authority }
     public var logPath: String { harness.service.logURL.path }
+    /// The service's process id (for `perf record -p`).
+    public var pid: Int32? { harness.service.pid }
 
     /// - Parameter environment: extra variables for the service (e.g. LEDGER_TOKENS).
     public init(options: ReliabilityOptions, authority: AppleTestAuthority? = nil, environment: [String: String] = [:]) throws {

@@ -1,0 +1,246 @@
+import Foundation
+import LedgerCore
+internal import Postgres
+import Synchronization
+
+/// The live hook's per-subscription fold snapshots: the fold of every fact of a subscription up
+/// to a committed position, and the transaction rows that fold wrote. A renewal lands in a stream
+/// of tens or hundreds of events; refolding the whole stream on each append (reading every fact,
+/// deleting and re-copying every transaction row) made an append's cost grow with the stream.
+/// With a snapshot the append reads only the facts after it and writes only the rows that changed.
+///
+/// Why this is exactly the full fold:
+/// - `SubscriptionFold` is an accumulator whose answer does not depend on the order facts are
+///   applied in, so `snapshot.apply(newer facts)` is the fold of all facts.
+/// - Facts are append-only and complete in position order (a batch's facts are recorded only when
+///   the facts checkpoint is right before it), and the hook runs under the head lock, so "facts of
+///   K after position P" read in the append transaction is every fact of K the snapshot lacks —
+///   whoever wrote them (another instance, the catch-up).
+/// - Snapshots are stored only after the append transaction committed (`AfterCommit`).
+/// - A running projection at checkpoint C holds the rows of the fold of the facts ≤ C (live ==
+///   rebuild), so the transaction rows in the table are those of the fold of the facts before the
+///   batch. Without WeChat facts a transaction's row depends only on its own snapshots,
+///   revocations and reversals, so only the transactions the batch's facts name can change: their
+///   rows before and after are compared, and only changed ones are rewritten. The rows that depend
+///   on the evaluation time (subscription state, grants) and the small ones (customers) are
+///   rewritten whole as before.
+/// - Subscriptions whose fold can take in order facts without a subscription (WeChat, order
+///   aliases: `SubscriptionProjection.attach`) are not snapshotted: they take the full path.
+/// `Store.liveFoldStatistics`, for `/metrics` and the ingest benchmark.
+public struct LiveFoldStatistics: Sendable, Equatable {
+    public var hits: Int
+    public var misses: Int
+    public var fullRefolds: Int
+    public var snapshots: Int
+    public var facts: Int
+}
+
+final class FoldSnapshots: Sendable {
+    struct Entry: Sendable {
+        var fold: SubscriptionFold
+        /// Every fact of the subscription at or before this position is in `fold`.
+        var position: Int64
+        /// Facts folded: the entry's weight against `capacity`.
+        var facts: Int
+        var lastUse: UInt64 = 0
+    }
+
+    struct Counters: Sendable, Equatable {
+        /// Subscriptions refolded from a snapshot / from all their facts.
+        var hits = 0
+        var misses = 0
+        /// Subscriptions that took the full path (order facts may join their fold).
+        var unsnapshotted = 0
+        var entries = 0
+        var facts = 0
+    }
+
+    private struct State: ~Copyable {
+        var entries: [SubscriptionKey: Entry] = [:]
+        var facts = 0
+        var clock: UInt64 = 0
+        var counters = Counters()
+    }
+
+    /// Facts held at most (≈ 0.5 KB each): past it, the least recently used half is dropped.
+    let capacity: Int
+    private let state = Mutex(State())
+
+    init(capacity: Int = 400_000) { self.capacity = capacity }
+
+    var counters: Counters {
+        state.withLock { s in
+            var c = s.counters
+            c.entries = s.entries.count
+            c.facts = s.facts
+            return c
+        }
+    }
+
+    /// Removes and returns the snapshots of `keys`: the caller owns them (folding into a
+    /// uniquely held snapshot mutates it in place, no copy of its dictionaries) and `store`s the
+    /// new ones after its commit. A batch that fails loses them: the next append reads all facts.
+    func take(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
+        state.withLock { s in
+            var found: [SubscriptionKey: Entry] = [:]
+            for key in keys {
+                guard let entry = s.entries.removeValue(forKey: key) else { continue }
+                s.facts -= entry.facts
+                found[key] = entry
+            }
+            return found
+        }
+    }
+
+    /// Tests: the positions of the snapshots held.
+    var positions: [SubscriptionKey: Int64] { state.withLock { $0.entries.mapValues(\.position) } }
+
+    func count(hits: Int, misses: Int, unsnapshotted: Int) {
+        state.withLock {
+            $0.counters.hits += hits
+            $0.counters.misses += misses
+            $0.counters.unsnapshotted += unsnapshotted
+        }
+    }
+
+    /// After the commit that wrote these folds' rows.
+    func store(_ entries: [SubscriptionKey: Entry], forget: Set<SubscriptionKey>) {
+        state.withLock { s in
+            s.clock += 1
+            for key in forget { if let old = s.entries.removeValue(forKey: key) { s.facts -= old.facts } }
+            for (key, var entry) in entries {
+                entry.lastUse = s.clock
+                if let old = s.entries.updateValue(entry, forKey: key) { s.facts -= old.facts }
+                s.facts += entry.facts
+            }
+            guard s.facts > capacity else { return }
+            let byAge = s.entries.sorted { $0.value.lastUse < $1.value.lastUse }
+            for (key, entry) in byAge where s.facts > capacity / 2 {
+                s.entries.removeValue(forKey: key)
+                s.facts -= entry.facts
+            }
+        }
+    }
+
+    /// Tests: drop everything (the next appends refold from all facts).
+    func removeAll() {
+        state.withLock { s in
+            s.entries.removeAll()
+            s.facts = 0
+        }
+    }
+}
+
+extension Projector {
+    /// The live hook's refold of `keys` for the batch `first…last` (whose facts are recorded in
+    /// this transaction): from each subscription's snapshot where there is one, writing only the
+    /// transaction rows that changed; the full `refold` for subscriptions order facts may join.
+    /// Returns what to remember once the transaction commits.
+    func refoldLive(
+        subscriptions keys: Set<SubscriptionKey>, projections: Set<ProjectionName>, first: Int64, last: Int64,
+        snapshots: FoldSnapshots, on connection: Connection
+    ) throws -> AfterCommit? {
+        if keys.isEmpty || projections.isEmpty { return nil }
+        let sorted = keys.sorted()
+        var cached = snapshots.take(sorted)
+        // Every fact after each subscription's snapshot (all of them without one): usually just
+        // this batch's, which are already in the table (recorded earlier in this transaction).
+        let rows = try connection.query(
+            """
+            SELECT \(FactRows.qualifiedColumns) FROM public.facts f
+            JOIN unnest($2::text[], $3::int8[]) AS k(sub, after) ON f.subscription = k.sub AND f.position > k.after
+            WHERE f.schema_version = $1
+            ORDER BY f.subscription, f.position, f.ordinal
+            """,
+            [.int64(Int64(FactStore.version)), .array(sorted.map { .text($0.text) }, of: .text),
+             .array(sorted.map { .int64(cached[$0]?.position ?? 0) }, of: .int8)],
+            name: "facts after snapshots")
+        var newer: [SubscriptionKey: [Fact]] = [:]
+        for row in rows.rows {
+            let fact = try FactRows.fact(FactQueryRow(row: row))
+            if let key = fact.subscription { newer[key, default: []].append(fact) }
+        }
+
+        var full = Set<SubscriptionKey>()
+        var remember: [SubscriptionKey: FoldSnapshots.Entry] = [:]
+        var changedTransactions: [SubscriptionKey: [TransactionRecord]] = [:]
+        var gone: [(SubscriptionKey, String)] = []
+        var hits = 0
+        for key in sorted {
+            let facts = newer[key] ?? []
+            // What the snapshot path cannot fold: order facts without a subscription may join.
+            if facts.contains(where: { $0.origin == .wechat || $0.kind == .orderAlias }) {
+                full.insert(key)
+                continue
+            }
+            let snapshotFacts = cached[key]?.facts
+            if snapshotFacts != nil { hits += 1 }
+            // Moved out of `cached` (the temporary ends with the statement), so applying facts
+            // mutates the snapshot in place instead of copying its dictionaries.
+            var fold = cached.removeValue(forKey: key)?.fold ?? SubscriptionFold(key: key)
+            // The table holds the fold of the facts before this batch (another writer's, too).
+            let before = facts.prefix { $0.position < first }
+            for fact in before { fold.apply(fact) }
+            let batch = facts.dropFirst(before.count)
+            // In a fold without WeChat facts a transaction's row depends only on its own snapshots,
+            // revocations and reversals (`SubscriptionFold.record`): only the transactions this
+            // batch's facts name can change; the others' rows stay as they are.
+            var touched = Set<String>()
+            for fact in batch {
+                switch fact.kind {
+                case .transaction:
+                    if let id = fact.transaction?.transactionId { touched.insert(id) }
+                case .revocation, .reversal:
+                    if let id = fact.transactionId { touched.insert(id) }
+                    if let id = fact.orderAlias { touched.insert(id) }
+                default:
+                    break
+                }
+            }
+            var old: [String: TransactionRecord] = [:]
+            for id in touched { old[id] = fold.transaction(id) }
+            for fact in batch { fold.apply(fact) }
+            if projections.contains(.transactions) {
+                var changed: [TransactionRecord] = []
+                for id in touched.sorted() {
+                    let was = old[id], now = fold.transaction(id)
+                    guard was != now else { continue }
+                    if was != nil { gone.append((key, id)) }
+                    if let now { changed.append(now) }
+                }
+                changedTransactions[key] = changed
+            }
+            remember[key] = FoldSnapshots.Entry(fold: fold, position: last, facts: (snapshotFacts ?? 0) + facts.count)
+        }
+        snapshots.count(hits: hits, misses: remember.count - hits, unsnapshotted: full.count)
+
+        let incremental = remember.keys.sorted()
+        if !incremental.isEmpty {
+            let ids = PostgresValue.array(incremental.map { .text($0.text) }, of: .text)
+            for table in projections.flatMap(\.tables) where table != .transactions {
+                try connection.query("DELETE FROM \(table.qualified()) WHERE subscription = ANY($1)", [ids],
+                                     name: "clear \(table.rawValue) rows")
+            }
+            if !gone.isEmpty {
+                try connection.query(
+                    """
+                    DELETE FROM projections.transactions t USING unnest($1::text[], $2::text[]) AS g(sub, id)
+                    WHERE t.subscription = g.sub AND t.transaction_id = g.id
+                    """,
+                    [.array(gone.map { .text($0.0.text) }, of: .text), .array(gone.map { .text($0.1) }, of: .text)],
+                    name: "clear changed transaction rows")
+            }
+            let now = clock()
+            var buffers = CopyBuffers()
+            for key in incremental {
+                let fold = remember[key]!.fold
+                guard !fold.isEmpty else { continue }
+                buffers.add(SubscriptionRows(fold: fold, catalog: catalog, now: now, transactions: changedTransactions[key] ?? []),
+                            for: projections)
+            }
+            try buffers.flush(on: connection, next: false)
+        }
+        if !full.isEmpty { try refold(subscriptions: full, projections: projections, on: connection) }
+        return { [remember, full] in snapshots.store(remember, forget: full) }
+    }
+}
