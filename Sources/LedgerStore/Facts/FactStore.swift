@@ -115,17 +115,19 @@ enum FactStore {
     /// join them (refunds and inquiries naming one of their WeChat orders); fold both with
     /// `SubscriptionProjection.attach`.
     static func facts(
-        of keys: [SubscriptionKey], upTo: Int64? = nil, on connection: Connection
+        of keys: [SubscriptionKey], upTo: Int64? = nil, on connection: Connection, prepared: Bool = false
     ) throws -> (attached: [SubscriptionKey: [Fact]], candidates: [Fact]) {
         if keys.isEmpty { return ([:], []) }
         let limit = upTo ?? .max
-        let rows = try connection.query(
-            """
+        // `prepared`: time-travel reads ask this per request; planning it each time was most of their database work.
+        let sql = """
             SELECT \(FactRows.columns) FROM public.facts
             WHERE schema_version = $1 AND subscription = ANY($2) AND position <= $3
             ORDER BY subscription, position, ordinal
-            """, [.int64(Int64(version)), .array(keys.map { .text($0.text) }, of: .text), .int64(limit)],
-            name: "facts of subscriptions")
+            """
+        let parameters: [PostgresValue] = [.int64(Int64(version)), .array(keys.map { .text($0.text) }, of: .text), .int64(limit)]
+        let rows = prepared ? try connection.queryPrepared(sql, parameters, name: "facts of subscriptions")
+            : try connection.query(sql, parameters, name: "facts of subscriptions")
         var attached: [SubscriptionKey: [Fact]] = [:]
         var ids = Set<String>()
         for row in rows.rows {
