@@ -130,7 +130,7 @@ public indirect enum JSONValue: Sendable, Equatable, Codable {
     private static let hex = Array("0123456789abcdef".utf8)
 
     /// `a` before `b` in UTF-8 byte (= code point) order.
-    static func utf8Precedes(_ a: String, _ b: String) -> Bool {
+    public static func utf8Precedes(_ a: String, _ b: String) -> Bool {
         var a = a, b = b
         return a.withUTF8 { x in
             b.withUTF8 { y in
@@ -145,7 +145,7 @@ public indirect enum JSONValue: Sendable, Equatable, Codable {
     }
 
     /// Decimal digits, as `String(i)` writes them, without the intermediate String.
-    static func writeInteger(_ i: Int64, to out: inout [UInt8]) {
+    public static func writeInteger(_ i: Int64, to out: inout [UInt8]) {
         if i == 0 { out.append(UInt8(ascii: "0")); return }
         var magnitude = i.magnitude
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: Int64's 20 digits fit
@@ -161,7 +161,7 @@ public indirect enum JSONValue: Sendable, Equatable, Codable {
         }
     }
 
-    static func writeString(_ s: String, to out: inout [UInt8]) {
+    public static func writeString(_ s: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var s = s
         s.withUTF8 { bytes in
