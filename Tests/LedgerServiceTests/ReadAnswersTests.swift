@@ -39,10 +39,14 @@ final class ReadAnswersTests: XCTestCase {
 
     func testEntitlementsAnswerIsTheCanonicalDocument() {
         for count in [0, 1, 3] {
-            let grants = (0..<count).map { i in
-                EntitlementGrant(customerId: "c \"\(i)\"", environment: "Production", entitlement: i == 1 ? "prémium\\" : "basic",
-                                 productId: "com.example.\(i)", originalTransactionId: "10000000000000\(i)",
-                                 expiresDate: i == 2 ? nil : Int64(i) * 1_000 - 1, status: i == 0 ? .active : .gracePeriod)
+            var grants: [EntitlementGrant] = []
+            for i in 0..<count {
+                let entitlement: String = i == 1 ? "prémium\\" : "basic"
+                let expires: Int64? = i == 2 ? nil : Int64(i) * 1_000 - 1
+                let status: SubscriptionStatus = i == 0 ? .active : .gracePeriod
+                grants.append(EntitlementGrant(customerId: "c \(i)", environment: "Production", entitlement: entitlement,
+                                               productId: "com.example.\(i)", originalTransactionId: "10000000000000\(i)",
+                                               expiresDate: expires, status: status))
             }
             let document: JSONValue = ["customerId": .string("c \"x\""), "environment": .string("Sandbox"), "asOf": .integer(-5),
                                        "entitlements": .array(grants.map(Representation.entitlement))]
