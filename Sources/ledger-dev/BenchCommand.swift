@@ -13,9 +13,9 @@ enum BenchCommand {
       ingest          signed V2 notifications over HTTP into a spawned `ledger serve` vs pgbench
                       --notifications N (10000) --connections C (32)
       read            state, entitlements and ?at= reads on a spawned service over N seeded subscriptions (COPY,
-                      derived facts, rebuilt projections): each read's max req/s against /healthz's max in the
-                      same run, and p99 open-loop at half that      --subscriptions N (100000) --connections C (32)
-                      --seconds S per phase (4) --runs R (3)
+                      derived facts, rebuilt projections): each read's max req/s against /healthz's max measured
+                      right before it, and p99 open-loop at half that      --subscriptions N (100000) --connections C (32)
+                      --seconds S per phase (3) --runs R (3)
       rebuild         rebuild every projection from N seeded events vs COPY of the same rows
                       --events N (1000000) --keep-database
       refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: req/s, p50/p99 and the
@@ -78,7 +78,7 @@ enum BenchCommand {
             try spawned.start()
             let comparison = try await ReadBenchmark.compare(
                 baseURL: spawned.baseURL, dataset: dataset, token: "bench-read-token",
-                connections: try args.int("connections", default: 32), duration: .seconds(try args.int("seconds", default: 4)),
+                connections: try args.int("connections", default: 32), duration: .seconds(try args.int("seconds", default: 3)),
                 runs: try args.int("runs", default: 3), command: "ledger-dev bench read" + (raw.count > 1 ? " " + raw.dropFirst().joined(separator: " ") : ""),
                 log: progress)
             print(comparison.text)
