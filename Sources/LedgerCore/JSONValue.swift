@@ -97,7 +97,7 @@ public indirect enum JSONValue: Sendable, Equatable, Codable {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case .integer(let i): out.append(contentsOf: String(i).utf8)
+        case .integer(let i): Self.writeInteger(i, to: &out)
         case .number(let d):
             guard d.isFinite else { out.append(contentsOf: "null".utf8); return }
             var text = d.description
@@ -113,13 +113,15 @@ public indirect enum JSONValue: Sendable, Equatable, Codable {
             out.append(UInt8(ascii: "]"))
         case .object(let o):
             out.append(UInt8(ascii: "{"))
-            // Code-point order is UTF-8 byte order.
-            let keys = o.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-            for (i, k) in keys.enumerated() {
+            // Code-point order is UTF-8 byte order. The members are sorted as pairs (no second
+            // lookup per key) with a byte comparison (the generic UTF8View one was a tenth of a
+            // read's answer time).
+            let members = o.sorted { Self.utf8Precedes($0.key, $1.key) }
+            for (i, member) in members.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
-                Self.writeString(k, to: &out)
+                Self.writeString(member.key, to: &out)
                 out.append(UInt8(ascii: ":"))
-                o[k]!.write(to: &out)
+                member.value.write(to: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
@@ -127,20 +129,60 @@ public indirect enum JSONValue: Sendable, Equatable, Codable {
 
     private static let hex = Array("0123456789abcdef".utf8)
 
-    static func writeString(_ s: String, to out: inout [UInt8]) {
+    /// `a` before `b` in UTF-8 byte (= code point) order.
+    public static func utf8Precedes(_ a: String, _ b: String) -> Bool {
+        var a = a, b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in
+                let n = Swift.min(x.count, y.count)
+                if n > 0, let xp = x.baseAddress, let yp = y.baseAddress {
+                    let c = memcmp(xp, yp, n)
+                    if c != 0 { return c < 0 }
+                }
+                return x.count < y.count
+            }
+        }
+    }
+
+    /// Decimal digits, as `String(i)` writes them, without the intermediate String.
+    public static func writeInteger(_ i: Int64, to out: inout [UInt8]) {
+        if i == 0 { out.append(UInt8(ascii: "0")); return }
+        var magnitude = i.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: Int64's 20 digits fit
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            while magnitude > 0 {
+                buffer[23 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            }
+            if i < 0 { out.append(UInt8(ascii: "-")) }
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[(24 - count)...]))
+        }
+    }
+
+    public static func writeString(_ s: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for b in s.utf8 {
-            switch b {
-            case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
-            case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
-            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
-            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0..<0x20:
-                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0x0F)]])
-            default: out.append(b)
+        var s = s
+        s.withUTF8 { bytes in
+            // Most strings need no escape: copy them whole.
+            if !bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+                out.append(contentsOf: bytes)
+                return
+            }
+            for b in bytes {
+                switch b {
+                case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
+                case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
+                case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
+                case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+                case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+                case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
+                case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+                case 0..<0x20:
+                    out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0x0F)]])
+                default: out.append(b)
+                }
             }
         }
         out.append(UInt8(ascii: "\""))

@@ -18,17 +18,25 @@ public struct TokenAuthority: Sendable {
 
     /// The strongest role a token grants (a token may be listed under several roles).
     public func role(forAuthorizationHeader header: String?) -> Role? {
-        guard let header else { return nil }
-        let prefix = "bearer "
-        guard header.count > prefix.count, header.lowercased().hasPrefix(prefix) else { return nil }
-        let token = header.dropFirst(prefix.count).trimmingCharacters(in: .whitespaces)
-        guard !token.isEmpty else { return nil }
-        let digest = Digest.sha256(Array(token.utf8))
-        var best: Role?
-        for e in entries where ConstantTime.equals(e.sha256, digest) {
-            if best == nil || best! < e.role { best = e.role }
+        guard let header, let token = Self.bearerToken(header) else { return nil }
+        return role(forTokenSHA256: Digest.sha256(token))
+    }
+
+    /// The token of `Bearer <token>` (scheme case-insensitive, spaces and tabs around the token
+    /// trimmed), as bytes; nil when the header is not one. Works on the UTF-8 bytes: lowercasing
+    /// and Foundation's trimming cost more than the hash on every app read.
+    static func bearerToken(_ header: String) -> [UInt8]? {
+        let prefix: [UInt8] = Array("bearer ".utf8)
+        var header = header
+        return header.withUTF8 { bytes -> [UInt8]? in
+            guard bytes.count > prefix.count else { return nil }
+            for i in 0..<prefix.count where bytes[i] | (bytes[i] >= 0x41 && bytes[i] <= 0x5A ? 0x20 : 0) != prefix[i] { return nil }
+            var start = prefix.count, end = bytes.count
+            func isBlank(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 }
+            while start < end, isBlank(bytes[start]) { start += 1 }
+            while end > start, isBlank(bytes[end - 1]) { end -= 1 }
+            return start < end ? Array(bytes[start..<end]) : nil
         }
-        return best
     }
 
     /// The strongest role of a token known by its SHA-256 (an auditor's session cookie carries

@@ -50,6 +50,50 @@ public final class Connection: @unchecked Sendable {
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = [], name: String? = nil) throws(PostgresError) -> QueryResult {
         let label = name ?? Connection.label(sql)
+        let result = try withEncoded(parameters, statement: label) { types, values, lengths, formats in
+            PQexecParams(handle, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+        }
+        return try check(result, statement: label)
+    }
+
+    /// `query` through a statement prepared on this connection the first time it runs (PQprepare,
+    /// then PQexecPrepared): the server parses and plans a hot statement once per connection
+    /// instead of on every call (for a one-row indexed read that is most of its server time). Only
+    /// for SQL fixed in the source: each distinct text (and parameter types) holds a prepared
+    /// statement for the connection's life. A statement whose tables are replaced (a rebuild's
+    /// swap) is re-analysed by the server on its next run.
+    @discardableResult
+    public func queryPrepared(_ sql: String, _ parameters: [PostgresValue] = [], name: String? = nil) throws(PostgresError) -> QueryResult {
+        let label = name ?? Connection.label(sql)
+        let key = PreparedKey(sql: sql, types: parameters.map(\.type.oid))
+        let statement: String
+        if let known = prepared[key] {
+            statement = known
+        } else {
+            statement = "ledger_p\(prepared.count + 1)"
+            let result = PQprepare(handle, statement, sql, Int32(parameters.count), key.types)
+            _ = try check(result, statement: label)
+            prepared[key] = statement
+        }
+        let result = try withEncoded(parameters, statement: label) { _, values, lengths, formats in
+            PQexecPrepared(handle, statement, Int32(parameters.count), values, lengths, formats, 1)
+        }
+        return try check(result, statement: label)
+    }
+
+    private struct PreparedKey: Hashable {
+        var sql: String
+        var types: [UInt32]
+    }
+
+    /// Statements prepared on this connection, by text and parameter types.
+    private var prepared: [PreparedKey: String] = [:]
+
+    /// Encodes `parameters` in binary, out of band, and hands libpq's four arrays to `run`.
+    private func withEncoded(
+        _ parameters: [PostgresValue], statement label: String,
+        _ run: ([UInt32], [UnsafePointer<CChar>?], [Int32], [Int32]) -> OpaquePointer?
+    ) throws(PostgresError) -> OpaquePointer? {
         guard parameters.count <= Int(UInt16.max) else {
             throw PostgresError(.invalidArgument, "\(parameters.count) parameters exceed PostgreSQL's limit of 65535; send arrays instead", statement: label)
         }
@@ -79,13 +123,12 @@ public final class Connection: @unchecked Sendable {
         // A zero-length non-NULL value still needs a non-nil pointer.
         buffer.append(0)
         let formats = [Int32](repeating: 1, count: parameters.count)
-        let result: OpaquePointer? = buffer.withUnsafeBufferPointer { base in
+        return buffer.withUnsafeBufferPointer { base in
             let values: [UnsafePointer<CChar>?] = offsets.map { offset in
                 offset < 0 ? nil : UnsafeRawPointer(base.baseAddress! + offset).assumingMemoryBound(to: CChar.self)
             }
-            return PQexecParams(handle, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+            return run(types, values, lengths, formats)
         }
-        return try check(result, statement: label)
     }
 
     /// Runs a script of several statements (a migration file) with the simple query protocol.

@@ -13,8 +13,10 @@ enum BenchCommand {
       ingest          signed V2 notifications over HTTP into a spawned `ledger serve` vs pgbench single-row
                       commits of the same bytes, streams of 1, 10 and 100 prior events
                       --notifications N (2000 per run) --connections C (32) --runs R (3) --priors 1,10,100
-      read            GET /v1/subscriptions/{id} on a populated spawned service: max req/s and p99 at a
-                      fixed rate        --subscriptions N (5000) --connections C (32) --rate R (2000) --seconds S (10)
+      read            state, entitlements and ?at= reads on a spawned service over N seeded subscriptions (COPY,
+                      derived facts, rebuilt projections): each read's max req/s against /healthz's max measured
+                      right before it, and p99 open-loop at half that      --subscriptions N (100000) --connections C (32)
+                      --seconds S per phase (3) --runs R (3)
       rebuild         rebuild every projection from N seeded events vs COPY of the same rows
                       --events N (1000000) --keep-database
       refund-inquiry  WeChat refund inquiries in secure mode against a spawned service, C=16: req/s, p50/p99 and the
@@ -88,15 +90,23 @@ enum BenchCommand {
             }
         case "read":
             let options = try ReliabilityOptions(quick: false)
-            let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token"])
+            let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token"], start: false)
             defer { spawned.stop() }
-            let ids = try await ReadBenchmark.populate(baseURL: spawned.baseURL, authority: spawned.authority,
-                                                       subscriptions: try args.int("subscriptions", default: 5_000))
-            let report = try await ReadBenchmark.run(
-                .init(baseURL: spawned.baseURL, ids: ids, token: "bench-read-token", connections: try args.int("connections", default: 32),
-                      duration: .seconds(try args.int("seconds", default: 10)), fixedRate: Double(try args.int("rate", default: 2000))),
+            let subscriptions = try args.int("subscriptions", default: 100_000)
+            let dataset = try await ReadBenchmark.seed(conninfo: spawned.database.adminConninfo, subscriptions: subscriptions, log: progress)
+            print(String(format: "read: seeded %d subscriptions (%d events; COPY, derived facts, rebuilt projections) in %.1f s",
+                         dataset.ids.count, dataset.events, dataset.seconds))
+            try spawned.start()
+            let comparison = try await ReadBenchmark.compare(
+                baseURL: spawned.baseURL, dataset: dataset, token: "bench-read-token",
+                connections: try args.int("connections", default: 32), duration: .seconds(try args.int("seconds", default: 3)),
+                runs: try args.int("runs", default: 3), command: "ledger-dev bench read" + (raw.count > 1 ? " " + raw.dropFirst().joined(separator: " ") : ""),
                 log: progress)
-            print(report.text)
+            print(comparison.text)
+            for summary in comparison.summaries {
+                summary.lines.forEach { print($0) }
+                try summary.record()
+            }
         case "rebuild":
             let events = try args.int("events", default: 1_000_000)
             let bar = ProgressBar(total: events, label: "rebuild")

@@ -106,15 +106,14 @@ extension LedgerApp {
                     "no \(key.environment) subscription with originalTransactionId \(key.originalTransactionId) is known\(moment.isNow ? "" : " at that time")"
                         + (key.environment == SubscriptionKey.production ? " (Sandbox purchases: add ?environment=Sandbox)" : ""))
             }
-            return .json(200, Representation.subscription(state))
+            return .json(200, Representation.subscriptionJSON(state))
         }
         group.add("GET", "/v1/customers/{customerId}/entitlements") { [self] request in
             let customer = CustomerId.normalised(request.pathParameters["customerId"] ?? "")
             let environment = try request.environment()
             let moment = try request.moment()
             let grants = try await queries.entitlements(customer: customer, environment: environment, at: moment)
-            return .json(200, ["customerId": .string(customer), "environment": .string(environment), "asOf": .integer(moment.at),
-                               "entitlements": .array(grants.map(Representation.entitlement))])
+            return .json(200, Representation.entitlementsJSON(customerId: customer, environment: environment, asOf: moment.at, grants: grants))
         }
         group.add("POST", "/v1/customers/{customerId}/subscriptions") { [self] request in
             let customer = try request.customerId()

@@ -115,17 +115,24 @@ enum FactStore {
     /// join them (refunds and inquiries naming one of their WeChat orders); fold both with
     /// `SubscriptionProjection.attach`.
     static func facts(
-        of keys: [SubscriptionKey], upTo: Int64? = nil, on connection: Connection
+        of keys: [SubscriptionKey], upTo: Int64? = nil, on connection: Connection, prepared: Bool = false
     ) throws -> (attached: [SubscriptionKey: [Fact]], candidates: [Fact]) {
         if keys.isEmpty { return ([:], []) }
         let limit = upTo ?? .max
-        let rows = try connection.query(
-            """
+        // `prepared`: time-travel reads ask this per request; planning it each time was most of their database work.
+        // One subscription (every `?at=` read) is asked with `= $2`, not `= ANY($2)`: PostgreSQL
+        // plans a prepared `ANY` of an unknown array as costlier than each custom plan and so
+        // never settles on the generic one, planning every call again.
+        let single = keys.count == 1
+        let sql = """
             SELECT \(FactRows.columns) FROM public.facts
-            WHERE schema_version = $1 AND subscription = ANY($2) AND position <= $3
+            WHERE schema_version = $1 AND subscription \(single ? "= $2" : "= ANY($2)") AND position <= $3
             ORDER BY subscription, position, ordinal
-            """, [.int64(Int64(version)), .array(keys.map { .text($0.text) }, of: .text), .int64(limit)],
-            name: "facts of subscriptions")
+            """
+        let parameters: [PostgresValue] = [.int64(Int64(version)),
+                                           single ? .text(keys[0].text) : .array(keys.map { .text($0.text) }, of: .text), .int64(limit)]
+        let rows = prepared ? try connection.queryPrepared(sql, parameters, name: "facts of subscriptions")
+            : try connection.query(sql, parameters, name: "facts of subscriptions")
         var attached: [SubscriptionKey: [Fact]] = [:]
         var ids = Set<String>()
         for row in rows.rows {

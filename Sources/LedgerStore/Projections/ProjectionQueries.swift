@@ -19,7 +19,9 @@ public struct ProjectionQueries: Sendable {
     /// The subscription's state evaluated at `now`, or nil for an unknown subscription.
     public func subscription(_ key: SubscriptionKey, now: EpochMillis) async throws(ProjectionError) -> SubscriptionState? {
         try await read { connection in
-            guard let row = try connection.query(
+            // Prepared: the hottest read; parsing and planning it each time was most of the
+            // database's work per answer.
+            guard let row = try connection.queryPrepared(
                 "SELECT \(SubscriptionRow.columns) FROM projections.subscriptions s WHERE s.subscription = $1",
                 [.text(key.text)], name: "subscription").first else { return nil }
             let stored = try SubscriptionRow.decode(row)
@@ -33,7 +35,7 @@ public struct ProjectionQueries: Sendable {
     /// The customer's entitlements in force at `now` (one environment), in `EntitlementGrant.ordered` order.
     public func entitlements(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [EntitlementGrant] {
         try await read { connection in
-            let rows = try connection.query(
+            let rows = try connection.queryPrepared(
                 """
                 SELECT e.entitlement, e.product_id AS grant_product_id, \(SubscriptionRow.columns)
                 FROM projections.entitlements e JOIN projections.subscriptions s ON s.subscription = e.subscription
@@ -81,7 +83,7 @@ public struct ProjectionQueries: Sendable {
     /// no history table.
     public func facts(of keys: [SubscriptionKey]) async throws(ProjectionError) -> [Fact] {
         try await read { connection in
-            let (attached, candidates) = try FactStore.facts(of: keys, on: connection)
+            let (attached, candidates) = try FactStore.facts(of: keys, on: connection, prepared: true)
             return keys.flatMap { attached[$0] ?? [] } + candidates
         }
     }

@@ -355,9 +355,17 @@ public final class SpawnedService: @unchecked Sendable {
     public var pid: Int32? { harness.service.pid }
 
     /// - Parameter environment: extra variables for the service (e.g. LEDGER_TOKENS).
-    public init(options: ReliabilityOptions, authority: AppleTestAuthority? = nil, environment: [String: String] = [:]) throws {
+    /// - Parameter start: false leaves the service stopped over its migrated database (to seed it
+    ///   first, as `bench read` does); call `start()`.
+    public init(options: ReliabilityOptions, authority: AppleTestAuthority? = nil, environment: [String: String] = [:],
+                start: Bool = true) throws {
         // Default: Apple's shape exactly (P-384 CAs), so bodies are as large as production's.
         harness = try Harness(scenario: "spawned", options: options, authority: authority ?? AppleTestAuthority.mint(), environment: environment)
+        if start { try self.start() }
+    }
+
+    /// Starts the service (once; `init(start: false)` leaves it to the caller).
+    public func start() throws {
         do { try harness.service.start() } catch {
             harness.finish()
             throw error
