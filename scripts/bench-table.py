@@ -10,7 +10,7 @@ with one row per recorded benchmark: the ledger's median (min–max), the same-r
 import json
 import sys
 
-ORDER = ["append/c1", "append/c8", "append/c32", "ingest", "ingest/10-prior", "ingest/100-prior",
+ORDER = ["append/c1", "append/c8", "append/c32", "ingest", "ingest/10-prior", "ingest/100-prior", "ingest/100-prior-vs-1-prior",
          "verify", "read", "read/entitlements", "read/at", "rebuild", "refund-inquiry", "refunds", "fold"]
 
 
@@ -66,7 +66,7 @@ def main():
     rows += [row(summaries[n]) for n in names]
     measured = sorted({summaries[n]["measuredAt"][:10] for n in names})
     rows.append("")
-    rows.append(f"Medians of {max(len(summaries[n]['ledger']['runs']) for n in names)} runs, measured "
+    rows.append(f"Medians of each row's runs (listed with the load average when they began), measured "
                 f"{', '.join(measured)} on {summaries[names[0]]['cpus']} CPUs (`make bench`, from `.build/bench.json`).")
     with open(readme) as f:
         text = f.read()
