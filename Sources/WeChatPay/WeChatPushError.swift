@@ -2,7 +2,7 @@
 /// push transport (URL check, signatures, secure-mode AES, JSON and XML codecs, replies), the xpay
 /// Apple-subscription events turned into `NewEvent`s, refund-inquiry answers, the parameters for
 /// `wx.requestAppleSubscribeSign`, and the `query_subscribe_contract` server API client.
-/// It is pure and synchronous except for `XPayClient`; the service does the storage and routing.
+/// It is pure and synchronous except for `WeChatServerAPI`; the service does the storage and routing.
 import Foundation
 
 /// Why a push was refused. `kind` maps to the HTTP status; `message` says how to fix the cause and

@@ -162,7 +162,7 @@ public final class WeChatServerAPI: Sendable, CustomStringConvertible {
         guard !openId.isEmpty, !productId.isEmpty else { throw .invalidRequest("openid and product_id are required") }
         let body = JSONValue.object(["mode": "apple", "openid": .string(openId), "product_id": .string(productId)]).canonicalJSON()
         let (data, asked) = try await call(Self.querySubscribeContractURI, body: body, endpoint: "query_subscribe_contract")
-        return Answer(value: try XPayClient.decodeSubscribeContract(status: 200, body: data), body: data, askedAt: asked)
+        return Answer(value: try SubscribeContract.decode(status: 200, body: data), body: data, askedAt: asked)
     }
 
     /// `query_order` for one order of `openId` (env 0: Apple payments are production only).

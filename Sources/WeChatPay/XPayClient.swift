@@ -132,62 +132,9 @@ public struct URLSessionTransport: XPayTransport {
     }
 }
 
-/// The xpay server API, for reconciliation. Only `query_subscribe_contract` so far.
-public struct XPayClient: Sendable {
-    public let baseURL: URL
-    let appKey: String
-    let transport: any XPayTransport
-
-    public init(baseURL: URL = URL(string: "https://api.weixin.qq.com")!, appKey: String,
-                transport: any XPayTransport = URLSessionTransport()) {
-        self.baseURL = baseURL
-        self.appKey = appKey
-        self.transport = transport
-    }
-
-    public static let querySubscribeContractURI = "/xpay/query_subscribe_contract"
-
-    /// The request with the body serialized once and pay_sig computed over those exact bytes.
-    public func querySubscribeContractRequest(openid: String, productId: String, accessToken: String) throws(XPayClientError) -> URLRequest {
-        guard !openid.isEmpty, !productId.isEmpty else { throw .invalidRequest("openid and product_id are required") }
-        guard !accessToken.isEmpty else { throw .invalidRequest("an access_token is required") }
-        let body: Data
-        do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            body = try encoder.encode(["mode": "apple", "openid": openid, "product_id": productId])
-        } catch {
-            throw .invalidRequest("could not encode the request body")
-        }
-        let sig = XPaySignature.paySig(appKey: appKey, uri: Self.querySubscribeContractURI, body: [UInt8](body))
-        guard var components = URLComponents(url: baseURL.appendingPathComponent(String(Self.querySubscribeContractURI.dropFirst())),
-                                             resolvingAgainstBaseURL: false) else {
-            throw .invalidRequest("base URL is not a valid URL")
-        }
-        components.queryItems = [URLQueryItem(name: "access_token", value: accessToken), URLQueryItem(name: "pay_sig", value: sig)]
-        // '+' is legal in a query but read as a space by many servers; tokens may contain it.
-        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
-        guard let url = components.url else { throw .invalidRequest("base URL is not a valid URL") }
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = body
-        return request
-    }
-
-    public func querySubscribeContract(openid: String, productId: String, accessToken: String) async throws(XPayClientError) -> SubscribeContract {
-        let request = try querySubscribeContractRequest(openid: openid, productId: productId, accessToken: accessToken)
-        let status: Int, body: Data
-        do {
-            (status, body) = try await transport.send(request)
-        } catch {
-            // The URL carries the access token: report only the error's kind, not its text.
-            throw .transport((error as NSError).domain + " code \((error as NSError).code)")
-        }
-        return try Self.decodeSubscribeContract(status: status, body: body)
-    }
-
-    public static func decodeSubscribeContract(status: Int, body: Data) throws(XPayClientError) -> SubscribeContract {
+/// The answer of `query_subscribe_contract` (asked by `WeChatServerAPI.subscribeContract`).
+extension SubscribeContract {
+    public static func decode(status: Int, body: Data) throws(XPayClientError) -> SubscribeContract {
         guard (200..<300).contains(status) else { throw .http(status: status) }
         struct Header: Decodable {
             var errcode: Int64?
@@ -203,8 +150,4 @@ public struct XPayClient: Sendable {
             throw .invalidResponse("authorization_state must be SIGNED, TERMINATED or UNBINDUSER and apple_subscription_info well-formed")
         }
     }
-}
-
-extension XPayClient: CustomStringConvertible {
-    public var description: String { "XPayClient(baseURL: \(baseURL), appKey: redacted)" }
 }

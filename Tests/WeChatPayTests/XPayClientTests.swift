@@ -6,8 +6,10 @@ import FoundationNetworking
 @testable import WeChatPay
 import XCTest
 
-/// Answers like WeChat would and records what was sent.
+/// Answers like WeChat would and records what was sent: `stable_token` gets an access token
+/// (containing '+', '/' and '='), every other endpoint `body`.
 final class RecordingTransport: XPayTransport, @unchecked Sendable {
+    static let accessToken = "AT+/=x"
     let status: Int
     let body: Data
     private let lock = NSLock()
@@ -21,8 +23,18 @@ final class RecordingTransport: XPayTransport, @unchecked Sendable {
 
     func send(_ request: URLRequest) async throws -> (status: Int, body: Data) {
         lock.withLock { _sent.append(request) }
+        if request.url?.path.hasSuffix("/cgi-bin/stable_token") == true {
+            return (200, Data(#"{"access_token":"\#(Self.accessToken)","expires_in":7200}"#.utf8))
+        }
         return (status, body)
     }
+}
+
+/// The server API client as the reconciliation builds it, over `transport`.
+func serverAPI(_ base: String = "https://wechat.example.test/base", transport: any XPayTransport) throws -> WeChatServerAPI {
+    try WeChatServerAPI(configuration: WeChatServerAPIConfiguration(baseURL: URL(string: base)!, appId: "wxapp",
+                                                                     appSecret: "APP_SECRET_456", appKey: "12345"),
+                        transport: transport)
 }
 
 final class XPayClientTests: XCTestCase {
@@ -30,12 +42,13 @@ final class XPayClientTests: XCTestCase {
 
     func testRequestIsSignedOverTheBodySent() async throws {
         let t = RecordingTransport(body: seedAnswer)
-        let client = XPayClient(baseURL: URL(string: "https://wechat.example.test/base")!, appKey: "12345", transport: t)
-        let contract = try await client.querySubscribeContract(openid: "oUser1", productId: "subscription_vip_monthly", accessToken: "AT+/=x")
+        let client = try serverAPI(transport: t)
+        let contract = try await client.subscribeContract(openId: "oUser1", productId: "subscription_vip_monthly").value
         XCTAssertEqual(contract, SubscribeContract(authorizationState: .signed, appleSubscriptionInfo: .init(
             originalTransactionId: "2000001147426510", autoRenewStatus: 1,
             recentSubscriptionStartDate: 1_775_226_065_000, renewalDate: 1_775_226_245_000)))
-        let req = try XCTUnwrap(t.sent.first)
+        XCTAssertEqual(t.sent.count, 2, "a token, then the question")
+        let req = try XCTUnwrap(t.sent.last)
         XCTAssertEqual(req.httpMethod, "POST")
         XCTAssertEqual(req.value(forHTTPHeaderField: "Content-Type"), "application/json")
         let url = try XCTUnwrap(req.url)
@@ -51,17 +64,17 @@ final class XPayClientTests: XCTestCase {
     }
 
     func testAnswersDecoded() throws {
-        let terminated = try XPayClient.decodeSubscribeContract(status: 200, body: Data(#"{"errcode":0,"authorization_state":"TERMINATED","apple_subscription_info":{"original_transaction_id":"1","auto_renew_status":0,"renewal_date":5}}"#.utf8))
+        let terminated = try SubscribeContract.decode(status: 200, body: Data(#"{"errcode":0,"authorization_state":"TERMINATED","apple_subscription_info":{"original_transaction_id":"1","auto_renew_status":0,"renewal_date":5}}"#.utf8))
         XCTAssertEqual(terminated.authorizationState, .terminated)
         XCTAssertEqual(terminated.appleSubscriptionInfo?.recentSubscriptionStartDate, nil)
-        let never = try XPayClient.decodeSubscribeContract(status: 200, body: Data(#"{"errcode":0,"errmsg":"ok","authorization_state":"UNBINDUSER"}"#.utf8))
+        let never = try SubscribeContract.decode(status: 200, body: Data(#"{"errcode":0,"errmsg":"ok","authorization_state":"UNBINDUSER"}"#.utf8))
         XCTAssertEqual(never, SubscribeContract(authorizationState: .unbindUser, appleSubscriptionInfo: nil))
     }
 
     func testErrorsTyped() async throws {
         func error(_ status: Int, _ body: String) -> XPayClientError? {
             do {
-                _ = try XPayClient.decodeSubscribeContract(status: status, body: Data(body.utf8))
+                _ = try SubscribeContract.decode(status: status, body: Data(body.utf8))
                 return nil
             } catch {
                 return error
@@ -75,25 +88,26 @@ final class XPayClientTests: XCTestCase {
         XCTAssertEqual(error(200, "not json")?.code, "wechat_invalid_response")
         XCTAssertEqual(error(200, #"{"errcode":0,"authorization_state":"MAYBE"}"#)?.code, "wechat_invalid_response")
 
-        let client = XPayClient(appKey: "k", transport: RecordingTransport(body: "{}"))
+        let client = try serverAPI(transport: RecordingTransport(body: "{}"))
         do {
-            _ = try await client.querySubscribeContract(openid: "", productId: "p", accessToken: "t")
+            _ = try await client.subscribeContract(openId: "", productId: "p")
             XCTFail("empty openid accepted")
         } catch {
             XCTAssertEqual(error.code, "wechat_invalid_request")
         }
     }
 
-    /// A real socket: nothing listens on port 9 of localhost, so URLSession fails; the error is
-    /// typed and does not repeat the URL (which holds the access token).
+    /// A real socket: nothing listens on port 9 of localhost, so URLSession fails (after the
+    /// client's retries); the error is typed and repeats no secret.
     func testUnreachableServerWithRealURLSession() async throws {
-        let client = XPayClient(baseURL: URL(string: "http://127.0.0.1:9")!, appKey: "k", transport: URLSessionTransport(timeout: 2))
+        let client = try serverAPI("http://127.0.0.1:9", transport: URLSessionTransport(timeout: 2))
         do {
-            _ = try await client.querySubscribeContract(openid: "o", productId: "p", accessToken: "SECRET_TOKEN_123")
+            _ = try await client.subscribeContract(openId: "o", productId: "p")
             XCTFail("no server, yet an answer")
         } catch {
             XCTAssertEqual(error.code, "wechat_unreachable")
-            XCTAssertFalse(error.message.contains("SECRET_TOKEN_123"))
+            XCTAssertFalse(error.message.contains("APP_SECRET_456"))
+            XCTAssertFalse(error.message.contains("12345"))
         }
     }
 }
