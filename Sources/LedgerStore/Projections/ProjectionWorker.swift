@@ -45,9 +45,9 @@ public final class ProjectionWorker: Sendable {
     private let waiter = DispatchQueue(label: "ledger.projection.worker.wait")
 
     init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases,
-         outbox: OutboxDerivation = OutboxDerivation(consumers: OutboxConsumer.registered)) {
+         outbox: OutboxDerivation = OutboxDerivation(consumers: OutboxConsumer.registered), registered: [any Projection]? = nil) {
         self.outbox = outbox
-        self.registered = Projections.registered(projector: projector)
+        self.registered = registered ?? Projections.registered(projector: projector)
         precondition(batchSize > 0, "batchSize must be positive")
         self.pool = pool
         self.projector = projector
