@@ -151,11 +151,13 @@ public struct Rebuilder: Sendable {
         projections: Set<ProjectionName> = Set(ProjectionName.subscriptionCuts),
         progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(ProjectionError) -> RebuildReport {
-        // Refund cases are not cut from subscription folds: their own rebuild (Refunds/RefundCaseRebuild.swift).
-        let folded = projections.subtracting([.refundCases])
-        var report = folded.isEmpty ? nil : try await Self.offThread { try self.rebuild(projections: folded, progress: progress) }
-        if projections.contains(.refundCases) {
-            report = RebuildReport.combined(report, try await Self.offThread { try self.rebuildRefundCases(progress: progress) })
+        // Each registered projection rebuilds the names it owns (Projection.rebuild).
+        var report: RebuildReport?
+        for projection in Projections.registered(projector: projector) {
+            let mine = projections.intersection(projection.names)
+            guard !mine.isEmpty else { continue }
+            let part = try await Self.offThread { try projection.rebuild(mine, with: self, progress: progress) }
+            report = RebuildReport.combined(report, part)
         }
         guard let report else { throw ProjectionError.refused("nothing to rebuild: name at least one projection") }
         return report
