@@ -171,10 +171,14 @@ public struct WebhookDerivation: Sendable {
         return out
     }
 
-    /// The events of `after` that `before` did not derive (by identity): what a committed batch
-    /// adds. `before` nil: the subscription was unknown.
-    public func newEvents(before: SubscriptionFold?, after: SubscriptionFold, now: EpochMillis, position: Int64) -> [WebhookEvent] {
-        let known = Set((before.map { events(of: $0, now: now, position: position) } ?? []).map(\.identity))
+    /// The events of `after` at `now` that `before` did not derive at `derivedAt` (by identity):
+    /// what a committed batch adds (`derivedAt` = `now`), or time passing (`before` = `after`,
+    /// `derivedAt` the last clock it was derived at: an expiry no notification announced).
+    /// `before` nil: the subscription was unknown.
+    public func newEvents(
+        before: SubscriptionFold?, derivedAt: EpochMillis? = nil, after: SubscriptionFold, now: EpochMillis, position: Int64
+    ) -> [WebhookEvent] {
+        let known = Set((before.map { events(of: $0, now: derivedAt ?? now, position: position) } ?? []).map(\.identity))
         return events(of: after, now: now, position: position).filter { !known.contains($0.identity) }
     }
 
