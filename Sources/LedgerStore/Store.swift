@@ -72,6 +72,8 @@ public final class Store: Sendable {
     public let reconciliation: ReconciliationStore
     /// WeChat: the order alias index, refund-decision reads, plaintext nonces, orphans.
     public let wechat: WeChatQueries
+    /// Outbound webhooks: the endpoints (Migrations/0014).
+    public let webhookEndpoints: WebhookEndpointStore
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -94,6 +96,7 @@ public final class Store: Sendable {
         }
         reconciliation = ReconciliationStore(pool: pool, conninfo: configuration.databaseURL)
         wechat = WeChatQueries(pool: pool)
+        webhookEndpoints = WebhookEndpointStore(pool: pool)
     }
 
     /// Runs a read on the replica when it may answer it (see `ReadReplica`: it has replayed
