@@ -37,10 +37,14 @@ public final class ProjectionWorker: Sendable {
     public let projector: Projector
     public let batchSize: Int
     public let projections: [ProjectionName]
+    /// Outbox items of the facts the catch-up derives.
+    let outbox: OutboxDerivation
     private let stopped = Atomic<Bool>(false)
     private let waiter = DispatchQueue(label: "ledger.projection.worker.wait")
 
-    init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases) {
+    init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases,
+         outbox: OutboxDerivation = OutboxDerivation(consumers: OutboxConsumer.registered)) {
+        self.outbox = outbox
         precondition(batchSize > 0, "batchSize must be positive")
         self.pool = pool
         self.projector = projector
@@ -53,7 +57,7 @@ public final class ProjectionWorker: Sendable {
     public func runOnce() async throws(ProjectionError) -> [ProjectionPass] {
         var passes: [ProjectionPass] = []
         do {
-            let derived = try await pool.withConnection { connection in try FactStore.derive(limit: self.batchSize, on: connection) }
+            let derived = try await pool.withConnection { connection in try FactStore.derive(limit: self.batchSize, outbox: self.outbox, on: connection) }
             if let derived { passes.append(ProjectionPass(projection: nil, outcome: .advanced(from: derived.lowerBound, to: derived.upperBound))) }
         } catch {
             throw ProjectionError(error)

@@ -113,6 +113,8 @@ public struct Rebuilder: Sendable {
     public var partitions = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
     /// Called between the bulk pass and the swap (tests append here to exercise the catch-up).
     var beforeSwap: (@Sendable () -> Void)?
+    /// Outbox items of the facts it derives on the way (step 0).
+    var outbox = OutboxDerivation(consumers: OutboxConsumer.registered)
 
     public init(conninfo: String, projector: Projector) {
         self.conninfo = conninfo
@@ -128,8 +130,8 @@ public struct Rebuilder: Sendable {
     }
 
     /// Derives every missing fact first: projections are folded from facts only.
-    static func deriveMissingFacts(on connection: Connection) throws {
-        while try FactStore.derive(limit: 5_000, on: connection) != nil {}
+    func deriveMissingFacts(on connection: Connection) throws {
+        while try FactStore.derive(limit: 5_000, outbox: outbox, on: connection) != nil {}
     }
 
     /// Drops the tables a swap retired (also those a crash left between swap and drop).
@@ -181,7 +183,7 @@ public struct Rebuilder: Sendable {
         // Closing the connection releases the session lock even when unlocking fails.
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
 
-        try Self.deriveMissingFacts(on: writer)
+        try deriveMissingFacts(on: writer)
         try Self.dropRetired(tables, on: writer)
 
         // One snapshot shared by every partition: exported here, imported by each reader.
@@ -298,7 +300,7 @@ public struct Rebuilder: Sendable {
         let started = ContinuousClock.now
         let now = projector.clock()
         let connection = try Connection.unbounded(conninfo: conninfo)
-        try Self.deriveMissingFacts(on: connection)
+        try deriveMissingFacts(on: connection)
         var stored: [String: Set<EntitlementChange>] = [:]
         let rows = try connection.query(
             """
