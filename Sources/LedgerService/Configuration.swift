@@ -150,6 +150,8 @@ public struct LedgerConfiguration: Sendable {
     public var wechat = WeChat()
     public var http = HTTP()
     public var audit = Audit()
+    /// Outbound webhooks (Webhooks/WebhookConfiguration.swift).
+    public var webhooks = WebhookSettings()
     public var tokens: [TokenHash] = []
     /// `{"products": {…}}` as given; the projections read it as a product → entitlement catalog.
     /// Nil when the file has no `products`: every product then grants an entitlement named after
@@ -171,7 +173,7 @@ public struct LedgerConfiguration: Sendable {
         "LEDGER_DATABASE_URL", "LEDGER_ADMIN_DATABASE_URL", "LEDGER_READ_DATABASE_URL", "LEDGER_TOKENS",
         "LEDGER_APPLE_SHARED_SECRET", "LEDGER_WECHAT_TOKEN", "LEDGER_WECHAT_AES_KEY", "LEDGER_WECHAT_PREVIOUS_AES_KEY",
         "LEDGER_WECHAT_APP_KEY", "LEDGER_WECHAT_APP_SECRET", "LEDGER_SESSION_KEY",
-        "LEDGER_APPLE_API_PRIVATE_KEY",
+        "LEDGER_APPLE_API_PRIVATE_KEY", "LEDGER_WEBHOOK_SECRET",
     ]
 
     /// The environment with every `<NAME>_FILE` of `secretVariables` read into `<NAME>`: the file's
@@ -292,6 +294,7 @@ public struct LedgerConfiguration: Sendable {
             if let k = try string(a["sessionKey"], "audit.sessionKey") { audit.sessionKey = try Audit.sessionKey(k, name: "audit.sessionKey") }
             if let b = a["insecureCookies"] as? Bool { audit.insecureCookies = b }
         }
+        if let w = object["webhooks"] { try webhooks.apply(file: w, path: path) }
         if let n = object["databasePoolSize"] as? Int { databasePoolSize = n }
         if let list = object["tokens"] {
             // The file stores hashes, never plain tokens: {"role": "auditor", "sha256": "<hex>"}.
@@ -381,6 +384,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = env["LEDGER_WECHAT_REFUND_FALLBACK"], !v.isEmpty { wechat.refundFallback = v }
         try wechat.validate()
+        try webhooks.apply(environment: env)
         if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
         if let v = env["LEDGER_SESSION_KEY"], !v.isEmpty { audit.sessionKey = try Audit.sessionKey(v, name: "LEDGER_SESSION_KEY") }
         if let v = env["LEDGER_INSECURE_COOKIES"] {

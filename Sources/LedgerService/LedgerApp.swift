@@ -31,6 +31,7 @@ public final class LedgerApp: Sendable {
     /// Reconciliation, consumption answers, consent, receipts (the App Store Server API and verifyReceipt).
     public let appleAPI: AppleAPIUseCases
     let wechatConfig: WeChatConfigKeeper
+    let webhookEndpoints: WebhookEndpoints
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
@@ -69,6 +70,7 @@ public final class LedgerApp: Sendable {
         readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)
         tokens = TokenAuthority(tokens: configuration.tokens)
         audit = AuditDesk(configuration: configuration)
+        webhookEndpoints = WebhookEndpoints(store: store, settings: configuration.webhooks, log: log)
         if audit.sessions.ephemeralKey {
             log.warn("LEDGER_SESSION_KEY is not set: auditor sessions are signed with a key made up at start, so they end at restart and other instances refuse them")
         }
@@ -199,6 +201,7 @@ extension LedgerApp {
         }
         services += appleAPI.lifecycleServices(log: log)
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
+        services.append(StartupJob(name: "record-webhook-endpoints", log: log) { [self] in try await webhookEndpoints.syncConfigured() })
         if configuration.wechat.isConfigured {
             services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
         }

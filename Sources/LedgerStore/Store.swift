@@ -75,6 +75,8 @@ public final class Store: Sendable {
     public let reconciliation: ReconciliationStore
     /// WeChat: the order alias index, refund-decision reads, plaintext nonces, orphans.
     public let wechat: WeChatQueries
+    /// Outbound webhooks: the endpoints (Migrations/0014).
+    public let webhookEndpoints: WebhookEndpointStore
     /// The one outbox (Outbox/Outbox.swift): claim, record attempts, replay, statuses.
     public let outbox: Outbox
 
@@ -103,6 +105,7 @@ public final class Store: Sendable {
         }
         reconciliation = ReconciliationStore(pool: pool, conninfo: configuration.databaseURL)
         wechat = WeChatQueries(pool: pool)
+        webhookEndpoints = WebhookEndpointStore(pool: pool)
     }
 
     /// Runs a read on the replica when it may answer it (see `ReadReplica`: it has replayed

@@ -56,7 +56,7 @@ public struct SubscriptionFold: Sendable {
     private var ties: [Fact] = []
     /// WeChat order ids known to name one order (undirected).
     private var aliasEdges: [String: Set<String>] = [:]
-    private var isWeChat = false
+    private(set) var isWeChat = false
     /// Every customer id any fact of this subscription named (for the customer → subscriptions index).
     public private(set) var customersNamed: Set<String> = []
     /// The customer id inserted last: a subscription's facts name the same customer over and
