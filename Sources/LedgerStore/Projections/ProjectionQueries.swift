@@ -74,7 +74,10 @@ public struct ProjectionQueries: Sendable {
                 [.text(key.text)], name: "transactions of subscription")
                 .rows.map(TransactionRow.decode)
                 // Sorted here, not by ORDER BY: the database collation need not order ids as Swift does.
-                .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
+                .sorted { a, b in
+                    let (pa, pb) = (a.purchaseDate ?? .min, b.purchaseDate ?? .min)
+                    return pa != pb ? pa < pb : TransactionIdOrder.precedes(a.transactionId, b.transactionId)
+                }
         }
     }
 
