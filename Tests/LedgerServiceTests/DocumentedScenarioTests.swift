@@ -95,6 +95,36 @@ final class DocumentedScenarioTests: XCTestCase {
         }
     }
 
+    /// Issue 20 rule 4: a first purchase dated a few seconds after the server's clock (Apple's and
+    /// the server's clocks differ; apple.md §2.3 SUBSCRIBED/INITIAL_BUY grants from purchaseDate)
+    /// is answered "not yet" (404, no entitlements) until its purchaseDate, and then active by
+    /// itself: no second event for it arrives. The clock is the real one, moved by waiting.
+    func testAFirstPurchaseDatedAfterNowShowsByItselfOnceItsTimeComes() async throws {
+        try await withService { h in
+            let otid = "7200000000000002", customer = "5eed0c0d-0000-4a00-8000-00000000e002"
+            let clock = Documented.Clock(base: Self.nowMillis())
+            let startsAt = 3.0 / 86_400  // 3 seconds from now
+            let buy = Documented.Apple(type: "SUBSCRIBED", subtype: "INITIAL_BUY", signed: -1.0 / 86_400,
+                                       tx: .init(id: otid, product: Documented.monthly, purchase: startsAt, expires: 30, token: customer),
+                                       renewal: .init(auto: 1, product: Documented.monthly), uuid: UUID().uuidString)
+            let (n, tx, r) = Documented.appleModels(buy, otid: otid, clock: clock)
+            let answer = try await h.post("/v1/apple/notifications", try h.authority.signNotification(n, transaction: tx, renewal: r))
+            XCTAssertEqual(answer.status, 200, answer.text)
+            let before = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            XCTAssertEqual(before.status, 404, "nothing had begun yet: \(before.text)")
+            let none = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+            XCTAssertEqual((none.json["entitlements"] as? [[String: Any]])?.count, 0, none.text)
+            while Self.nowMillis() <= clock.ms(startsAt) + 200 { try await Task.sleep(nanoseconds: 100_000_000) }
+            let after = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            XCTAssertEqual(after.status, 200, after.text)
+            XCTAssertEqual(after.json["status"] as? String, "active")
+            XCTAssertEqual(after.json["productId"] as? String, Documented.monthly)
+            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+            XCTAssertEqual((grants.json["entitlements"] as? [[String: Any]])?.compactMap { $0["entitlement"] as? String }, [Documented.monthly],
+                           grants.text)
+        }
+    }
+
     static func nowMillis() -> EpochMillis { EpochMillis((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
 
     /// Posts the scenario and asks every check; returns how many answers were compared.
