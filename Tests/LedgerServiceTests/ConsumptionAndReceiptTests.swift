@@ -124,6 +124,35 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         }
     }
 
+    /// Issue 20 rule 6: Apple refuses consumption information for a family member's transaction
+    /// (FamilyTransactionNotSupportedError, App Store Server API "Error codes"; inAppOwnershipType
+    /// FAMILY_SHARED: "the transaction belongs to a family member who benefits from the service").
+    /// Nothing is sent (no 12 hours of retries); the answer records why.
+    func testAFamilySharedTransactionGetsNoConsumptionAnswerAndTheReasonIsRecorded() async throws {
+        try await withReconciliation { h, fake in
+            let token = "aaaaaaaa-0000-4000-8000-000000001051"
+            let otid = "1000000000001051"
+            try await consent(h, token, true)
+            let t0 = F.now - 40 * day
+            var sub = F.renewedMonthly(otid: otid, token: token, t0: t0)
+            for i in sub.transactions.indices { sub.transactions[i].inAppOwnershipType = "FAMILY_SHARED" }
+            fake.setSubscription(sub)
+            try await F.deliver(h, try fake.notify("SUBSCRIBED", about: otid, date: t0, transactionId: otid))
+            try await F.deliver(h, try fake.notify("DID_RENEW", about: otid, date: t0 + 30 * day))
+            try await F.deliver(h, try fake.notify("CONSUMPTION_REQUEST", about: otid, date: F.now - 60_000, transactionId: F.next(otid, 1),
+                                                   consumptionRequestReason: "UNINTENDED_PURCHASE"))
+            let pass = try await h.app.appleAPI.consumption.pass()
+            XCTAssertEqual(pass.answered, 1)
+            XCTAssertEqual(fake.consumptionRequests.count, 0, "nothing reached Apple")
+            let recorded = try answers(h)
+            XCTAssertEqual(recorded.map(\.type), [LedgerEventType.consumptionNotSent])
+            XCTAssertEqual(recorded.first?.payload["reason"] as? String, "family_shared")
+            XCTAssertTrue((recorded.first?.payload["message"] as? String ?? "").contains("FAMILY_SHARED"))
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            XCTAssertTrue(metrics.contains(#"ledger_consumption_answers_total{outcome="not_sent",reason="family_shared"} 1"#), metrics)
+        }
+    }
+
     func testWithoutAPICredentialsTheRequestIsAnsweredWithWhyNothingWasSent() async throws {
         let authority = try AppleTestAuthority.mint()
         let api = try AppleAPIFixture(authority: authority)

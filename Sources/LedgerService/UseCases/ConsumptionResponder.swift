@@ -15,6 +15,8 @@ import LedgerStore
 /// - no API credentials → `consumption/not-sent` reason `no_credentials`;
 /// - Apple's window passed → `not-sent` `window_expired` (with the last error);
 /// - the ledger does not know the transaction → `not-sent` `unknown_transaction`;
+/// - the transaction is FAMILY_SHARED → `not-sent` `family_shared` (Apple refuses those:
+///   FamilyTransactionNotSupportedError), instead of 12 hours of retries;
 /// - no customer, or the customer's latest consent (`POST /v1/customers/{id}/consent`) is not
 ///   yes → `not-sent` `no_customer` / `no_consent`;
 /// - otherwise the `ConsumptionAssessment` of the facts is sent (Send Consumption Information v2):
@@ -99,6 +101,9 @@ public final class ConsumptionResponder: Sendable {
         do { facts = try await store.projections.facts(of: [key]) } catch { throw StoreError.unavailable("\(error)") }
         guard let fold = SubscriptionProjection(facts: facts).subscriptions[key], fold.transaction(item.transactionId) != nil else {
             return try await notSent(.unknownTransaction, "the ledger holds no transaction \(item.transactionId) of \(key.text)")
+        }
+        if fold.transaction(item.transactionId)?.inAppOwnershipType == "FAMILY_SHARED" {
+            return try await notSent(.familyShared, "transaction \(item.transactionId) is FAMILY_SHARED (a family member's): Apple accepts consumption information only for the purchaser's transactions (FamilyTransactionNotSupportedError)")
         }
         guard let customer = fold.state(at: now)?.customerId ?? fold.state(at: item.requestedAt)?.customerId else {
             return try await notSent(.noCustomer, "the purchase names no customer (no appAccountToken and no tie), so no consent can be on record")
