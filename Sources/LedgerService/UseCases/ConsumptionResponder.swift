@@ -1,4 +1,5 @@
 import AppStore
+import LedgerMetrics
 import Foundation
 import LedgerCore
 import LedgerStore
@@ -30,14 +31,14 @@ public final class ConsumptionResponder: Sendable {
     /// One client per environment; empty when the API is not configured.
     let clients: [String: AppStoreServerAPIClient]
     let assessment: ConsumptionAssessment
-    let metrics: Metrics
+    let metrics: MetricsRegistry
     let log: Log
     let clock: @Sendable () -> EpochMillis
     /// Requests signed longer ago than this when first seen are not taken up (a fresh deployment
     /// does not answer years of history); Apple's window is 12 hours.
     static let lookback: EpochMillis = 7 * 86_400_000
 
-    init(store: Store, clients: [String: AppStoreServerAPIClient], assessment: ConsumptionAssessment, metrics: Metrics, log: Log,
+    init(store: Store, clients: [String: AppStoreServerAPIClient], assessment: ConsumptionAssessment, metrics: MetricsRegistry, log: Log,
          clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis) {
         self.store = store
         self.clients = clients
@@ -45,7 +46,7 @@ public final class ConsumptionResponder: Sendable {
         self.metrics = metrics
         self.log = log
         self.clock = clock
-        metrics.describe("ledger_consumption_answers_total", type: "counter",
+        metrics.describe("ledger_consumption_answers_total", type: .counter,
                          help: "Answers to Apple's consumption requests by outcome (sent, refused, not_sent) and reason")
     }
 
