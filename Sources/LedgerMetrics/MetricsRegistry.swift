@@ -8,11 +8,12 @@ import Synchronization
 /// How a feature (a slice, the kernel, a worker) adds its metrics:
 /// 1. At start, `describe("ledger_<feature>_<what>_total", type: .counter, help: "…")` for what it
 ///    records, then `increment(name, labels)` / `observe(name, labels, value:)` as things happen.
-/// 2. For a value it already holds (a cache's counters): `gauge(name, help:) { [Sample(…)] }`,
+/// 2. For a value it already holds (a cache's counters): `gauge(name, help:) { [(labels: ["result": "hit"], value: n)] }`,
 ///    read synchronously at scrape time.
 /// 3. For a value that needs a query (a count in PostgreSQL): `collect(name, type:, help:) { … }`,
 ///    an async reader run at scrape time; it returns nil when the source did not answer, and the
-///    family is then rendered as a comment saying so instead of a wrong number.
+///    family is then rendered as a comment saying so instead of a wrong number. Several families
+///    answered by one query: `collect([(name, type, help), …]) { ["name": samples, …] }`.
 /// Names follow Prometheus conventions (`_total` for counters, base units such as seconds and
 /// bytes); label values must never carry a secret, a token or a URL with its query.
 public final class MetricsRegistry: Sendable {
@@ -21,17 +22,12 @@ public final class MetricsRegistry: Sendable {
     }
 
     /// One sample of a family read at scrape time.
-    public struct Sample: Sendable {
-        public var labels: [String: String]
-        public var value: Double
-        public init(_ labels: [String: String] = [:], _ value: Double) {
-            self.labels = labels
-            self.value = value
-        }
-    }
+    public typealias Sample = (labels: [String: String], value: Double)
 
     public typealias Reader = @Sendable () -> [Sample]
     public typealias AsyncReader = @Sendable () async -> [Sample]?
+    /// Several families from one read (one query answers them all); nil: all unavailable.
+    public typealias GroupReader = @Sendable () async -> [String: [Sample]]?
 
     private struct Key: Hashable { var name: String; var labels: String }
 
@@ -45,6 +41,7 @@ public final class MetricsRegistry: Sendable {
     private enum Source {
         case read(Reader)
         case collect(AsyncReader)
+        case group(Int)
     }
 
     private struct State {
@@ -53,6 +50,7 @@ public final class MetricsRegistry: Sendable {
         var histograms: [Key: Histogram] = [:]
         /// In registration order per name; one family per name.
         var readers: [String: Source] = [:]
+        var groups: [GroupReader] = []
     }
 
     private let state = Mutex(State())
@@ -100,18 +98,34 @@ public final class MetricsRegistry: Sendable {
         }
     }
 
+    /// Families read together at scrape time (e.g. three figures of one status query): `read`
+    /// returns each family's samples by name; a name it leaves out renders with no samples.
+    public func collect(_ families: [(name: String, type: Kind, help: String)], _ read: @escaping GroupReader) {
+        state.withLock {
+            $0.groups.append(read)
+            for f in families {
+                $0.help[f.name] = (f.type, f.help)
+                $0.readers[f.name] = .group($0.groups.count - 1)
+            }
+        }
+    }
+
     public func counterValue(_ name: String, _ labels: [String: String] = [:]) -> Double {
         state.withLock { $0.counters[Key(name: name, labels: Self.render(labels))] ?? 0 }
     }
 
     /// Every family, sorted by name, each with one HELP and one TYPE line.
     public func render() async -> String {
-        let (help, counters, histograms, readers) = state.withLock { ($0.help, $0.counters, $0.histograms, $0.readers) }
+        let (help, counters, histograms, readers, groups) = state.withLock { ($0.help, $0.counters, $0.histograms, $0.readers, $0.groups) }
         var read: [String: [Sample]?] = [:]
-        for (name, source) in readers {
+        var groupAnswers: [Int: [String: [Sample]]?] = [:]
+        for (name, source) in readers.sorted(by: { $0.key < $1.key }) {
             switch source {
             case .read(let r): read[name] = r()
             case .collect(let c): read[name] = await c()
+            case .group(let id):
+                if groupAnswers[id] == nil { groupAnswers[id] = .some(await groups[id]()) }
+                read[name] = groupAnswers[id]!.map { $0[name] ?? [] }
             }
         }
         let names = Set(counters.keys.map(\.name)).union(histograms.keys.map(\.name)).union(readers.keys)

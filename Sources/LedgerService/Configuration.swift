@@ -2,6 +2,7 @@
 /// routes that turn verified notifications into events and projections into answers.
 import Crypto
 import Foundation
+import Outbound
 import LedgerCore
 
 /// A secret value (token, key, shared secret). It never prints itself, so it cannot leak into a
@@ -148,6 +149,9 @@ public struct LedgerConfiguration: Sendable {
     /// The App Store Server API and verifyReceipt (AppleAPIConfiguration.swift).
     public var appleAPI = AppleAPI()
     public var wechat = WeChat()
+    /// LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK=true: the outbound base URLs (Apple API,
+    /// verifyReceipt, WeChat API) may be plain http to a loopback fake (tests only). Off: https only.
+    public var outboundAllowsPlainHTTPLoopback = false
     public var http = HTTP()
     public var audit = Audit()
     /// Outbound webhooks (Webhooks/WebhookConfiguration.swift).
@@ -322,6 +326,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = env["LEDGER_DATABASE_URL"], !v.isEmpty { databaseURL = v }
         if let v = env["LEDGER_READ_DATABASE_URL"], !v.isEmpty { readDatabaseURL = v }
+        outboundAllowsPlainHTTPLoopback = OutboundTarget.allowsPlainHTTPLoopback(environment: env)
         if let v = env["LEDGER_READ_REPLICA_MAX_LAG_SECONDS"] {
             guard let n = Double(v.trimmingCharacters(in: .whitespaces)), n.isFinite, n >= 0, n <= 86_400 else {
                 throw .invalidValue(name: "LEDGER_READ_REPLICA_MAX_LAG_SECONDS", reason: "'\(v)' must be seconds from 0 to 86400, e.g. 2")

@@ -47,6 +47,17 @@ public enum OutboundError: Error, Equatable, CustomStringConvertible {
         }
     }
 
+    /// What happened, without the target's name (for callers that wrap it in their own error).
+    public var reason: String {
+        switch self {
+        case .timedOut(_, let phase, let after): "no answer within \(after) (\(phase.rawValue) timeout)"
+        case .responseTooLarge(_, let limit): "the answer exceeded \(limit) bytes"
+        case .unreachable(_, let reason): reason
+        case .cancelled: "cancelled"
+        case .plainHTTPRefused, .invalidURL: message
+        }
+    }
+
     public var message: String {
         switch self {
         case .plainHTTPRefused(let t, let setting, let origin, let loopback):

@@ -29,7 +29,7 @@ public struct OutboundTarget: Sendable, CustomStringConvertible {
         self.baseURL = baseURL
         self.setting = setting
         self.allowsPlainHTTPLoopback = allowsPlainHTTPLoopback
-        self.connectTimeout = connectTimeout
+        self.connectTimeout = min(connectTimeout, timeout)
         self.timeout = timeout
         self.maxResponseBytes = maxResponseBytes
     }

@@ -321,7 +321,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         let otid = "1000000000001701"
         let expires = F.now + 10 * day
         receipts.register(receiptData: Self.receiptSandbox, .init(environment: .sandbox, answer: Self.receiptAnswer(otid: otid, expires: expires)))
-        try await withService(environment: ["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString]) { h in
+        try await withService(environment: ["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString, "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]) { h in
             func post(_ body: String, token: String? = "app-token") async throws -> ServiceHarness.Answer {
                 try await h.request("POST", "/v1/apple/receipts", body: Data(body.utf8), token: token)
             }
@@ -377,7 +377,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
     func testWithoutTheSharedSecretReceiptsAreRefusedBeforeAskingApple() async throws {
         let receipts = FakeVerifyReceipt(sharedSecret: nil)
         try receipts.start()
-        try await withService(environment: ["LEDGER_APPLE_SHARED_SECRET": "", "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString]) { h in
+        try await withService(environment: ["LEDGER_APPLE_SHARED_SECRET": "", "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString, "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]) { h in
             let a = try await h.request("POST", "/v1/apple/receipts", body: Data(#"{"receipt": "\#(Self.receiptSandbox)"}"#.utf8), token: "app-token")
             XCTAssertEqual(a.status, 422, a.text)
             XCTAssertEqual(a.errorCode, "shared_secret_not_configured")

@@ -1,5 +1,12 @@
 import LedgerMetrics
+import Synchronization
 import XCTest
+
+final class Counter: Sendable {
+    private let n = Mutex(0)
+    func add() { n.withLock { $0 += 1 } }
+    var value: Int { n.withLock { $0 } }
+}
 
 final class MetricsRegistryTests: XCTestCase {
     /// One HELP and one TYPE per family whatever feeds it; label values and HELP text escaped;
@@ -12,11 +19,19 @@ final class MetricsRegistryTests: XCTestCase {
         m.increment("ledger_b_total", ["k": "plain"])
         m.observe("ledger_a_seconds", ["route": "/r"], value: 0.003)
         m.observe("ledger_a_seconds", ["route": "/r"], value: 20)
-        m.gauge("ledger_c", help: "C") { [MetricsRegistry.Sample(["x": "1"], 3), MetricsRegistry.Sample(["x": "2"], 0.5)] }
-        m.collect("ledger_d", help: "D from the database") { [MetricsRegistry.Sample([:], 42)] }
+        m.gauge("ledger_c", help: "C") { [(labels: ["x": "1"], value: 3), (labels: ["x": "2"], value: 0.5)] }
+        m.collect("ledger_d", help: "D from the database") { [(labels: [:], value: 42)] }
         m.collect("ledger_e", help: "E unavailable") { nil }
-        m.collect("ledger_f_total", type: .counter, help: "F") { [MetricsRegistry.Sample(["s": "primary"], 7)] }
+        m.collect("ledger_f_total", type: .counter, help: "F") { [(labels: ["s": "primary"], value: 7)] }
+        let reads = Counter()
+        m.collect([(name: "ledger_g_lag", type: .gauge, help: "G lag"), (name: "ledger_g_position", type: .gauge, help: "G position")]) {
+            reads.add()
+            return ["ledger_g_lag": [(labels: ["p": "a"], value: 1)], "ledger_g_position": [(labels: ["p": "a"], value: 9)]]
+        }
         let text = await m.render()
+        XCTAssertEqual(reads.value, 1, "one read answers the whole group")
+        XCTAssertTrue(text.contains("# TYPE ledger_g_lag gauge\nledger_g_lag{p=\"a\"} 1\n"), text)
+        XCTAssertTrue(text.contains("# TYPE ledger_g_position gauge\nledger_g_position{p=\"a\"} 9\n"), text)
         let expected = """
         # HELP ledger_a_seconds ledger_a_seconds
         # TYPE ledger_a_seconds histogram

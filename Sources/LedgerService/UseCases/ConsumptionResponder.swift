@@ -1,4 +1,5 @@
 import AppStore
+import LedgerMetrics
 import Foundation
 import LedgerCore
 import LedgerStore
@@ -32,11 +33,11 @@ public final class ConsumptionResponder: Sendable {
     /// One client per environment; empty when the API is not configured.
     let clients: [String: AppStoreServerAPIClient]
     let assessment: ConsumptionAssessment
-    let metrics: Metrics
+    let metrics: MetricsRegistry
     let log: Log
     let clock: @Sendable () -> EpochMillis
 
-    init(store: Store, clients: [String: AppStoreServerAPIClient], assessment: ConsumptionAssessment, metrics: Metrics, log: Log,
+    init(store: Store, clients: [String: AppStoreServerAPIClient], assessment: ConsumptionAssessment, metrics: MetricsRegistry, log: Log,
          clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis) {
         self.store = store
         self.clients = clients
@@ -44,7 +45,7 @@ public final class ConsumptionResponder: Sendable {
         self.metrics = metrics
         self.log = log
         self.clock = clock
-        metrics.describe("ledger_consumption_answers_total", type: "counter",
+        metrics.describe("ledger_consumption_answers_total", type: .counter,
                          help: "Answers to Apple's consumption requests by outcome (sent, refused, not_sent) and reason")
     }
 
