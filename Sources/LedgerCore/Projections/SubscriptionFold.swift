@@ -326,6 +326,12 @@ public struct SubscriptionFold: Sendable {
         return WeChatTimeline(self).renewal(at: .max)
     }
 
+    /// The auto-renew status the latest WeChat statement that states one gives (ranked like
+    /// `weChatContractHead`), for a head that does not state it (a delivery without AutoRenewStatus).
+    func weChatLatestStatedAutoRenew() -> Int? {
+        WeChatTimeline(self).renewal(at: .max, where: { $0.renewal?.autoRenewStatus != nil })?.renewal?.autoRenewStatus
+    }
+
     /// The latest period end any WeChat message states (RenewalDate of signings, deliveries,
     /// unsignings and contract answers).
     var latestRenewalDate: EpochMillis? {
@@ -429,8 +435,8 @@ public struct SubscriptionFold: Sendable {
         /// The renewal statement in effect at T. The latest contract answer in effect overrides
         /// every statement that took effect before it (it is newer evidence of the same contract);
         /// the rest rank by (RenewalDate, contract change over delivery, time, content).
-        func renewal(at t: EpochMillis) -> Fact? {
-            let inEffect = statements.filter { $0.at <= t }
+        func renewal(at t: EpochMillis, where keep: (Fact) -> Bool = { _ in true }) -> Fact? {
+            let inEffect = statements.filter { $0.at <= t && keep($0.fact) }
             let answer = inEffect.filter { $0.fact.message == XPayEventName.contractQueryAnswer }
                 .max { a, b in a.at != b.at ? a.at < b.at : a.fact.contentPrecedes(b.fact) }
             var best: (fact: Fact, at: EpochMillis)?
