@@ -20,11 +20,14 @@ import Foundation
 /// Version 4: WeChat deliveries without PaidTime carry no purchase date, ordinary purchases and
 /// WeChat's API answers are facts, order links name their environment and the id they matched.
 ///
+/// Version 5: WeChat times of the wrong magnitude (refund_time or PaidTime in ms, SignedTime,
+/// UnsignedTime or RenewalDate in s) are refused as unreadable.
+///
 /// `schemaVersion` names the fact schema these decoders produce. Change it whenever a decoder
 /// would derive different facts from the same event; `ledger rederive` then derives the new
 /// version beside the old one (blue/green) and the readers switch when it is complete.
 public enum FactDecoder {
-    public static let schemaVersion = 4
+    public static let schemaVersion = 5
 
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).

@@ -1,0 +1,175 @@
+import Foundation
+import LedgerCore
+@testable import LedgerService
+import LedgerTesting
+import WeChatPay
+import XCTest
+
+/// WeChat rules of issue 20, each with states written by hand from the seed (seed 000, the xpay iOS
+/// subscription document; section cited per test), delivered through HTTP in every order.
+final class WeChatRuleTests: XCTestCase {
+    let side = WeChatSide()
+    static let day: EpochMillis = 86_400_000
+    let product = "vip_monthly"
+
+    func json(_ o: [String: Any]) -> Data { try! JSONSerialization.data(withJSONObject: o, options: [.sortedKeys]) }
+
+    func contract(_ h: ServiceHarness, _ openId: String) async throws -> [String: Any] {
+        let a = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=\(product)", token: "app-token")
+        XCTAssertEqual(a.status, 200, a.text)
+        return a.json
+    }
+
+    // MARK: rule 1 — every authenticated refund inquiry is answered with result_code and evidence
+
+    /// Seed 000 §7.4: `IosRefundQueryResponse` has `result_code` and `evidence` (必填, required) — so
+    /// an inquiry the ledger cannot read (no or 0 refund_time, a missing or over-long pay_order_id,
+    /// refund_time in ms where seconds are expected) still gets the configured fallback (allow, rule
+    /// `unreadable`), stored like any answer, repeated word for word to a re-push of the asking,
+    /// whether the order's delivery arrived before it or after it.
+    func testUnreadableRefundInquiriesGetTheFallbackAnswerStoredLikeAnyOther() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        func inquiry(_ i: Int, _ mutate: (inout [String: JSONValue]) -> Void) -> JSONValue {
+            guard case .object(var o) = WeChatSide.inquiry(order: "UNR-\(i)", asked: now, orderTime: now - Self.day, product: product) else { fatalError() }
+            mutate(&o)
+            return .object(o)
+        }
+        let cases: [(String, JSONValue)] = [
+            ("no refund_time", inquiry(0) { $0["refund_time"] = nil }),
+            ("refund_time 0", inquiry(1) { $0["refund_time"] = "0" }),
+            ("no pay_order_id", inquiry(2) { $0["pay_order_id"] = nil }),
+            ("pay_order_id of 129 bytes", inquiry(3) { $0["pay_order_id"] = .string(String(repeating: "9", count: 129)) }),
+            ("refund_time in ms", inquiry(4) { $0["refund_time"] = .string(String(now)) }),
+        ]
+        try await withService(environment: WeChatSide.environment) { h in
+            for mode in [WeChatSide.Mode.jsonSecure, .xmlPlain] {
+                for (n, (name, message)) in cases.enumerated() {
+                    // Every order: the order's delivery before or after the inquiry changes nothing.
+                    let deliverFirst = n % 2 == 0
+                    let delivery = WeChatSide.deliver(otid: String(7_300_000_000_000_000 + n + (mode == .xmlPlain ? 100 : 0)),
+                                                      openId: "oUnr\(n)", product: product, order: "UNR-\(n)",
+                                                      paid: now - Self.day, create: now - Self.day, renewal: now + 29 * Self.day)
+                    if deliverFirst { try await side.push(h, delivery, mode) }
+                    let reply = try await side.push(h, message, mode)
+                    if !deliverFirst { try await side.push(h, delivery, mode) }
+                    let label = "\(mode.rawValue) \(name)"
+                    XCTAssertEqual(reply["result_code"], "0", label)
+                    XCTAssertNil(reply["ErrCode"], "an inquiry gets an IosRefundQueryResponse, not a push acknowledgement: \(label)")
+                    let evidence = try JSONValue(json: Data((reply["evidence"] ?? "").utf8))
+                    XCTAssertEqual(evidence.text("rule"), "unreadable", label)
+                    XCTAssertEqual(evidence.text("decision"), "allow", label)
+                    XCTAssertFalse(evidence["fallback"]?.text("detail")?.isEmpty ?? true, "the evidence names why: \(label)")
+                    XCTAssertTrue(reply["result_info"]?.contains("could not read") ?? false, label)
+                    let again = try await side.push(h, message, mode)
+                    XCTAssertEqual(again, reply, "a re-push of the asking repeats its stored answer: \(label)")
+                }
+            }
+            let rows = try h.admin.query(
+                "SELECT count(*) AS n FROM events WHERE type = $1 AND stream_id LIKE 'wechat:unreadable:%' AND payload->>'rule' = 'unreadable'",
+                [.text(XPayEventName.refundInquiryAnswer)], name: "unreadable answers").first!
+            // The XML copy of an asking is the same message (the content hash is format-independent):
+            // stored once, answered with the JSON copy's stored answer.
+            XCTAssertEqual(try rows.decode(Int64.self, "n"), Int64(cases.count), "one stored answer per asking")
+            let inquiries = try h.admin.query(
+                "SELECT count(*) AS n FROM events WHERE type = $1 AND stream_id LIKE 'wechat:unreadable:%'",
+                [.text(XPayEventName.refundInquiry)], name: "unreadable inquiries").first!
+            XCTAssertEqual(try inquiries.decode(Int64.self, "n"), Int64(cases.count), "every asking kept as evidence")
+            let metrics = try await h.metricsText()
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_refund_fallbacks_total", #"reason="unreadable""#), Double(cases.count))
+        }
+    }
+
+    // MARK: rule 7 — sign-params
+
+    /// Seed 000 §3 签约前提: a user who signed and then unsigned may sign again only once the current
+    /// period has ended; §3.2: `attach` is required. Every order of (signing, delivery, unsigning):
+    /// before the unsigning signing parameters are handed out; after it, 409 naming the period end;
+    /// once the period has ended, handed out again.
+    func testSignParamsRefusedWhileAnUnsignedContractsPeriodRunsAndWithoutAttach() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        try await withService(environment: WeChatSide.environment) { h in
+            func ask(_ openId: String, attach: String? = "uid=1") async throws -> ServiceHarness.Answer {
+                var body: [String: Any] = ["openid": openId, "productId": product, "goodsPrice": 3000, "sessionKey": "session-key"]
+                if let attach { body["attach"] = attach }
+                return try await h.request("POST", "/v1/wechat/sign-params", body: json(body), token: "app-token")
+            }
+            for missing in [nil, ""] as [String?] {
+                let a = try await ask("oAttach", attach: missing)
+                XCTAssertEqual(a.status, 400, a.text)
+                XCTAssertEqual(a.json["error"] as? String, "invalid_sign_params")
+                XCTAssertTrue((a.json["message"] as? String ?? "").hasPrefix("attach "), a.text)
+            }
+            let start = now - 5 * Self.day, end = now + 25 * Self.day
+            let iso = WeChatPushDesk.iso(end)
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2]).enumerated() {
+                let otid = String(7_310_000_000_000_000 + i), openId = "oResign\(i)"
+                let messages = [
+                    WeChatSide.signing(otid: otid, openId: openId, product: product, signed: start, renewal: end),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "RS-\(i)", paid: start, create: start, renewal: end),
+                    WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: now - Self.day, renewal: end),
+                ]
+                for k in order {
+                    try await side.push(h, messages[k])
+                    let a = try await ask(openId)
+                    let unsigned = order.firstIndex(of: 2)! <= order.firstIndex(of: k)!
+                    if unsigned {
+                        XCTAssertEqual(a.status, 409, "\(order) after \(k): \(a.text)")
+                        XCTAssertEqual(a.json["error"] as? String, "contract_period_running")
+                        XCTAssertTrue((a.json["message"] as? String ?? "").contains(iso), a.text)
+                        XCTAssertTrue((a.json["message"] as? String ?? "").contains(String(end)), a.text)
+                    } else {
+                        XCTAssertEqual(a.status, 200, "\(order) after \(k): \(a.text)")
+                    }
+                }
+            }
+            // The period has ended: signing again is allowed.
+            let otid = "7310000000000099", openId = "oResignLater"
+            try await side.push(h, WeChatSide.signing(otid: otid, openId: openId, product: product, signed: now - 40 * Self.day, renewal: now - 10 * Self.day))
+            try await side.push(h, WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: now - 20 * Self.day, renewal: now - 10 * Self.day))
+            let later = try await ask(openId)
+            XCTAssertEqual(later.status, 200, later.text)
+        }
+    }
+
+    /// Seed 000 §6.3: `query_subscribe_contract` states `auto_renew_status`; the ledger's view does
+    /// too, always — the latest statement, else the latest that states it, else 1 (a signed contract
+    /// renews until unsigned, §4.2/§4.4) — and names the basis. In every order of the messages.
+    func testContractsAlwaysStateAutoRenewWithItsBasis() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let start = now - 5 * Self.day, r1 = now + 25 * Self.day, r2 = now + 55 * Self.day
+        func silent(_ m: JSONValue) -> JSONValue {
+            guard case .object(var o) = m, case .object(var info)? = o["AppleSubscriptionInfo"] else { return m }
+            info["AutoRenewStatus"] = nil
+            o["AppleSubscriptionInfo"] = .object(info)
+            return .object(o)
+        }
+        try await withService(environment: WeChatSide.environment) { h in
+            // Only a delivery that does not state AutoRenewStatus: the default, named.
+            try await side.push(h, silent(WeChatSide.deliver(otid: "7320000000000001", openId: "oAuto0", product: product, order: "AR-0",
+                                                             paid: start, create: start, renewal: r1)))
+            let only = try await contract(h, "oAuto0")
+            let onlyInfo = only["apple_subscription_info"] as? [String: Any]
+            XCTAssertEqual(only["authorization_state"] as? String, "SIGNED")
+            XCTAssertEqual(onlyInfo?["auto_renew_status"] as? Int, 1)
+            XCTAssertEqual(onlyInfo?["auto_renew_status_basis"] as? String, "default_signed")
+
+            // An unsigning of R1, then a silent delivery of the next period R2 (its head): the latest
+            // statement that states auto-renew is the unsigning's 0.
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2]).enumerated() {
+                let otid = String(7_320_000_000_000_100 + i), openId = "oAuto\(i + 1)"
+                let messages = [
+                    WeChatSide.signing(otid: otid, openId: openId, product: product, signed: start, renewal: r1),
+                    WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: start + Self.day, renewal: r1),
+                    silent(WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "AR-\(i + 1)", paid: nil,
+                                              create: r1 + 1000, renewal: r2)),
+                ]
+                for k in order { try await side.push(h, messages[k]) }
+                let c = try await contract(h, openId)
+                let info = c["apple_subscription_info"] as? [String: Any]
+                XCTAssertEqual(info?["auto_renew_status"] as? Int, 0, "\(order)")
+                XCTAssertEqual(info?["auto_renew_status_basis"] as? String, "latest_statement", "\(order)")
+                XCTAssertEqual(c["authorization_state"] as? String, "TERMINATED", "\(order)")
+            }
+        }
+    }
+}
