@@ -172,4 +172,102 @@ final class WeChatRuleTests: XCTestCase {
             }
         }
     }
+
+    // MARK: rule 4 — reconciliation
+
+    func withFakeAndService(_ body: (FakeWeChatAPI, ServiceHarness) async throws -> Void) async throws {
+        let fake = FakeWeChatAPI()
+        try fake.start()
+        var env = WeChatSide.environment
+        env["LEDGER_WECHAT_APP_SECRET"] = fake.appSecret
+        env["LEDGER_WECHAT_API_BASE_URL"] = fake.baseURL.absoluteString
+        do {
+            try await withService(environment: env) { h in try await body(fake, h) }
+        } catch {
+            await fake.shutdown()
+            throw error
+        }
+        await fake.shutdown()
+    }
+
+    func reconcile(_ h: ServiceHarness) async throws -> WeChatReconcile.Summary {
+        try await WeChatReconcile.run(configuration: h.app.configuration, dryRun: false, orphanAge: .zero, log: Log(minimum: .error))
+    }
+
+    func answers(_ h: ServiceHarness, _ otid: String) throws -> Int64 {
+        try h.admin.query("SELECT count(*) AS n FROM events WHERE stream_id = $1 AND type = $2",
+                          [.text(otid), .text(XPayEventName.contractQueryAnswer)], name: "answers").first!.decode(Int64.self, "n")
+    }
+
+    /// Seed 000 §6.1: WeChat's answer can trail Apple by up to 10 s, so a push may state a later
+    /// RenewalDate (R2) than WeChat reports (R1). The answer is recorded once — it differs from the
+    /// ledger's head statement — and not again while WeChat keeps saying the same (before: one new
+    /// event per run, forever); once WeChat states R2 (the head's RenewalDate) it agrees.
+    func testReconciliationRecordsAnAnswerOnlyWhenItDiffersFromTheLastOne() async throws {
+        try await withFakeAndService { fake, h in
+            let otid = "7330000000000001", openId = "oRecon1"
+            let now = WeChatSide.nowSeconds() * 1000
+            let start = now - 40 * Self.day, r1 = now - 10 * Self.day, r2 = now + 20 * Self.day
+            try await side.push(h, WeChatSide.signing(otid: otid, openId: openId, product: product, signed: start, renewal: r1))
+            try await side.push(h, WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "RC-1", paid: start, create: start, renewal: r1))
+            try await side.push(h, WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "RC-2", paid: nil, create: r1 + 1000, renewal: r2))
+            fake.setContract(openId: openId, productId: product, SubscribeContract(
+                authorizationState: .signed,
+                appleSubscriptionInfo: .init(originalTransactionId: otid, autoRenewStatus: 1, recentSubscriptionStartDate: start, renewalDate: r1)))
+            let first = try await reconcile(h)
+            XCTAssertEqual(first.recorded, 1, first.description)
+            for run in 0..<3 {
+                let again = try await reconcile(h)
+                XCTAssertEqual(again.recorded, 0, "run \(run): \(again.description)")
+                XCTAssertEqual(again.agreed + again.unchanged, 1, again.description)
+            }
+            XCTAssertEqual(try answers(h, otid), 1)
+            // The renewal the push stated is still in effect (the answer's older period end does
+            // not shorten a period a delivery paid).
+            let s = try await h.state(otid)
+            XCTAssertEqual(s?["status"] as? String, "active")
+            XCTAssertEqual((s?["expiresDate"] as? NSNumber)?.int64Value, r2)
+            // An unsigning newer than the recorded answer: the head is that push, WeChat (lagging)
+            // still says what it said last time — nothing new to record.
+            let unsigned = Clock.nowMillis() + 60_000
+            try await side.push(h, WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: unsigned, renewal: r2))
+            let stale = try await reconcile(h)
+            XCTAssertEqual(stale.recorded, 0, stale.description)
+            XCTAssertEqual(stale.unchanged, 1, stale.description)
+            XCTAssertEqual(try answers(h, otid), 1)
+            fake.setContract(openId: openId, productId: product, SubscribeContract(
+                authorizationState: .terminated,
+                appleSubscriptionInfo: .init(originalTransactionId: otid, autoRenewStatus: 0, recentSubscriptionStartDate: start, renewalDate: r2)))
+            let caughtUp = try await reconcile(h)
+            XCTAssertEqual(caughtUp.recorded, 0, caughtUp.description)
+            XCTAssertEqual(caughtUp.agreed, 1, caughtUp.description)
+        }
+    }
+
+    /// Seed 000 §6.3: `authorization_state` TERMINATED (已解约) means the contract was unsigned; an
+    /// answer without `auto_renew_status` is read (auto-renew 0), recorded, and heals a missed
+    /// unsigning: the contract reads TERMINATED with auto-renew 0.
+    func testAnAnswerWithoutAutoRenewStatusHealsAMissedUnsigning() async throws {
+        try await withFakeAndService { fake, h in
+            let otid = "7330000000000002", openId = "oRecon2"
+            let now = WeChatSide.nowSeconds() * 1000
+            let start = now - 5 * Self.day, end = now + 25 * Self.day
+            try await side.push(h, WeChatSide.signing(otid: otid, openId: openId, product: product, signed: start, renewal: end))
+            try await side.push(h, WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "RC-3", paid: start, create: start, renewal: end))
+            fake.setContract(openId: openId, productId: product, SubscribeContract(
+                authorizationState: .terminated,
+                appleSubscriptionInfo: .init(originalTransactionId: otid, autoRenewStatus: 0, recentSubscriptionStartDate: start,
+                                             renewalDate: end, autoRenewStatusStated: false)))
+            let run = try await reconcile(h)
+            XCTAssertEqual(run.failures, [], run.description)
+            XCTAssertEqual(run.recorded, 1, run.description)
+            let c = try await contract(h, openId)
+            XCTAssertEqual(c["authorization_state"] as? String, "TERMINATED")
+            XCTAssertEqual((c["apple_subscription_info"] as? [String: Any])?["auto_renew_status"] as? Int, 0)
+            let state = try await h.state(otid)
+            XCTAssertEqual(state?["autoRenewStatus"] as? Int, 0)
+            let twice = try await reconcile(h)
+            XCTAssertEqual(twice.recorded, 0, twice.description)
+        }
+    }
 }
