@@ -360,6 +360,24 @@ public struct SubscriptionFold: Sendable {
         let statements: [(fact: Fact, at: EpochMillis)]
         /// Start of each delivery's period, by order id.
         let startByOrder: [String: EpochMillis]
+        /// Why each delivery's period starts where it does (`PlacementBasis`), by order id.
+        let basisByOrder: [String: String]
+
+        /// A month's length varies by up to 3 days (28–31): a period stated one month bounds the
+        /// next month's only with this slack.
+        static let monthSlack: EpochMillis = 3 * 86_400_000
+        /// The longest period when nothing states one: a month of 31 days.
+        static let defaultPeriod: EpochMillis = 31 * 86_400_000
+
+        /// The product's longest period and its basis: a period the subscription's messages state
+        /// for the product (plus `monthSlack`), else the gap to the previous RenewalDate, else 31 days.
+        /// (A catalog duration is the first choice in the rule; the fold holds no catalog yet.)
+        static func longestPeriod(product: String?, statedPeriod: [String: EpochMillis], previousEnd: EpochMillis?,
+                                  end: EpochMillis) -> (EpochMillis, String) {
+            if let p = statedPeriod[product ?? ""], p > 0 { return (p + monthSlack, PlacementBasis.statedPeriod) }
+            if let previousEnd, previousEnd < end { return (end - previousEnd, PlacementBasis.renewalGap) }
+            return (defaultPeriod, PlacementBasis.defaultPeriod)
+        }
 
         init(_ fold: SubscriptionFold) {
             let wechatRenewals = fold.renewals.filter { $0.origin == .wechat }
@@ -383,14 +401,51 @@ public struct SubscriptionFold: Sendable {
                 for s in signed where s.end <= end && s.at < end { best = max(best ?? s.at, s.at) }
                 return best
             }
+            // The product's longest period, stated where a period's both ends are (a delivery's
+            // PaidTime → RenewalDate, a signing's SignedTime → RenewalDate), per product.
+            var statedPeriod: [String: EpochMillis] = [:]
+            for slot in fold.slots.values {
+                let tx = slot.transaction
+                guard let paid = tx.purchaseDate, let end = tx.expiresDate, end > paid else { continue }
+                statedPeriod[tx.productId ?? "", default: 0] = max(statedPeriod[tx.productId ?? ""] ?? 0, end - paid)
+            }
+            for f in signingFacts {
+                guard let end = f.renewal?.renewalDate, end > f.signedAt else { continue }
+                let product = f.renewal?.productId ?? ""
+                statedPeriod[product] = max(statedPeriod[product] ?? 0, end - f.signedAt)
+            }
             var starts: [String: EpochMillis] = [:]
+            var bases: [String: String] = [:]
             deliveries = fold.slots.values.map { slot in
                 let tx = slot.transaction
-                let start = tx.purchaseDate ?? tx.expiresDate.flatMap { placed(before: $0) } ?? slot.snapshot.effectiveAt
+                var start: EpochMillis
+                var basis: String
+                if let paid = tx.purchaseDate {
+                    (start, basis) = (paid, PlacementBasis.paidTime)
+                } else if let end = tx.expiresDate {
+                    // No PaidTime: after the period before it, but never earlier than RenewalDate
+                    // minus the product's longest period — after a lapse (or a billing-retry
+                    // recovery) the period before it ended long ago, and starting there would
+                    // backdate the charge (issue 20).
+                    let (longest, floorBasis) = WeChatTimeline.longestPeriod(product: tx.productId, statedPeriod: statedPeriod,
+                                                                            previousEnd: placed(before: end), end: end)
+                    let floor = end - longest
+                    if let previous = placed(before: end) {
+                        (start, basis) = previous >= floor ? (previous, PlacementBasis.periodStart) : (floor, floorBasis)
+                    } else {
+                        // Nothing before it: the send time (seconds after Apple's charge), within the floor.
+                        let sent = slot.snapshot.effectiveAt
+                        (start, basis) = sent >= floor ? (sent, PlacementBasis.createTime) : (floor, floorBasis)
+                    }
+                } else {
+                    (start, basis) = (slot.snapshot.effectiveAt, PlacementBasis.createTime)
+                }
                 starts[tx.transactionId] = start
+                bases[tx.transactionId] = basis
                 return Span(slot: slot, start: start, end: tx.expiresDate, rank: 0)
             }
             startByOrder = starts
+            basisByOrder = bases
             signings = signingFacts.map { Span(opener: $0, start: $0.signedAt, end: $0.renewal?.renewalDate, rank: 1) }
             answers = answerFacts.compactMap { f in
                 guard let end = f.renewal?.renewalDate, !ends.contains(end) else { return nil }
@@ -456,6 +511,27 @@ public struct SubscriptionFold: Sendable {
             if a.at != b.at { return a.at < b.at }
             return a.fact.contentPrecedes(b.fact)
         }
+    }
+
+    /// Where a WeChat delivery's period starts (its placement), and why.
+    public enum PlacementBasis {
+        public static let paidTime = "PaidTime"
+        /// No PaidTime: the end of the period before it (within the product's longest period).
+        public static let periodStart = "period_start"
+        /// No PaidTime, the period before it ended longer ago than the product's longest period:
+        /// RenewalDate minus the longest period the subscription's messages state (plus 3 days).
+        public static let statedPeriod = "renewal_date_minus_stated_period"
+        /// As above, the longest period being the gap to the previous RenewalDate.
+        public static let renewalGap = "renewal_date_minus_renewal_gap"
+        /// As above, nothing stating a period: RenewalDate minus 31 days.
+        public static let defaultPeriod = "renewal_date_minus_31_days"
+        /// No PaidTime and no RenewalDate: the send time, the last resort.
+        public static let createTime = "CreateTime"
+    }
+
+    /// The placement basis of a WeChat order's period (nil for Apple, or an unknown order).
+    public func weChatPlacementBasis(of order: String) -> String? {
+        isWeChat ? WeChatTimeline(self).basisByOrder[order] : nil
     }
 
     // MARK: - Status
