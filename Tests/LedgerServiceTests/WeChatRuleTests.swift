@@ -270,4 +270,64 @@ final class WeChatRuleTests: XCTestCase {
             XCTAssertEqual(twice.recorded, 0, twice.description)
         }
     }
+
+    // MARK: rule 2 — a delivery without PaidTime after a lapse
+
+    /// Seed 000 §4.3: a goods delivery is pushed after each successful charge; Apple payments carry
+    /// no PaidTime, only RenewalDate (下次续费时间, the end of the period just paid). A renewal after
+    /// a lapse (no signing push: §4.2 sends it only on the first signing) pays a period that ends
+    /// at its RenewalDate and is at most the product's period long — here the 30-day period the
+    /// first delivery states (PaidTime → RenewalDate), plus a day for month lengths — not one that
+    /// starts at the old period's end 60 days earlier. Every order of (signing, first delivery,
+    /// renewal after the lapse, refund inquiry about it), through HTTP:
+    /// - B + 60 d (inside the lapse): expired; B + 95 d: active on O2 until R3;
+    /// - the inquiry (asked 2 h after the charge) sees a short use from the placed start, basis named.
+    func testARenewalAfterALapseIsNotBackdatedInEveryOrder() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let base = now - 100 * Self.day
+        let r1 = base + 30 * Self.day, r3 = base + 120 * Self.day, charged = base + 90 * Self.day
+        let asked = charged + 2 * 3_600_000
+        let floor = r3 - 31 * Self.day
+        try await withService(environment: WeChatSide.environment) { h in
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2, 3]).enumerated() {
+                let otid = String(7_340_000_000_000_000 + i), openId = "oLapse\(i)", o2 = "LP\(i)-O2"
+                let messages = [
+                    WeChatSide.signing(otid: otid, openId: openId, product: product, signed: base, renewal: r1),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "LP\(i)-O1", paid: base, create: base + 1000, renewal: r1),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: o2, paid: nil, create: charged + 30_000, renewal: r3),
+                    WeChatSide.inquiry(order: o2, asked: asked, orderTime: charged, product: product),
+                ]
+                var reply: [String: String] = [:]
+                for k in order {
+                    let r = try await side.push(h, messages[k])
+                    if k == 3 { reply = r }
+                }
+                let label = "\(order)"
+                let position = { (k: Int) in order.firstIndex(of: k)! }
+                let evidence = try JSONValue(json: Data((reply["evidence"] ?? "").utf8))
+                XCTAssertEqual(reply["result_code"], "0", label)
+                XCTAssertEqual(evidence.text("rule"), "short_use", "hours after the charge, not 60 days: \(label)")
+                if position(2) < position(3) {
+                    let delivery = evidence["facts"]?["ledger_delivery"]
+                    if position(0) < position(3) || position(1) < position(3) {
+                        XCTAssertEqual(delivery?.text("delivered_at_basis"), "renewal_date_minus_stated_period", label)
+                        XCTAssertEqual(delivery?.int64("delivered_at"), floor, label)
+                    } else {
+                        XCTAssertEqual(delivery?.text("delivered_at_basis"), "CreateTime", label)
+                        XCTAssertEqual(delivery?.int64("delivered_at"), charged + 30_000, label)
+                    }
+                }
+                let lapse = try await h.state(otid, at: base + 60 * Self.day)
+                XCTAssertEqual(lapse?["status"] as? String, "expired", "inside the lapse: \(label)")
+                let renewed = try await h.state(otid, at: charged + 5 * Self.day)
+                XCTAssertEqual(renewed?["status"] as? String, "active", label)
+                XCTAssertEqual(renewed?["latestTransactionId"] as? String, o2, label)
+                XCTAssertEqual((renewed?["expiresDate"] as? NSNumber)?.int64Value, r3, label)
+                let transactions = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+                XCTAssertEqual(transactions.status, 200)
+                let entitled = try await h.entitlements(openId, at: base + 60 * Self.day)
+                XCTAssertEqual(entitled, [], "no entitlement inside the lapse: \(label)")
+            }
+        }
+    }
 }

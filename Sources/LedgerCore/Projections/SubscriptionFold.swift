@@ -363,9 +363,11 @@ public struct SubscriptionFold: Sendable {
         /// Why each delivery's period starts where it does (`PlacementBasis`), by order id.
         let basisByOrder: [String: String]
 
-        /// A month's length varies by up to 3 days (28–31): a period stated one month bounds the
-        /// next month's only with this slack.
-        static let monthSlack: EpochMillis = 3 * 86_400_000
+        /// Consecutive months differ by up to a day (30 → 31) except February (28 → 31): a period
+        /// stated one month bounds the next with a day's slack. Only a renewal after a lapse is
+        /// placed by it (a consecutive one starts at the period before it), so after a February
+        /// period such a renewal may start up to 2 days late; never earlier than the charge allows.
+        static let monthSlack: EpochMillis = 86_400_000
         /// The longest period when nothing states one: a month of 31 days.
         static let defaultPeriod: EpochMillis = 31 * 86_400_000
 
@@ -519,7 +521,7 @@ public struct SubscriptionFold: Sendable {
         /// No PaidTime: the end of the period before it (within the product's longest period).
         public static let periodStart = "period_start"
         /// No PaidTime, the period before it ended longer ago than the product's longest period:
-        /// RenewalDate minus the longest period the subscription's messages state (plus 3 days).
+        /// RenewalDate minus the longest period the subscription's messages state (plus a day).
         public static let statedPeriod = "renewal_date_minus_stated_period"
         /// As above, the longest period being the gap to the previous RenewalDate.
         public static let renewalGap = "renewal_date_minus_renewal_gap"
