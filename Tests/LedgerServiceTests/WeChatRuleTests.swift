@@ -330,4 +330,41 @@ final class WeChatRuleTests: XCTestCase {
             }
         }
     }
+
+    // MARK: rule 3 — an unsigning after an early renewal charge
+
+    /// Apple charges a renewal up to 24 h before the period ends (the delivery, seed 000 §4.3,
+    /// already states the next RenewalDate R2); the user unsigns after that charge, and the
+    /// unsigning states RenewalDate R1 (§4.4: 当前订阅周期的结束时间, the period WeChat still shows).
+    /// By when each happened the unsigning is the later act: auto-renew is off for good, the paid
+    /// period R1 → R2 still runs. Before: the delivery won on RenewalDate and the contract stayed
+    /// SIGNED with auto-renew 1. Every order of (signing, first delivery, early renewal, unsigning).
+    func testAnUnsigningAfterAnEarlyRenewalChargeTurnsAutoRenewOffInEveryOrder() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let base = now - 40 * Self.day
+        let r1 = base + 30 * Self.day, r2 = r1 + 30 * Self.day
+        let charged = r1 - 20 * 3_600_000, unsigned = r1 - 10 * 3_600_000
+        try await withService(environment: WeChatSide.environment) { h in
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2, 3]).enumerated() {
+                let otid = String(7_350_000_000_000_000 + i), openId = "oEarly\(i)"
+                let messages = [
+                    WeChatSide.signing(otid: otid, openId: openId, product: product, signed: base, renewal: r1),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "EA\(i)-O1", paid: base, create: base + 1000, renewal: r1),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "EA\(i)-O2", paid: charged, create: charged + 1000, renewal: r2),
+                    WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: unsigned, renewal: r1),
+                ]
+                for k in order { try await side.push(h, messages[k]) }
+                let label = "\(order)"
+                let c = try await contract(h, openId)
+                XCTAssertEqual(c["authorization_state"] as? String, "TERMINATED", label)
+                XCTAssertEqual((c["apple_subscription_info"] as? [String: Any])?["auto_renew_status"] as? Int, 0, label)
+                let live = try await h.state(otid)
+                XCTAssertEqual(live?["autoRenewStatus"] as? Int, 0, label)
+                XCTAssertEqual(live?["status"] as? String, "active", "the paid period R1 → R2 runs: \(label)")
+                XCTAssertEqual((live?["expiresDate"] as? NSNumber)?.int64Value, r2, label)
+                let beforeUnsigning = try await h.state(otid, at: unsigned - 3_600_000)
+                XCTAssertEqual(beforeUnsigning?["autoRenewStatus"] as? Int, 1, "auto-renew was on until the unsigning: \(label)")
+            }
+        }
+    }
 }

@@ -357,7 +357,8 @@ public struct SubscriptionFold: Sendable {
         /// Contract answers naming a period end no push states.
         let answers: [Span]
         /// Renewal statements with the time each takes effect.
-        let statements: [(fact: Fact, at: EpochMillis)]
+        let statements: [Statement]
+        typealias Statement = (fact: Fact, at: EpochMillis, rank: EpochMillis)
         /// Start of each delivery's period, by order id.
         let startByOrder: [String: EpochMillis]
         /// Why each delivery's period starts where it does (`PlacementBasis`), by order id.
@@ -454,9 +455,23 @@ public struct SubscriptionFold: Sendable {
                 let start = placed(before: end) ?? f.renewal?.recentSubscriptionStartDate.flatMap { $0 < end ? $0 : nil } ?? f.signedAt
                 return Span(opener: f, start: min(start, f.signedAt), end: end, rank: 2)
             }
+            // An unsigning outranks every delivery charged before it, whatever RenewalDate each
+            // states: Apple charges a renewal up to 24 h before the period ends (the delivery
+            // states the next period's end), and an unsigning after that charge may still state
+            // the old period's end (seed 000 §4.4: RenewalDate is 当前订阅周期的结束时间). Compared by
+            // when each happened — UnsignedTime vs the charge (PaidTime, else when the ledger first
+            // recorded the order) — its rank is the latest RenewalDate charged before it.
+            let charges = wechatRenewals.compactMap { f -> (at: EpochMillis, end: EpochMillis)? in
+                guard f.message == XPayEventName.goodsDeliver, let end = f.renewal?.renewalDate else { return nil }
+                return (f.renewal?.signedDate ?? f.recordedAt, end)
+            }
             statements = wechatRenewals.map { f in
-                if f.message == XPayEventName.goodsDeliver, let order = f.transactionId, let start = starts[order] { return (f, start) }
-                return (f, f.signedAt)
+                var rank = f.renewal?.renewalDate ?? .min
+                if f.message == XPayEventName.unsigning {
+                    for c in charges where c.at <= f.signedAt { rank = max(rank, c.end) }
+                }
+                if f.message == XPayEventName.goodsDeliver, let order = f.transactionId, let start = starts[order] { return (f, start, rank) }
+                return (f, f.signedAt, rank)
             }
         }
 
@@ -496,7 +511,7 @@ public struct SubscriptionFold: Sendable {
             let inEffect = statements.filter { $0.at <= t && keep($0.fact) }
             let answer = inEffect.filter { $0.fact.message == XPayEventName.contractQueryAnswer }
                 .max { a, b in a.at != b.at ? a.at < b.at : a.fact.contentPrecedes(b.fact) }
-            var best: (fact: Fact, at: EpochMillis)?
+            var best: Statement?
             for s in inEffect {
                 if let answer, s.at < answer.at { continue }
                 if let b = best, !Self.statementPrecedes(b, s) { continue }
@@ -505,8 +520,8 @@ public struct SubscriptionFold: Sendable {
             return best?.fact
         }
 
-        static func statementPrecedes(_ a: (fact: Fact, at: EpochMillis), _ b: (fact: Fact, at: EpochMillis)) -> Bool {
-            let ra = a.fact.renewal?.renewalDate ?? .min, rb = b.fact.renewal?.renewalDate ?? .min
+        static func statementPrecedes(_ a: Statement, _ b: Statement) -> Bool {
+            let ra = a.rank, rb = b.rank
             if ra != rb { return ra < rb }
             let ca = a.fact.message != XPayEventName.goodsDeliver, cb = b.fact.message != XPayEventName.goodsDeliver
             if ca != cb { return cb }
