@@ -7,7 +7,7 @@ import Foundation
 /// | event | facts | signedAt / effectiveAt |
 /// |---|---|---|
 /// | signing result | `renewal` (ProductId, AutoRenewStatus, RenewalDate; a contract change) | SignedTime (ms) |
-/// | deliver with AppleSubscriptionInfo | `transaction` of the order OutTradeNo (GoodsInfo.ProductId, PaidTime → RenewalDate, ActualPrice; `detail`: CreateTime, Env, prices, WeChatPayInfo ids), `renewal` of the same order (its AutoRenewStatus), one `order_alias` per WeChatPayInfo.MchOrderNo / TransactionId | PaidTime (s); without it the fact's times hold CreateTime as a placeholder and `purchaseDate` is absent: the fold places the period after the one before it (see `SubscriptionFold`) |
+/// | deliver with AppleSubscriptionInfo | `transaction` of the order OutTradeNo (GoodsInfo.ProductId, PaidTime → RenewalDate, ActualPrice; `detail`: CreateTime, Env, prices, WeChatPayInfo ids), `renewal` of the same order (its AutoRenewStatus), one `order_alias` per WeChatPayInfo.MchOrderNo / TransactionId | PaidTime (s); without it the fact's times hold CreateTime as a placeholder and `purchaseDate` is absent: the fold places the period after the one before it, never earlier than RenewalDate minus the product's longest period (see `SubscriptionFold`) |
 /// | deliver without AppleSubscriptionInfo | `purchase` (an ordinary purchase: order, amount, customer, Env; no subscription) | PaidTime, else CreateTime (evidence only) |
 /// | unsigning | `renewal` (AutoRenewStatus 0 unless stated; a contract change) | UnsignedTime (ms) |
 /// | refund notify, RetCode 0 | `revocation` of MchOrderId (else WxOrderId); `order_alias` MchOrderId ~ WxOrderId | RefundSuccTimestamp, else RefundStartTimestamp, else CreateTime (s): the latest time the refund can have happened |
@@ -28,7 +28,8 @@ import Foundation
 /// a contract change without its own time (SignedTime / UnsignedTime: it cannot be ordered against
 /// other contract changes), a subscription message without OriginalTransactionId, a delivery
 /// without OutTradeNo, a refund naming no order, an inquiry without pay_order_id or refund_time, and
-/// any id longer than `maxIdBytes`. CreateTime (the send time, new on each re-push) orders nothing.
+/// any id longer than `maxIdBytes`, and a time of the wrong magnitude (refund_time or PaidTime in
+/// milliseconds, SignedTime / UnsignedTime / RenewalDate in seconds: `WeChatTime.magnitude`). CreateTime (the send time, new on each re-push) orders nothing.
 enum WeChatFacts {
     /// CNY amounts arrive in fen; facts hold milliunits like Apple's `price` (1 fen = 10 milli-CNY).
     static let milliPerFen: Int64 = 10

@@ -23,7 +23,9 @@ import Foundation
 /// - **WeChat periods.** A delivery is a paid order (transaction) from its PaidTime to its
 ///   RenewalDate; without PaidTime (expected for Apple payments) from the end of the period before
 ///   it (the latest RenewalDate of another period, or the SignedTime of a signing of its period,
-///   before its RenewalDate) — never from CreateTime, the send time, unless nothing else bounds it.
+///   before its RenewalDate) — never from CreateTime, the send time, unless nothing else bounds it —
+///   and never earlier than its RenewalDate minus the product's longest period (after a lapse the
+///   period before it ended long ago). An unsigning outranks every delivery charged before it.
 ///   Deliveries are per-order facts, not versions of each other: the period in effect at T is the
 ///   one begun by T with the latest RenewalDate. A signing whose period no delivery has paid yet
 ///   counts as a period from its SignedTime (WeChat opens the benefit on signing), and a contract

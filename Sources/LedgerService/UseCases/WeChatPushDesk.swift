@@ -246,21 +246,19 @@ extension WeChatPushDesk {
             decision = d
         }
         let reply = try receiver.reply(.refundAnswer(decision), to: note.push)
-        // Linking the inquiry's order stream is not part of the answer: it runs after the reply is
-        // ready, off the deadline (any later push of the order, or the reconciliation, retries it).
-        // Skipped when the decision's read did not finish: the database is struggling, and any
-        // later push of the order (or the reconciliation) links the stream.
-        let linker = self.linker, log = self.log
-        guard let known = inputs?.group, !known.subscriptions.isEmpty, !known.linkedStreams.contains(note.stream) else {
-            return WeChatReply(body: reply, contentType: contentType(note.push))
-        }
-        Task {
-            do {
-                try await linker.relink(after: note)
-            } catch {
-                log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
-                         ["stream": note.stream, "error": "\(error)"])
-            }
+        // Relinked after every commit of an asking (not only when the decision's read saw a
+        // subscription): an inquiry racing its own delivery commits after the delivery re-checked
+        // its group, so only this check sees both. Awaited in this task (structured: no
+        // fire-and-forget work outlives the request); a failure is logged, not answered — the
+        // answer is stored, and any later push of the order or `ledger reconcile --wechat` links it.
+        // Skipped only when the decision's read did not finish (the database is struggling and the
+        // reply must not wait on it): the reconciliation links those.
+        guard inputs != nil else { return WeChatReply(body: reply, contentType: contentType(note.push)) }
+        do {
+            try await linker.relink(after: note)
+        } catch {
+            log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
+                     ["stream": note.stream, "error": "\(error)"])
         }
         return WeChatReply(body: reply, contentType: contentType(note.push))
     }
