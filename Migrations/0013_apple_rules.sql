@@ -1,6 +1,8 @@
 -- Fact schema version 5 (Apple, issue 20): every V2 transaction snapshot states a revocation (with
 -- revocationDate) or a reversal (without), whatever the notification type; V1 and receipt
--- cancellations of upgraded entries are no revocations. (WeChat's v5 changes share this version.)
+-- cancellations of upgraded entries are no revocations. WeChat's v5 change shares this version:
+-- refund_time or PaidTime in milliseconds, SignedTime, UnsignedTime or RenewalDate in seconds are
+-- refused as unreadable.
 -- New databases record v5 facts at append from the start; existing ones derive them with the
 -- catch-up worker or `ledger rederive` (then `ledger rebuild` applies the new rules).
 INSERT INTO projection_checkpoints (projection, position, status) VALUES ('facts.v5', 0, 'running')

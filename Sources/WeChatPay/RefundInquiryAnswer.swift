@@ -45,6 +45,35 @@ public enum RefundInquiryAnswer {
                         raw: PushReply.refundAnswer(decision).plaintext(format: notification.push.format))
     }
 
+    /// The answer to an authentic inquiry the ledger could not read (`unreadableReason`): stored like
+    /// any answer, in the unreadable push's own stream, keyed `refund-decision:<the push's dedupe
+    /// key>` (its content hash), so a re-push of the same asking repeats it word for word.
+    /// `pay_order_id` is the stated id when it is one (else ""), so no refund case is opened under
+    /// an id the ledger could not read.
+    public static func unreadableEvent(_ decision: RefundDecision, for notification: XPayNotification, decidedInMs: Int64,
+                                       budgetMs: Int64) -> NewEvent? {
+        guard let reason = notification.unreadableReason, case .refundInquiry(let q) = notification.message else { return nil }
+        var o: [String: JSONValue] = [
+            "pay_order_id": .string(q.payOrderId.flatMap { $0.utf8.count <= 128 ? $0 : nil } ?? ""),
+            "result_code": .integer(Int64(decision.resultCode)),
+            "result_info": .string(decision.resultInfo),
+            "evidence": .string(decision.evidence),
+            "rule": .string(decision.rule),
+            "decision": .string(decision.verdict == .allow ? "allow" : "refuse"),
+            "unreadable_reason": .string(reason),
+            "decidedInMs": .integer(decidedInMs),
+            "budgetMs": .integer(budgetMs),
+            "reply_format": .string(notification.push.format.rawValue),
+        ]
+        if let t = q.refundTime { o["refund_time"] = .integer(t) }
+        return NewEvent(streamId: notification.stream, dedupeKey: unreadableKey(notification), source: .ledger,
+                        type: XPayEventName.refundInquiryAnswer, environment: "Production",
+                        payload: JSONValue.object(o).canonicalJSON(),
+                        raw: PushReply.refundAnswer(decision).plaintext(format: notification.push.format))
+    }
+
+    public static func unreadableKey(_ notification: XPayNotification) -> String { "refund-decision:" + notification.dedupeKey }
+
     /// The stored answer, to repeat it word for word for a re-push of the same asking.
     public static func decision(fromPayload payload: Data) -> RefundDecision? {
         guard let v = try? JSONDecoder().decode(JSONValue.self, from: payload),

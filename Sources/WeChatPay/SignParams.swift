@@ -91,6 +91,11 @@ public struct AppleSubscribeSigner: Sendable {
             throw .invalid(field: "activitySellingPrice",
                            reason: "must be absent (original price), 0 (free trial) or between 1 and goodsPrice - 1 (introductory price)")
         }
+        // Required (seed 000 §3.2: attach 必填): the signing and deliver pushes pass it back, and an
+        // empty one gives the app nothing to tie them to.
+        guard !r.attach.isEmpty else {
+            throw .invalid(field: "attach", reason: "is required (1-200 characters, passed back in the signing and deliver pushes), e.g. uid=12345")
+        }
         guard r.attach.count <= 200 else { throw .invalid(field: "attach", reason: "must be at most 200 characters") }
         guard r.attach.utf8.allSatisfy(Self.isAttachByte) else {
             throw .invalid(field: "attach", reason: "may contain only A-Z a-z 0-9 and _ - . = & : , ; | @ / + * ! ~ (no quotes, backslashes, spaces or control characters)")

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 
 /// `query_subscribe_contract` (mode=apple) answer.
 public struct SubscribeContract: Sendable, Equatable, Codable {
@@ -15,6 +16,9 @@ public struct SubscribeContract: Sendable, Equatable, Codable {
         public var recentSubscriptionStartDate: Int64?
         /// ms
         public var renewalDate: Int64?
+        /// False when WeChat's answer left `auto_renew_status` out and `autoRenewStatus` is the
+        /// default its authorization state implies (`decode`).
+        public var autoRenewStatusStated: Bool = true
 
         enum CodingKeys: String, CodingKey {
             case originalTransactionId = "original_transaction_id"
@@ -23,7 +27,9 @@ public struct SubscribeContract: Sendable, Equatable, Codable {
             case renewalDate = "renewal_date"
         }
 
-        public init(originalTransactionId: String, autoRenewStatus: Int, recentSubscriptionStartDate: Int64?, renewalDate: Int64?) {
+        public init(originalTransactionId: String, autoRenewStatus: Int, recentSubscriptionStartDate: Int64?, renewalDate: Int64?,
+                    autoRenewStatusStated: Bool = true) {
+            self.autoRenewStatusStated = autoRenewStatusStated
             self.originalTransactionId = originalTransactionId
             self.autoRenewStatus = autoRenewStatus
             self.recentSubscriptionStartDate = recentSubscriptionStartDate
@@ -105,20 +111,54 @@ public enum XPayClientError: Error, Equatable, CustomStringConvertible {
 
 /// The answer of `query_subscribe_contract` (asked by `WeChatServerAPI.subscribeContract`).
 extension SubscribeContract {
+    /// WeChat's answer, read as leniently as its meaning allows (seed 000 §6.3): `auto_renew_status`
+    /// may be missing or a string ("1"); `apple_subscription_info` may be missing, null or empty
+    /// (`{}`, then nil: the answer names no subscription). A missing auto-renew is 0 when the
+    /// contract is TERMINATED (已解约: nothing renews) and 1 when SIGNED (签约生效中: the contract
+    /// renews); `autoRenewStatusStated` says which. Refused: a non-2xx status, a non-zero errcode,
+    /// anything but SIGNED/TERMINATED/UNBINDUSER, an info whose id is not a string, or an
+    /// auto-renew that is neither 0 nor 1.
     public static func decode(status: Int, body: Data) throws(XPayClientError) -> SubscribeContract {
         guard (200..<300).contains(status) else { throw .http(status: status) }
-        struct Header: Decodable {
-            var errcode: Int64?
-            var errmsg: String?
-        }
-        guard let header = try? JSONDecoder().decode(Header.self, from: body) else {
+        guard let value = try? JSONDecoder().decode(JSONValue.self, from: body), value.objectValue != nil else {
             throw .invalidResponse("not a JSON object")
         }
-        if let code = header.errcode, code != 0 { throw .wechat(errcode: code, errmsg: String((header.errmsg ?? "").prefix(200))) }
-        do {
-            return try JSONDecoder().decode(SubscribeContract.self, from: body)
-        } catch {
-            throw .invalidResponse("authorization_state must be SIGNED, TERMINATED or UNBINDUSER and apple_subscription_info well-formed")
+        if let code = value.int64("errcode"), code != 0 {
+            throw .wechat(errcode: code, errmsg: String((value.text("errmsg") ?? "").prefix(200)))
         }
+        guard let stateText = value.text("authorization_state"), let state = AuthorizationState(rawValue: stateText) else {
+            throw .invalidResponse("authorization_state must be SIGNED, TERMINATED or UNBINDUSER")
+        }
+        var info: AppleSubscriptionInfo?
+        switch value["apple_subscription_info"] {
+        case nil, .null?: break
+        case .object(let o)? where o.isEmpty: break
+        case .object(let o)?:
+            guard case .string(let otid)? = o["original_transaction_id"], !otid.isEmpty else {
+                throw .invalidResponse("apple_subscription_info.original_transaction_id must be a non-empty string")
+            }
+            var autoRenew = state == .terminated ? 0 : 1
+            var stated = false
+            if let v = o["auto_renew_status"], v != .null {
+                guard let n = v.int64, n == 0 || n == 1 else {
+                    throw .invalidResponse("apple_subscription_info.auto_renew_status must be 0 or 1 (a number or its text)")
+                }
+                autoRenew = Int(n)
+                stated = true
+            }
+            // TERMINATED means nothing renews, whatever a stale auto_renew_status says.
+            if state == .terminated { autoRenew = 0 }
+            func millis(_ key: String) throws(XPayClientError) -> Int64? {
+                guard let v = o[key], v != .null else { return nil }
+                guard let n = v.int64 else { throw .invalidResponse("apple_subscription_info.\(key) must be a millisecond time") }
+                return n > 0 ? n : nil
+            }
+            info = AppleSubscriptionInfo(originalTransactionId: otid, autoRenewStatus: autoRenew,
+                                         recentSubscriptionStartDate: try millis("recent_subscription_start_date"),
+                                         renewalDate: try millis("renewal_date"), autoRenewStatusStated: stated)
+        default:
+            throw .invalidResponse("apple_subscription_info must be an object")
+        }
+        return SubscribeContract(authorizationState: state, appleSubscriptionInfo: info)
     }
 }

@@ -30,7 +30,8 @@ final class WeChatContractStateTests: XCTestCase {
         let signed = contract(events)
         XCTAssertEqual(signed.authorizationState, .signed)
         XCTAssertEqual(signed.appleSubscriptionInfo, .init(originalTransactionId: W.otid, autoRenewStatus: 1,
-                                                           recentSubscriptionStartDate: W.d(0), renewalDate: W.d(60)))
+                                                           recentSubscriptionStartDate: W.d(0), renewalDate: W.d(60),
+                                                           autoRenewStatusBasis: "stated"))
         events.append(W.event(W.unsigning(unsigned: 40, renewal: 60), position: 4))
         let terminated = contract(events)
         XCTAssertEqual(terminated.authorizationState, .terminated)
@@ -39,7 +40,7 @@ final class WeChatContractStateTests: XCTestCase {
         XCTAssertEqual(contract(events.reversed()), terminated)
         // The body WeChat's API would send (sorted keys, so byte-comparable).
         XCTAssertEqual(String(decoding: terminated.responseJSON(), as: UTF8.self),
-                       #"{"apple_subscription_info":{"auto_renew_status":0,"original_transaction_id":"2000001147426510","#
+                       #"{"apple_subscription_info":{"auto_renew_status":0,"auto_renew_status_basis":"stated","original_transaction_id":"2000001147426510","#
                        + #""recent_subscription_start_date":\#(W.d(0)),"renewal_date":\#(W.d(60))},"#
                        + #""authorization_state":"TERMINATED","errcode":0,"errmsg":"ok"}"#)
         let decoded = try JSONDecoder().decode(WeChatContractState.self, from: JSONEncoder().encode(terminated))

@@ -53,6 +53,34 @@ final class XPayClientTests: XCTestCase {
         XCTAssertEqual(never, SubscribeContract(authorizationState: .unbindUser, appleSubscriptionInfo: nil))
     }
 
+    /// Seed 000 §6.3 states `auto_renew_status` as a Number; answers leave it out, send it as text,
+    /// or send an empty `apple_subscription_info`: each is read (TERMINATED ⇒ 0, SIGNED ⇒ 1 when
+    /// missing), never refused — a refused answer would leave a missed unsigning unhealed.
+    func testLenientAnswersDecoded() throws {
+        func decode(_ body: String) throws -> SubscribeContract { try SubscribeContract.decode(status: 200, body: Data(body.utf8)) }
+        let missing = try decode(#"{"errcode":0,"authorization_state":"TERMINATED","apple_subscription_info":{"original_transaction_id":"1","renewal_date":1775226245000}}"#)
+        XCTAssertEqual(missing.appleSubscriptionInfo?.autoRenewStatus, 0)
+        XCTAssertEqual(missing.appleSubscriptionInfo?.autoRenewStatusStated, false)
+        let signedMissing = try decode(#"{"errcode":0,"authorization_state":"SIGNED","apple_subscription_info":{"original_transaction_id":"1"}}"#)
+        XCTAssertEqual(signedMissing.appleSubscriptionInfo?.autoRenewStatus, 1)
+        let text = try decode(#"{"errcode":0,"authorization_state":"SIGNED","apple_subscription_info":{"original_transaction_id":"1","auto_renew_status":"0","renewal_date":"1775226245000"}}"#)
+        XCTAssertEqual(text.appleSubscriptionInfo?.autoRenewStatus, 0)
+        XCTAssertEqual(text.appleSubscriptionInfo?.renewalDate, 1_775_226_245_000)
+        XCTAssertEqual(text.appleSubscriptionInfo?.autoRenewStatusStated, true)
+        let staleOne = try decode(#"{"errcode":0,"authorization_state":"TERMINATED","apple_subscription_info":{"original_transaction_id":"1","auto_renew_status":1}}"#)
+        XCTAssertEqual(staleOne.appleSubscriptionInfo?.autoRenewStatus, 0, "TERMINATED: nothing renews")
+        let empty = try decode(#"{"errcode":0,"authorization_state":"TERMINATED","apple_subscription_info":{}}"#)
+        XCTAssertEqual(empty, SubscribeContract(authorizationState: .terminated, appleSubscriptionInfo: nil))
+        let null = try decode(#"{"errcode":0,"authorization_state":"SIGNED","apple_subscription_info":null}"#)
+        XCTAssertNil(null.appleSubscriptionInfo)
+        for hostile in [#"{"authorization_state":"SIGNED","apple_subscription_info":{"original_transaction_id":"1","auto_renew_status":7}}"#,
+                        #"{"authorization_state":"SIGNED","apple_subscription_info":{"original_transaction_id":1}}"#,
+                        #"{"authorization_state":"SIGNED","apple_subscription_info":[]}"#,
+                        #"{"authorization_state":"SIGNED","apple_subscription_info":{"original_transaction_id":"1","renewal_date":"soon"}}"#] {
+            XCTAssertThrowsError(try decode(hostile), hostile) { XCTAssertEqual(($0 as? XPayClientError)?.code, "wechat_invalid_response") }
+        }
+    }
+
     func testErrorsTyped() async throws {
         func error(_ status: Int, _ body: String) -> XPayClientError? {
             do {

@@ -23,6 +23,8 @@ import Foundation
 /// Version 5 (Apple): every V2 transaction snapshot states a `revocation` (with revocationDate) or
 /// a `reversal` (without), whatever the notification type; V1 and receipt cancellations of upgraded
 /// entries (`is_upgraded`) are no revocations.
+/// Version 5 (WeChat): times of the wrong magnitude (refund_time or PaidTime in ms, SignedTime,
+/// UnsignedTime or RenewalDate in s) are refused as unreadable.
 ///
 /// `schemaVersion` names the fact schema these decoders produce. Change it whenever a decoder
 /// would derive different facts from the same event; `ledger rederive` then derives the new

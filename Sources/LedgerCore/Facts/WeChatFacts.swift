@@ -7,7 +7,7 @@ import Foundation
 /// | event | facts | signedAt / effectiveAt |
 /// |---|---|---|
 /// | signing result | `renewal` (ProductId, AutoRenewStatus, RenewalDate; a contract change) | SignedTime (ms) |
-/// | deliver with AppleSubscriptionInfo | `transaction` of the order OutTradeNo (GoodsInfo.ProductId, PaidTime → RenewalDate, ActualPrice; `detail`: CreateTime, Env, prices, WeChatPayInfo ids), `renewal` of the same order (its AutoRenewStatus), one `order_alias` per WeChatPayInfo.MchOrderNo / TransactionId | PaidTime (s); without it the fact's times hold CreateTime as a placeholder and `purchaseDate` is absent: the fold places the period after the one before it (see `SubscriptionFold`) |
+/// | deliver with AppleSubscriptionInfo | `transaction` of the order OutTradeNo (GoodsInfo.ProductId, PaidTime → RenewalDate, ActualPrice; `detail`: CreateTime, Env, prices, WeChatPayInfo ids), `renewal` of the same order (its AutoRenewStatus), one `order_alias` per WeChatPayInfo.MchOrderNo / TransactionId | PaidTime (s); without it the fact's times hold CreateTime as a placeholder and `purchaseDate` is absent: the fold places the period after the one before it, never earlier than RenewalDate minus the product's longest period (see `SubscriptionFold`) |
 /// | deliver without AppleSubscriptionInfo | `purchase` (an ordinary purchase: order, amount, customer, Env; no subscription) | PaidTime, else CreateTime (evidence only) |
 /// | unsigning | `renewal` (AutoRenewStatus 0 unless stated; a contract change) | UnsignedTime (ms) |
 /// | refund notify, RetCode 0 | `revocation` of MchOrderId (else WxOrderId); `order_alias` MchOrderId ~ WxOrderId | RefundSuccTimestamp, else RefundStartTimestamp, else CreateTime (s): the latest time the refund can have happened |
@@ -28,7 +28,8 @@ import Foundation
 /// a contract change without its own time (SignedTime / UnsignedTime: it cannot be ordered against
 /// other contract changes), a subscription message without OriginalTransactionId, a delivery
 /// without OutTradeNo, a refund naming no order, an inquiry without pay_order_id or refund_time, and
-/// any id longer than `maxIdBytes`. CreateTime (the send time, new on each re-push) orders nothing.
+/// any id longer than `maxIdBytes`, and a time of the wrong magnitude (refund_time or PaidTime in
+/// milliseconds, SignedTime / UnsignedTime / RenewalDate in seconds: `WeChatTime.magnitude`). CreateTime (the send time, new on each re-push) orders nothing.
 enum WeChatFacts {
     /// CNY amounts arrive in fen; facts hold milliunits like Apple's `price` (1 fen = 10 milli-CNY).
     static let milliPerFen: Int64 = 10
@@ -65,6 +66,8 @@ enum WeChatFacts {
         case .signingResult(let s):
             let info = s.subscription
             let key = try subscription(info.originalTransactionId, env: nil)
+            try WeChatTime.checkMillis(info.signedTime, "AppleSubscriptionInfo.SignedTime")
+            try WeChatTime.checkMillis(info.renewalDate, "AppleSubscriptionInfo.RenewalDate")
             guard let signed = WeChatTime.millis(info.signedTime) else {
                 throw FactDecodingError("the signing result has no SignedTime, so it cannot be ordered against other contract changes")
             }
@@ -77,6 +80,8 @@ enum WeChatFacts {
         case .unsigning(let u):
             let info = u.subscription
             let key = try subscription(info.originalTransactionId, env: nil)
+            try WeChatTime.checkMillis(info.unsignedTime, "AppleSubscriptionInfo.UnsignedTime")
+            try WeChatTime.checkMillis(info.renewalDate, "AppleSubscriptionInfo.RenewalDate")
             guard let signed = WeChatTime.millis(info.unsignedTime) else {
                 throw FactDecodingError("the unsigning result has no UnsignedTime, so it cannot be ordered against other contract changes")
             }
@@ -89,6 +94,8 @@ enum WeChatFacts {
                                      renewalDate: WeChatTime.millis(info.renewalDate), signedDate: signed))]
         case .goodsDelivery(let d):
             guard let order = try id(d.outTradeNo, "OutTradeNo") else { throw FactDecodingError("the delivery has no OutTradeNo") }
+            try WeChatTime.checkSeconds(d.paidTime, "WeChatPayInfo.PaidTime")
+            try WeChatTime.checkMillis(d.subscription?.renewalDate, "AppleSubscriptionInfo.RenewalDate")
             let paidTime = WeChatTime.seconds(d.paidTime)
             guard let stated = paidTime ?? createMs else {
                 throw FactDecodingError("the delivery states neither WeChatPayInfo.PaidTime nor CreateTime")
@@ -181,6 +188,7 @@ enum WeChatFacts {
             guard let order = try id(q.payOrderId, "pay_order_id"), !order.isEmpty else {
                 throw FactDecodingError("the refund inquiry has no pay_order_id")
             }
+            try WeChatTime.checkSeconds(q.refundTime, "refund_time")
             guard let asked = WeChatTime.seconds(q.refundTime) else {
                 throw FactDecodingError("the refund inquiry has no refund_time")
             }
@@ -276,6 +284,23 @@ enum WeChatTime {
         guard let s, s > 0 else { return nil }
         let (v, overflow) = s.multipliedReportingOverflow(by: 1000)
         return overflow ? nil : v
+    }
+
+    /// 10^11: as seconds the year 5138, as milliseconds 1973-03-03. A seconds field at or above it
+    /// is a millisecond value (e.g. 1775226065000), a millisecond field below it a seconds value
+    /// (e.g. 1775226065): taken at face value either would place the event centuries or decades away.
+    static let magnitude: Int64 = 100_000_000_000
+
+    /// Refuses a seconds field that holds milliseconds (the push stays stored as evidence).
+    static func checkSeconds(_ s: Int64?, _ field: String) throws(FactDecodingError) {
+        guard let s, s >= magnitude else { return }
+        throw FactDecodingError("its \(field) \(s) is in milliseconds; WeChat states it in Unix seconds (e.g. 1775226065)")
+    }
+
+    /// Refuses a millisecond field (AppleSubscriptionInfo's times) that holds seconds.
+    static func checkMillis(_ ms: Int64?, _ field: String) throws(FactDecodingError) {
+        guard let ms, ms > 0, ms < magnitude else { return }
+        throw FactDecodingError("its \(field) \(ms) is in seconds; WeChat states it in Unix milliseconds (e.g. 1775226065000)")
     }
 
     static func millis(_ ms: Int64?) -> EpochMillis? {

@@ -31,7 +31,9 @@ import Foundation
 /// - **WeChat periods.** A delivery is a paid order (transaction) from its PaidTime to its
 ///   RenewalDate; without PaidTime (expected for Apple payments) from the end of the period before
 ///   it (the latest RenewalDate of another period, or the SignedTime of a signing of its period,
-///   before its RenewalDate) — never from CreateTime, the send time, unless nothing else bounds it.
+///   before its RenewalDate) — never from CreateTime, the send time, unless nothing else bounds it —
+///   and never earlier than its RenewalDate minus the product's longest period (after a lapse the
+///   period before it ended long ago). An unsigning outranks every delivery charged before it.
 ///   Deliveries are per-order facts, not versions of each other: the period in effect at T is the
 ///   one begun by T with the latest RenewalDate. A signing whose period no delivery has paid yet
 ///   counts as a period from its SignedTime (WeChat opens the benefit on signing), and a contract
@@ -397,6 +399,12 @@ public struct SubscriptionFold: Sendable {
         return WeChatTimeline(self).renewal(at: .max)
     }
 
+    /// The auto-renew status the latest WeChat statement that states one gives (ranked like
+    /// `weChatContractHead`), for a head that does not state it (a delivery without AutoRenewStatus).
+    func weChatLatestStatedAutoRenew() -> Int? {
+        WeChatTimeline(self).renewal(at: .max, where: { $0.renewal?.autoRenewStatus != nil })?.renewal?.autoRenewStatus
+    }
+
     /// The latest period end any WeChat message states (RenewalDate of signings, deliveries,
     /// unsignings and contract answers).
     var latestRenewalDate: EpochMillis? {
@@ -422,9 +430,30 @@ public struct SubscriptionFold: Sendable {
         /// Contract answers naming a period end no push states.
         let answers: [Span]
         /// Renewal statements with the time each takes effect.
-        let statements: [(fact: Fact, at: EpochMillis)]
+        let statements: [Statement]
+        typealias Statement = (fact: Fact, at: EpochMillis, rank: EpochMillis)
         /// Start of each delivery's period, by order id.
         let startByOrder: [String: EpochMillis]
+        /// Why each delivery's period starts where it does (`PlacementBasis`), by order id.
+        let basisByOrder: [String: String]
+
+        /// Consecutive months differ by up to a day (30 → 31) except February (28 → 31): a period
+        /// stated one month bounds the next with a day's slack. Only a renewal after a lapse is
+        /// placed by it (a consecutive one starts at the period before it), so after a February
+        /// period such a renewal may start up to 2 days late; never earlier than the charge allows.
+        static let monthSlack: EpochMillis = 86_400_000
+        /// The longest period when nothing states one: a month of 31 days.
+        static let defaultPeriod: EpochMillis = 31 * 86_400_000
+
+        /// The product's longest period and its basis: a period the subscription's messages state
+        /// for the product (plus `monthSlack`), else the gap to the previous RenewalDate, else 31 days.
+        /// (A catalog duration is the first choice in the rule; the fold holds no catalog yet.)
+        static func longestPeriod(product: String?, statedPeriod: [String: EpochMillis], previousEnd: EpochMillis?,
+                                  end: EpochMillis) -> (EpochMillis, String) {
+            if let p = statedPeriod[product ?? ""], p > 0 { return (p + monthSlack, PlacementBasis.statedPeriod) }
+            if let previousEnd, previousEnd < end { return (end - previousEnd, PlacementBasis.renewalGap) }
+            return (defaultPeriod, PlacementBasis.defaultPeriod)
+        }
 
         init(_ fold: SubscriptionFold) {
             let wechatRenewals = fold.renewals.filter { $0.origin == .wechat }
@@ -448,23 +477,74 @@ public struct SubscriptionFold: Sendable {
                 for s in signed where s.end <= end && s.at < end { best = max(best ?? s.at, s.at) }
                 return best
             }
+            // The product's longest period, stated where a period's both ends are (a delivery's
+            // PaidTime → RenewalDate, a signing's SignedTime → RenewalDate), per product.
+            var statedPeriod: [String: EpochMillis] = [:]
+            for slot in fold.slots.values {
+                let tx = slot.transaction
+                guard let paid = tx.purchaseDate, let end = tx.expiresDate, end > paid else { continue }
+                statedPeriod[tx.productId ?? "", default: 0] = max(statedPeriod[tx.productId ?? ""] ?? 0, end - paid)
+            }
+            for f in signingFacts {
+                guard let end = f.renewal?.renewalDate, end > f.signedAt else { continue }
+                let product = f.renewal?.productId ?? ""
+                statedPeriod[product] = max(statedPeriod[product] ?? 0, end - f.signedAt)
+            }
             var starts: [String: EpochMillis] = [:]
+            var bases: [String: String] = [:]
             deliveries = fold.slots.values.map { slot in
                 let tx = slot.transaction
-                let start = tx.purchaseDate ?? tx.expiresDate.flatMap { placed(before: $0) } ?? slot.snapshot.effectiveAt
+                var start: EpochMillis
+                var basis: String
+                if let paid = tx.purchaseDate {
+                    (start, basis) = (paid, PlacementBasis.paidTime)
+                } else if let end = tx.expiresDate {
+                    // No PaidTime: after the period before it, but never earlier than RenewalDate
+                    // minus the product's longest period — after a lapse (or a billing-retry
+                    // recovery) the period before it ended long ago, and starting there would
+                    // backdate the charge (issue 20).
+                    let (longest, floorBasis) = WeChatTimeline.longestPeriod(product: tx.productId, statedPeriod: statedPeriod,
+                                                                            previousEnd: placed(before: end), end: end)
+                    let floor = end - longest
+                    if let previous = placed(before: end) {
+                        (start, basis) = previous >= floor ? (previous, PlacementBasis.periodStart) : (floor, floorBasis)
+                    } else {
+                        // Nothing before it: the send time (seconds after Apple's charge), within the floor.
+                        let sent = slot.snapshot.effectiveAt
+                        (start, basis) = sent >= floor ? (sent, PlacementBasis.createTime) : (floor, floorBasis)
+                    }
+                } else {
+                    (start, basis) = (slot.snapshot.effectiveAt, PlacementBasis.createTime)
+                }
                 starts[tx.transactionId] = start
+                bases[tx.transactionId] = basis
                 return Span(slot: slot, start: start, end: tx.expiresDate, rank: 0)
             }
             startByOrder = starts
+            basisByOrder = bases
             signings = signingFacts.map { Span(opener: $0, start: $0.signedAt, end: $0.renewal?.renewalDate, rank: 1) }
             answers = answerFacts.compactMap { f in
                 guard let end = f.renewal?.renewalDate, !ends.contains(end) else { return nil }
                 let start = placed(before: end) ?? f.renewal?.recentSubscriptionStartDate.flatMap { $0 < end ? $0 : nil } ?? f.signedAt
                 return Span(opener: f, start: min(start, f.signedAt), end: end, rank: 2)
             }
+            // An unsigning outranks every delivery charged before it, whatever RenewalDate each
+            // states: Apple charges a renewal up to 24 h before the period ends (the delivery
+            // states the next period's end), and an unsigning after that charge may still state
+            // the old period's end (seed 000 §4.4: RenewalDate is 当前订阅周期的结束时间). Compared by
+            // when each happened — UnsignedTime vs the charge (PaidTime, else when the ledger first
+            // recorded the order) — its rank is the latest RenewalDate charged before it.
+            let charges = wechatRenewals.compactMap { f -> (at: EpochMillis, end: EpochMillis)? in
+                guard f.message == XPayEventName.goodsDeliver, let end = f.renewal?.renewalDate else { return nil }
+                return (f.renewal?.signedDate ?? f.recordedAt, end)
+            }
             statements = wechatRenewals.map { f in
-                if f.message == XPayEventName.goodsDeliver, let order = f.transactionId, let start = starts[order] { return (f, start) }
-                return (f, f.signedAt)
+                var rank = f.renewal?.renewalDate ?? .min
+                if f.message == XPayEventName.unsigning {
+                    for c in charges where c.at <= f.signedAt { rank = max(rank, c.end) }
+                }
+                if f.message == XPayEventName.goodsDeliver, let order = f.transactionId, let start = starts[order] { return (f, start, rank) }
+                return (f, f.signedAt, rank)
             }
         }
 
@@ -500,11 +580,11 @@ public struct SubscriptionFold: Sendable {
         /// The renewal statement in effect at T. The latest contract answer in effect overrides
         /// every statement that took effect before it (it is newer evidence of the same contract);
         /// the rest rank by (RenewalDate, contract change over delivery, time, content).
-        func renewal(at t: EpochMillis) -> Fact? {
-            let inEffect = statements.filter { $0.at <= t }
+        func renewal(at t: EpochMillis, where keep: (Fact) -> Bool = { _ in true }) -> Fact? {
+            let inEffect = statements.filter { $0.at <= t && keep($0.fact) }
             let answer = inEffect.filter { $0.fact.message == XPayEventName.contractQueryAnswer }
                 .max { a, b in a.at != b.at ? a.at < b.at : a.fact.contentPrecedes(b.fact) }
-            var best: (fact: Fact, at: EpochMillis)?
+            var best: Statement?
             for s in inEffect {
                 if let answer, s.at < answer.at { continue }
                 if let b = best, !Self.statementPrecedes(b, s) { continue }
@@ -513,14 +593,35 @@ public struct SubscriptionFold: Sendable {
             return best?.fact
         }
 
-        static func statementPrecedes(_ a: (fact: Fact, at: EpochMillis), _ b: (fact: Fact, at: EpochMillis)) -> Bool {
-            let ra = a.fact.renewal?.renewalDate ?? .min, rb = b.fact.renewal?.renewalDate ?? .min
+        static func statementPrecedes(_ a: Statement, _ b: Statement) -> Bool {
+            let ra = a.rank, rb = b.rank
             if ra != rb { return ra < rb }
             let ca = a.fact.message != XPayEventName.goodsDeliver, cb = b.fact.message != XPayEventName.goodsDeliver
             if ca != cb { return cb }
             if a.at != b.at { return a.at < b.at }
             return a.fact.contentPrecedes(b.fact)
         }
+    }
+
+    /// Where a WeChat delivery's period starts (its placement), and why.
+    public enum PlacementBasis {
+        public static let paidTime = "PaidTime"
+        /// No PaidTime: the end of the period before it (within the product's longest period).
+        public static let periodStart = "period_start"
+        /// No PaidTime, the period before it ended longer ago than the product's longest period:
+        /// RenewalDate minus the longest period the subscription's messages state (plus a day).
+        public static let statedPeriod = "renewal_date_minus_stated_period"
+        /// As above, the longest period being the gap to the previous RenewalDate.
+        public static let renewalGap = "renewal_date_minus_renewal_gap"
+        /// As above, nothing stating a period: RenewalDate minus 31 days.
+        public static let defaultPeriod = "renewal_date_minus_31_days"
+        /// No PaidTime and no RenewalDate: the send time, the last resort.
+        public static let createTime = "CreateTime"
+    }
+
+    /// The placement basis of a WeChat order's period (nil for Apple, or an unknown order).
+    public func weChatPlacementBasis(of order: String) -> String? {
+        isWeChat ? WeChatTimeline(self).basisByOrder[order] : nil
     }
 
     // MARK: - Status

@@ -23,9 +23,13 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
         public var autoRenewStatus: Int?
         public var recentSubscriptionStartDate: EpochMillis?
         public var renewalDate: EpochMillis?
+        /// Where `autoRenewStatus` comes from (`AutoRenewBasis`); WeChat's own answer has no such
+        /// member, the ledger's names it because it may be a default.
+        public var autoRenewStatusBasis: String?
 
         public init(originalTransactionId: String, autoRenewStatus: Int?, recentSubscriptionStartDate: EpochMillis?,
-                    renewalDate: EpochMillis?) {
+                    renewalDate: EpochMillis?, autoRenewStatusBasis: String? = nil) {
+            self.autoRenewStatusBasis = autoRenewStatusBasis
             self.originalTransactionId = originalTransactionId
             self.autoRenewStatus = autoRenewStatus
             self.recentSubscriptionStartDate = recentSubscriptionStartDate
@@ -37,7 +41,19 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
             case autoRenewStatus = "auto_renew_status"
             case recentSubscriptionStartDate = "recent_subscription_start_date"
             case renewalDate = "renewal_date"
+            case autoRenewStatusBasis = "auto_renew_status_basis"
         }
+    }
+
+    /// Why `auto_renew_status` has the value stated (the answer always states one, as WeChat's does):
+    public enum AutoRenewBasis {
+        /// The contract's latest statement (signing, delivery, unsigning or contract answer) states it.
+        public static let stated = "stated"
+        /// The latest statement does not (a delivery without AutoRenewStatus): the latest that does.
+        public static let latestStatement = "latest_statement"
+        /// No message states it: 1, since a contract renews from its signing until it is unsigned
+        /// (seed 000 §4.2: the signing result opens the relation; §4.4: unsigning turns it off).
+        public static let defaultSigned = "default_signed"
     }
 
     public var authorizationState: AuthorizationState
@@ -66,7 +82,13 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
             best = (fold, head)
         }
         guard let (fold, head) = best else { return WeChatContractState(authorizationState: .unbindUser) }
-        let autoRenew = head.renewal?.autoRenewStatus
+        var autoRenew = head.renewal?.autoRenewStatus
+        var basis = AutoRenewBasis.stated
+        if autoRenew == nil {
+            autoRenew = fold.weChatLatestStatedAutoRenew()
+            basis = autoRenew == nil ? AutoRenewBasis.defaultSigned : AutoRenewBasis.latestStatement
+            if autoRenew == nil { autoRenew = 1 }
+        }
         let terminated = autoRenew == 0
         return WeChatContractState(
             authorizationState: terminated ? .terminated : .signed,
@@ -74,7 +96,40 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
                 originalTransactionId: fold.key.originalTransactionId,
                 autoRenewStatus: autoRenew,
                 recentSubscriptionStartDate: fold.weChatRunStart(at: .max),
-                renewalDate: fold.latestRenewalDate))
+                renewalDate: fold.latestRenewalDate, autoRenewStatusBasis: basis))
+    }
+
+    /// What `ledger reconcile --wechat` compares WeChat's answer with: the contract's head statement's
+    /// RenewalDate (what the ledger's latest contract statement says, not the latest any message
+    /// stated) and the last contract answer recorded for this openid and product (so an answer equal
+    /// to it is not recorded again).
+    public struct ReconciliationView: Sendable {
+        public var state: WeChatContractState
+        public var headRenewalDate: EpochMillis?
+        /// The last recorded answer: (authorization_state, auto-renew, renewal_date, original_transaction_id).
+        public var lastAnswer: (state: String?, autoRenew: Int?, renewalDate: EpochMillis?, originalTransactionId: String)?
+    }
+
+    public static func reconciliationView(openId: String, productId: String, facts: some Sequence<Fact>) -> ReconciliationView {
+        let all = Array(facts)
+        let state = of(openId: openId, productId: productId, facts: all)
+        var head: EpochMillis?
+        if let otid = state.appleSubscriptionInfo?.originalTransactionId {
+            let fold = SubscriptionProjection(facts: all).subscriptions.values.first {
+                $0.key.originalTransactionId == otid && $0.weChatContractHead(openId: openId, productId: productId) != nil
+            }
+            head = fold?.weChatContractHead(openId: openId, productId: productId)?.renewal?.renewalDate
+        }
+        let last = all.filter {
+            $0.origin == .wechat && $0.kind == .renewal && $0.message == XPayEventName.contractQueryAnswer
+                && $0.customerId == openId && $0.renewal?.productId == productId
+        }.max { a, b in a.signedAt != b.signedAt ? a.signedAt < b.signedAt : a.position < b.position }
+        return ReconciliationView(
+            state: state, headRenewalDate: head,
+            lastAnswer: last.map { f in
+                (f.details["authorization_state"]?.text, f.renewal?.autoRenewStatus, f.renewal?.renewalDate,
+                 f.subscription?.originalTransactionId ?? "")
+            })
     }
 
     /// The body `query_subscribe_contract` would send: `errcode` 0, `errmsg` "ok", the state and,
@@ -89,6 +144,7 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
             if let v = info.autoRenewStatus { i["auto_renew_status"] = .integer(Int64(v)) }
             if let v = info.recentSubscriptionStartDate { i["recent_subscription_start_date"] = .integer(v) }
             if let v = info.renewalDate { i["renewal_date"] = .integer(v) }
+            if let v = info.autoRenewStatusBasis { i["auto_renew_status_basis"] = .string(v) }
             o["apple_subscription_info"] = .object(i)
         }
         return JSONValue.object(o).canonicalJSON()

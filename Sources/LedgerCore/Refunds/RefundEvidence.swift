@@ -58,7 +58,9 @@ public enum RefundEvidence {
             // the period before it); CreateTime is the last resort, named as such.
             let placed = paid == nil ? fold?.transaction(order)?.purchaseDate : nil
             let deliveredAt = paid ?? placed ?? match.effectiveAt
-            let basis = paid != nil ? "PaidTime" : placed != nil && placed != match.effectiveAt ? "period_start" : "CreateTime"
+            let basis = paid != nil ? SubscriptionFold.PlacementBasis.paidTime
+                : placed != nil ? fold?.weChatPlacementBasis(of: order) ?? SubscriptionFold.PlacementBasis.createTime
+                : SubscriptionFold.PlacementBasis.createTime
             let periodEnd = match.transaction?.expiresDate
             delivery = .init(orderId: order, deliveredAt: deliveredAt, periodEndsAt: periodEnd, position: match.position,
                              deliveredAtBasis: basis, rawSHA256: deliveryRawSHA256(match.position))

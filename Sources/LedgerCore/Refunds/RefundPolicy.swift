@@ -293,7 +293,8 @@ public struct RefundDecision: Sendable, Equatable {
     }
     public var verdict: Verdict
     /// Which policy rule decided (`not_delivered`, `earlier_refunds`, `short_use`, `long_use`,
-    /// `use_unknown`), or `deadline` for the fallback given when the budget ran out.
+    /// `use_unknown`), or `deadline` for the fallback given when the budget ran out, `unreadable` for
+    /// the fallback given to an inquiry the ledger could not read.
     public var rule: String
     public var resultInfo: String
     /// Compact JSON (sorted keys): rule, decision, policy parameters and the facts used. Never empty.
@@ -303,8 +304,11 @@ public struct RefundDecision: Sendable, Equatable {
 
     /// The answer when the ledger could not decide within its budget (`reason`: `deadline`):
     /// the configured verdict, with evidence saying so and what the asking was.
+    /// `unreadable`: the inquiry itself could not be read (no or `0` refund_time, a missing or
+    /// over-long pay_order_id, a time of the wrong magnitude) — still answered, as the seed requires
+    /// `result_code` and `evidence` in every answer (seed 000 §7.4), with the reason in the evidence.
     public static func fallback(_ verdict: Verdict, reason: String, budgetMs: Int64, payOrderId: String,
-                                askedAt: EpochMillis?, why: String) -> RefundDecision {
+                                askedAt: EpochMillis?, why: String, resultInfo: String? = nil) -> RefundDecision {
         var facts: [String: JSONValue] = ["pay_order_id": .string(payOrderId)]
         if let askedAt { facts["asked_at"] = .integer(askedAt) }
         let evidence = JSONValue.object([
@@ -315,7 +319,7 @@ public struct RefundDecision: Sendable, Equatable {
         ])
         return RefundDecision(
             verdict: verdict, rule: reason,
-            resultInfo: "the ledger could not decide within its \(budgetMs) ms budget; configured fallback answer",
+            resultInfo: resultInfo ?? "the ledger could not decide within its \(budgetMs) ms budget; configured fallback answer",
             evidence: String(decoding: evidence.canonicalJSON(), as: UTF8.self))
     }
 

@@ -45,7 +45,7 @@ extension LedgerApp {
                 guard case .string(let s) = v else { throw ServiceFailure.invalidParameter("attach must be a string") }
                 attach = s
             }
-            let params = try wechat.signParams(
+            let params = try await wechat.signParams(
                 AppleSubscribeSignRequest(openid: openId, productId: productId, goodsPrice: goodsPrice,
                                           activitySellingPrice: intro, attach: attach), sessionKey: sessionKey)
             return .json(200, ["signData": .string(params.signData), "paySig": .string(params.paySig), "signature": .string(params.signature)])

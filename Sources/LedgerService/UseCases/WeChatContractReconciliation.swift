@@ -29,6 +29,8 @@ struct WeChatContractReconciliation: Sendable {
         var dryRun: Bool
         var asked = 0
         var agreed = 0
+        /// Differing answers equal to the last one recorded (not recorded again).
+        var unchanged = 0
         var differences: [Difference] = []
         /// (openid, product, why) for questions WeChat did not answer.
         var failures: [(String, String, String)] = []
@@ -54,10 +56,17 @@ struct WeChatContractReconciliation: Sendable {
                 continue
             }
             let keys = try await store.projections.subscriptions(customerId: pair.openId)
-            let ledger = WeChatContractState.of(openId: pair.openId, productId: pair.productId,
-                                                facts: try await store.projections.facts(of: keys))
-            if Self.agrees(ledger, answer.value) {
+            let view = WeChatContractState.reconciliationView(openId: pair.openId, productId: pair.productId,
+                                                              facts: try await store.projections.facts(of: keys))
+            let ledger = view.state
+            if Self.agrees(view, answer.value) {
                 report.agreed += 1
+                continue
+            }
+            if Self.repeatsLastAnswer(view, answer.value) {
+                // WeChat still says what it said last time, and that answer is already folded: a
+                // second copy would change nothing (and one a run, forever).
+                report.unchanged += 1
                 continue
             }
             var position: Int64?
@@ -73,14 +82,25 @@ struct WeChatContractReconciliation: Sendable {
         return report
     }
 
-    /// The fields both sides state: authorization state, auto-renew and the renewal date.
-    static func agrees(_ ledger: WeChatContractState, _ wechat: SubscribeContract) -> Bool {
+    /// The fields both sides state: authorization state, auto-renew and the renewal date — WeChat's
+    /// `renewal_date` compared with the RenewalDate of the ledger's contract head (its latest
+    /// contract statement), not with the latest any message stated: a push may state a later period
+    /// end than WeChat reports now, and that alone is no disagreement the answer could heal.
+    static func agrees(_ view: WeChatContractState.ReconciliationView, _ wechat: SubscribeContract) -> Bool {
+        let ledger = view.state
         guard ledger.authorizationState.rawValue == wechat.authorizationState.rawValue else { return false }
         guard let l = ledger.appleSubscriptionInfo, let w = wechat.appleSubscriptionInfo else {
             return ledger.appleSubscriptionInfo == nil && wechat.appleSubscriptionInfo == nil
         }
         return l.originalTransactionId == w.originalTransactionId && l.autoRenewStatus == w.autoRenewStatus
-            && (w.renewalDate == nil || l.renewalDate == w.renewalDate)
+            && (w.renewalDate == nil || view.headRenewalDate == w.renewalDate || l.renewalDate == w.renewalDate)
+    }
+
+    /// WeChat's answer states what the last recorded answer for this openid and product stated.
+    static func repeatsLastAnswer(_ view: WeChatContractState.ReconciliationView, _ wechat: SubscribeContract) -> Bool {
+        guard let last = view.lastAnswer, let w = wechat.appleSubscriptionInfo else { return false }
+        return last.state == wechat.authorizationState.rawValue && last.originalTransactionId == w.originalTransactionId
+            && last.autoRenew == w.autoRenewStatus && last.renewalDate == w.renewalDate
     }
 
     /// Orphans older than an hour whose refunds named the customer: WeChat's `query_order` knows
@@ -119,6 +139,8 @@ public enum WeChatReconcile {
         public var dryRun: Bool
         public var asked: Int
         public var agreed: Int
+        /// Differing answers that repeat the last recorded one (not recorded again).
+        public var unchanged: Int
         /// One line per disagreement: openid, product, the ledger's and WeChat's state.
         public var differences: [String]
         /// How many answers were recorded as events.
@@ -129,7 +151,7 @@ public enum WeChatReconcile {
         public var linked: Int
 
         public var description: String {
-            var lines = ["wechat reconciliation\(dryRun ? " (dry run: nothing recorded)" : ""): asked \(asked) contracts, \(agreed) agree, \(differences.count) differ, \(failures.count) unanswered"]
+            var lines = ["wechat reconciliation\(dryRun ? " (dry run: nothing recorded)" : ""): asked \(asked) contracts, \(agreed) agree, \(differences.count) differ, \(unchanged) unchanged since the last recorded answer, \(failures.count) unanswered"]
             lines += differences.map { "  ≠ \($0)" }
             lines += failures.map { "  ! \($0)" }
             lines.append("orphan orders: asked \(orphansAsked), ids recorded \(aliasesRecorded), streams linked \(linked)")
@@ -162,7 +184,7 @@ public enum WeChatReconcile {
         let report = try await reconciliation.run(dryRun: dryRun, orphanAge: orphanAge, progress: progress)
         await store.events.finish()
         return Summary(
-            dryRun: dryRun, asked: report.asked, agreed: report.agreed,
+            dryRun: dryRun, asked: report.asked, agreed: report.agreed, unchanged: report.unchanged,
             differences: report.differences.map { d in
                 let l = d.ledger, w = d.wechat
                 return "\(d.openId) \(d.productId): ledger \(l.authorizationState.rawValue) auto_renew \(l.appleSubscriptionInfo?.autoRenewStatus.map(String.init) ?? "-") renewal \(l.appleSubscriptionInfo?.renewalDate.map(String.init) ?? "-"); WeChat \(w.authorizationState.rawValue) auto_renew \(w.appleSubscriptionInfo.map { String($0.autoRenewStatus) } ?? "-") renewal \(w.appleSubscriptionInfo?.renewalDate.map(String.init) ?? "-")\(d.position.map { " → recorded at position \($0)" } ?? "")"

@@ -123,6 +123,9 @@ extension WeChatPushDesk {
         if note.asking != nil {
             return try await answerInquiry(note, receiver: receiver, arrival: arrival, nonceHash: nonceHash)
         }
+        if note.unreadableReason != nil, case .refundInquiry = note.message {
+            return try await answerUnreadableInquiry(note, receiver: receiver, arrival: arrival, nonceHash: nonceHash)
+        }
         let group = note.orderIds.isEmpty ? nil : try await store.wechat.orderGroup(naming: note.orderIds)
         let event = note.event()
         let batch = [event] + (group.map { linker.links(for: note, group: $0) } ?? [])
@@ -244,23 +247,59 @@ extension WeChatPushDesk {
             decision = d
         }
         let reply = try receiver.reply(.refundAnswer(decision), to: note.push)
-        // Linking the inquiry's order stream is not part of the answer: it runs after the reply is
-        // ready, off the deadline (any later push of the order, or the reconciliation, retries it).
-        // Skipped when the decision's read did not finish: the database is struggling, and any
-        // later push of the order (or the reconciliation) links the stream.
-        let linker = self.linker, log = self.log
-        guard let known = inputs?.group, !known.subscriptions.isEmpty, !known.linkedStreams.contains(note.stream) else {
-            return WeChatReply(body: reply, contentType: contentType(note.push))
-        }
-        Task {
-            do {
-                try await linker.relink(after: note)
-            } catch {
-                log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
-                         ["stream": note.stream, "error": "\(error)"])
-            }
+        // Relinked after every commit of an asking (not only when the decision's read saw a
+        // subscription): an inquiry racing its own delivery commits after the delivery re-checked
+        // its group, so only this check sees both. Awaited in this task (structured: no
+        // fire-and-forget work outlives the request); a failure is logged, not answered — the
+        // answer is stored, and any later push of the order or `ledger reconcile --wechat` links it.
+        // Skipped only when the decision's read did not finish (the database is struggling and the
+        // reply must not wait on it): the reconciliation links those.
+        guard inputs != nil else { return WeChatReply(body: reply, contentType: contentType(note.push)) }
+        do {
+            try await linker.relink(after: note)
+        } catch {
+            log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
+                     ["stream": note.stream, "error": "\(error)"])
         }
         return WeChatReply(body: reply, contentType: contentType(note.push))
+    }
+
+    /// An authentic refund inquiry the ledger cannot read (no or `0` refund_time, a missing or
+    /// over-long pay_order_id, a time of the wrong magnitude) still gets an `IosRefundQueryResponse`
+    /// with `result_code` and `evidence` (seed 000 §7.4: evidence is required): the configured
+    /// fallback verdict, rule `unreadable`, the reason in the evidence — stored with the asking
+    /// before it is sent, and repeated word for word to a re-push of the same asking.
+    private func answerUnreadableInquiry(_ note: XPayNotification, receiver: PushReceiver, arrival: ContinuousClock.Instant,
+                                         nonceHash: String?) async throws -> WeChatReply {
+        guard case .refundInquiry(let q) = note.message, let reason = note.unreadableReason else {
+            throw ServiceFailure(500, "internal", "not an unreadable refund inquiry")
+        }
+        let stream = note.stream, answerKey = RefundInquiryAnswer.unreadableKey(note)
+        var decision: RefundDecision
+        if let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
+           let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
+            decision = d
+        } else {
+            decision = RefundDecision.fallback(
+                fallbackVerdict, reason: "unreadable", budgetMs: Int64(refundBudget.milliseconds),
+                payOrderId: q.payOrderId.map { String($0.prefix(128)) } ?? "",
+                askedAt: q.refundTime.flatMap { $0 > 0 ? epochMillisOrNil(seconds: $0) : nil }, why: reason,
+                resultInfo: "the ledger could not read this inquiry (\(reason)); configured fallback answer")
+            metrics.increment("ledger_wechat_refund_fallbacks_total", ["reason": "unreadable"])
+            log.warn("an unreadable refund inquiry answered with the fallback", ["reason": reason, "stream": stream])
+        }
+        let decidedInMs = Int64((ContinuousClock.now - arrival).milliseconds)
+        guard let answerEvent = RefundInquiryAnswer.unreadableEvent(decision, for: note, decidedInMs: decidedInMs,
+                                                                    budgetMs: Int64(refundBudget.milliseconds)) else {
+            throw ServiceFailure(500, "internal", "the refund answer could not be built")
+        }
+        let outcomes = try await intake.append([note.event(), answerEvent], source: "wechat")
+        if let nonceHash { try? await store.wechat.markNonceStored(note.push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
+           let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
+            decision = d
+        }
+        return WeChatReply(body: try receiver.reply(.refundAnswer(decision), to: note.push), contentType: contentType(note.push))
     }
 
     /// The policy's decision on the facts read (`RefundEvidence` folds them like every other reader).
@@ -288,14 +327,31 @@ extension WeChatPushDesk {
         return WeChatContractState.of(openId: openId, productId: productId, facts: facts)
     }
 
-    /// Signing parameters for `wx.requestAppleSubscribeSign`.
-    func signParams(_ request: AppleSubscribeSignRequest, sessionKey: String) throws -> AppleSubscribeSignParams {
+    /// Signing parameters for `wx.requestAppleSubscribeSign`. Refused while the customer's unsigned
+    /// (TERMINATED) contract for the product still has a paid period running: seed 000 §3 签约前提 —
+    /// a user who signed and then unsigned may sign again only once the current period has ended.
+    func signParams(_ request: AppleSubscribeSignRequest, sessionKey: String) async throws -> AppleSubscribeSignParams {
         guard let signer else {
             throw ServiceFailure(422, "wechat_not_configured", "signing needs LEDGER_WECHAT_OFFER_ID and LEDGER_WECHAT_APP_KEY")
         }
-        do { return try signer.sign(request, sessionKey: sessionKey) } catch {
+        let params: AppleSubscribeSignParams
+        do { params = try signer.sign(request, sessionKey: sessionKey) } catch {
             throw ServiceFailure(400, error.code, error.message)
         }
+        let state = try await contract(openId: request.openid, productId: request.productId)
+        let now = clock() * 1000
+        if state.authorizationState == .terminated, let end = state.appleSubscriptionInfo?.renewalDate, end > now {
+            throw ServiceFailure(409, "contract_period_running",
+                                 "the customer unsigned the contract for \(request.productId) but its paid period runs until "
+                                 + "\(Self.iso(end)) (renewal_date \(end)); WeChat allows signing again only after it ends (seed 000 §3, 签约前提)")
+        }
+        return params
+    }
+
+    static func iso(_ ms: EpochMillis) -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
     }
 }
 

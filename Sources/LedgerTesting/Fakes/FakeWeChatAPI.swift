@@ -138,8 +138,9 @@ public final class FakeWeChatAPI: Sendable {
             let contract = state.withLock { $0.contracts["\(openId)|\(product)"] } ?? SubscribeContract(authorizationState: .unbindUser, appleSubscriptionInfo: nil)
             var o: [String: JSONValue] = ["errcode": 0, "errmsg": "ok", "authorization_state": .string(contract.authorizationState.rawValue)]
             if let info = contract.appleSubscriptionInfo {
-                var i: [String: JSONValue] = ["original_transaction_id": .string(info.originalTransactionId),
-                                              "auto_renew_status": .integer(Int64(info.autoRenewStatus))]
+                var i: [String: JSONValue] = ["original_transaction_id": .string(info.originalTransactionId)]
+                // `autoRenewStatusStated` false: WeChat left the member out (the decoder's default applies).
+                if info.autoRenewStatusStated { i["auto_renew_status"] = .integer(Int64(info.autoRenewStatus)) }
                 if let v = info.recentSubscriptionStartDate { i["recent_subscription_start_date"] = .integer(v) }
                 if let v = info.renewalDate { i["renewal_date"] = .integer(v) }
                 o["apple_subscription_info"] = .object(i)
