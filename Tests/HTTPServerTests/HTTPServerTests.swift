@@ -515,3 +515,50 @@ final class HTTPServerConfigurationTests: ServerTestCase {
         XCTAssertNotNil(server.port)
     }
 }
+
+/// RFC 9112 framing ambiguities (issue 22 item 8): a proxy in front may read such a request
+/// differently than the server, so it is refused and the connection closed — nothing smuggled in
+/// behind it is ever read as a second request.
+final class HTTPFramingTests: ServerTestCase {
+    private func pingServer() throws -> (port: Int, hits: Box<Int>) {
+        let hits = Box(0)
+        var router = Router()
+        router.add("GET", "/ping") { _ in
+            hits.update { $0 += 1 }
+            return .text(200, "pong")
+        }
+        router.add("POST", "/ping") { _ in
+            hits.update { $0 += 1 }
+            return .text(200, "pong")
+        }
+        return (try serve(router).port, hits)
+    }
+
+    func testWhitespaceBeforeAHeaderColonIs400AndTheConnectionClosed() throws {
+        let (port, hits) = try pingServer()
+        for line in ["X-Probe : 1", "Content-Length : 0", "X-Probe\t: 1"] {
+            let client = try RawClient(port: port)
+            client.send("GET /ping HTTP/1.1\r\nHost: x\r\n\(line)\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 400, line)
+            XCTAssertTrue(client.waitForClose(seconds: 3), "connection kept open after \(line)")
+        }
+        XCTAssertEqual(hits.value, 0, "a request with an ambiguous header reached the handler")
+        XCTAssertEqual(try RawClient.request(port: port, path: "/ping").status, 200)
+    }
+
+    func testTransferEncodingWithContentLengthIs400AndTheConnectionClosed() throws {
+        let (port, hits) = try pingServer()
+        let smuggled = "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+        let client = try RawClient(port: port)
+        client.send(
+            "POST /ping HTTP/1.1\r\nHost: x\r\nContent-Length: \(5 + smuggled.utf8.count)\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                + smuggled
+        )
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 400)
+        XCTAssertEqual(response.errorBody?["error"], "ambiguous_framing")
+        XCTAssertTrue(client.waitForClose(seconds: 3), "connection kept open: the smuggled request could follow")
+        XCTAssertEqual(hits.value, 0)
+    }
+}
