@@ -91,6 +91,7 @@ func mhdRequestCompleted(
     conCls.pointee = nil
     guard existing != hostilePathMarker else { return }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    if let connection { core.receiveDeadline?.answered(connection) }
     let state = Unmanaged<RequestState>.fromOpaque(existing).takeRetainedValue()
     core.completed(state)
 }

@@ -562,3 +562,48 @@ final class HTTPFramingTests: ServerTestCase {
         XCTAssertEqual(hits.value, 0)
     }
 }
+
+/// Issue 22 item 4: the idle timeout restarts with every byte, so a trickling client would hold a
+/// connection forever; the receive deadline bounds headers + body in total.
+final class HTTPReceiveDeadlineTests: ServerTestCase {
+    /// Sends one byte every 0.5 s until the server hangs up (or 6 s pass).
+    private func trickle(_ prefix: String, _ bytes: String, port: Int) throws -> (closed: Bool, after: TimeInterval) {
+        let client = try RawClient(port: port, receiveTimeout: 0.1)
+        let started = Date()
+        client.send(prefix)
+        for byte in bytes.utf8 {
+            if client.waitForClose(seconds: 0.5) { return (true, Date().timeIntervalSince(started)) }
+            client.send([byte])
+            if Date().timeIntervalSince(started) > 6 { break }
+        }
+        return (false, Date().timeIntervalSince(started))
+    }
+
+    func testTricklingHeadersAndBodiesAreCutAtTheTotalDeadline() throws {
+        let hits = Box(0)
+        var router = Router()
+        router.add("GET", "/ping") { _ in .text(200, "pong") }
+        router.add("POST", "/ping") { _ in
+            hits.update { $0 += 1 }
+            return .text(200, "pong")
+        }
+        let (_, port) = try serve(router) {
+            $0.connectionTimeoutSeconds = 2  // each 0.5 s byte keeps the idle timer from firing
+            $0.receiveDeadlineSeconds = 2
+        }
+        let headers = try trickle("GET /ping HTTP/1.1\r\nHost: x\r\nX-Slow: ", String(repeating: "a", count: 40), port: port)
+        XCTAssertTrue(headers.closed, "a trickled header held the connection for \(headers.after) s")
+        XCTAssertLessThan(headers.after, 5)
+        let body = try trickle("POST /ping HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n", String(repeating: "b", count: 40), port: port)
+        XCTAssertTrue(body.closed, "a trickled body held the connection for \(body.after) s")
+        XCTAssertLessThan(body.after, 5)
+        XCTAssertEqual(hits.value, 0)
+        // A kept-alive connection that answers promptly is not cut: the clock restarts per request.
+        let client = try RawClient(port: port)
+        for _ in 0..<3 {
+            client.send("GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            XCTAssertEqual(try client.readResponse().status, 200)
+            Thread.sleep(forTimeInterval: 1.2)
+        }
+    }
+}
