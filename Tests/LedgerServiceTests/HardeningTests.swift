@@ -47,3 +47,13 @@ final class ReadinessCostTests: XCTestCase {
         }
     }
 }
+
+final class ReceiveDeadlineConfigurationTests: XCTestCase {
+    func testReceiveDeadlineIsOnByDefaultAndConfigurable() throws {
+        XCTAssertEqual(try LedgerConfiguration.load(environment: [:]).http.receiveDeadlineSeconds, 30)
+        let set = try LedgerConfiguration.load(environment: ["LEDGER_RECEIVE_DEADLINE_SECONDS": "7"])
+        XCTAssertEqual(set.http.receiveDeadlineSeconds, 7)
+        XCTAssertThrowsError(try LedgerConfiguration.load(environment: ["LEDGER_RECEIVE_DEADLINE_SECONDS": "0"]))
+        XCTAssertThrowsError(try LedgerConfiguration.load(environment: ["LEDGER_RECEIVE_DEADLINE_SECONDS": "soon"]))
+    }
+}
