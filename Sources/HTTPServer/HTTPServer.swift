@@ -148,9 +148,13 @@ final class ServerCore: Sendable {
     /// Retain held on behalf of libmicrohttpd while the daemon may call back into this object.
     private let retainedForDaemon = Mutex<Unmanaged<ServerCore>?>(nil)
 
+    /// Nil when `receiveDeadlineSeconds` is 0.
+    let receiveDeadline: ReceiveDeadline?
+
     init(configuration: HTTPServerConfiguration, dispatch: Dispatch) {
         self.configuration = configuration
         self.dispatch = dispatch
+        receiveDeadline = configuration.receiveDeadlineSeconds > 0 ? ReceiveDeadline(seconds: configuration.receiveDeadlineSeconds) : nil
     }
 
     var inFlight: Int { active.withLock { $0.states.count } }
@@ -163,6 +167,7 @@ final class ServerCore: Sendable {
 
         let unmanaged = Unmanaged.passRetained(self)
         let completed: MHD_RequestCompletedCallback = mhdRequestCompleted
+        let notified: MHD_NotifyConnectionCallback = mhdConnectionNotified
         let uriReceived: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = mhdURIReceived
         let started: OpaquePointer? = address.withSockaddr { sockaddr in
             var options: [any CVarArg] = [
@@ -177,6 +182,9 @@ final class ServerCore: Sendable {
                 // whitespace before a header colon, which request-smuggling attacks rely on.
                 option(.STRICT_FOR_CLIENT), CInt(1),
             ]
+            if receiveDeadline != nil {
+                options += [option(.NOTIFY_CONNECTION), unsafeBitCast(notified, to: OpaquePointer.self), OpaquePointer(unmanaged.toOpaque())]
+            }
             if config.threadPoolSize > 1 {
                 options += [option(.THREAD_POOL_SIZE), CUnsignedInt(config.threadPoolSize)]
             }
@@ -193,6 +201,7 @@ final class ServerCore: Sendable {
             throw .startFailed(host: config.host, port: config.port, reason: reason)
         }
         retainedForDaemon.withLock { $0 = unmanaged }
+        receiveDeadline?.start()
         return (DaemonHandle(raw: started), Int(cmhd_daemon_bound_port(started)))
     }
 
@@ -200,6 +209,7 @@ final class ServerCore: Sendable {
         // MHD_stop_daemon aborts the process if a connection is still suspended.
         abandonRunningHandlers()
         MHD_stop_daemon(handle.raw)
+        receiveDeadline?.stop()
         if let listenSocket { close(listenSocket) }
         retainedForDaemon.withLock { retained in
             retained?.release()
@@ -247,6 +257,7 @@ final class ServerCore: Sendable {
         case .receiving:
             break
         }
+        receiveDeadline?.received(connection)
         if state.overLimit { return queue(tooLarge(), for: state, on: connection) }
         var request = HTTPRequest(
             method: state.method, path: state.path, query: queryArguments(connection),

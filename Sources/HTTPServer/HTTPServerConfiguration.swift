@@ -15,6 +15,11 @@ public struct HTTPServerConfiguration: Sendable {
     /// Idle time after which a connection is closed: bounds slow (slowloris) clients and idle
     /// keep-alive sockets. A connection whose handler is still running is not idle and is not timed out.
     public var connectionTimeoutSeconds: Int
+    /// Total time a connection may take to deliver one request's headers and body, counted from
+    /// its accept (or the end of its previous answer); past it the socket is shut down. The idle
+    /// timeout alone never ends a client that sends one byte every `connectionTimeoutSeconds - 1`
+    /// (slowloris). 0 disables it. Time spent in a handler does not count.
+    public var receiveDeadlineSeconds: Int = 30
     /// libmicrohttpd I/O threads. Handlers do not run on them (they run as Swift tasks while the
     /// connection is suspended), so a small pool serves many slow handlers.
     public var threadPoolSize: Int
@@ -53,6 +58,7 @@ public struct HTTPServerConfiguration: Sendable {
         try check((1...1_000_000).contains(connectionLimit), "connectionLimit", "use between 1 and 1000000, not \(connectionLimit)")
         try check((0...1_000_000).contains(perIPConnectionLimit), "perIPConnectionLimit", "use 0 (no limit) or a positive count, not \(perIPConnectionLimit)")
         try check((0...86_400).contains(connectionTimeoutSeconds), "connectionTimeoutSeconds", "use 0 (never) to 86400 seconds, not \(connectionTimeoutSeconds)")
+        try check((0...86_400).contains(receiveDeadlineSeconds), "receiveDeadlineSeconds", "use 0 (no total bound) to 86400 seconds, not \(receiveDeadlineSeconds)")
         try check((1...256).contains(threadPoolSize), "threadPoolSize", "use between 1 and 256 threads, not \(threadPoolSize)")
         try check(handlerTimeout.map { $0 > .zero } ?? true, "handlerTimeout", "use a positive duration or nil (no limit)")
         return self

@@ -90,6 +90,9 @@ public struct LedgerConfiguration: Sendable {
         /// the balancer's few addresses (the balancer then enforces per-client limits).
         public var perIPConnectionLimit: Int = 64
         public var connectionTimeoutSeconds: Int = 30
+        /// Total time to deliver one request's headers and body (slowloris bound; the idle
+        /// timeout above restarts with every byte).
+        public var receiveDeadlineSeconds: Int = 30
         public var threadPoolSize: Int = 4
         /// Whole-request deadline for handlers: a handler still running after it is answered 503
         /// `handler_timeout` (Apple and WeChat retry) and cancelled.
@@ -290,6 +293,7 @@ public struct LedgerConfiguration: Sendable {
             if let n = h["connectionLimit"] as? Int { http.connectionLimit = n }
             if let n = h["perIPConnectionLimit"] as? Int { http.perIPConnectionLimit = n }
             if let n = h["connectionTimeoutSeconds"] as? Int { http.connectionTimeoutSeconds = n }
+            if let n = h["receiveDeadlineSeconds"] as? Int { http.receiveDeadlineSeconds = n }
             if let n = h["threadPoolSize"] as? Int { http.threadPoolSize = n }
             if let n = h["requestDeadlineSeconds"] as? Int { http.requestDeadlineSeconds = n }
             if let n = h["adminDeadlineSeconds"] as? Int { http.adminDeadlineSeconds = n }
@@ -341,6 +345,9 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = env["LEDGER_REQUEST_DEADLINE_SECONDS"] {
             http.requestDeadlineSeconds = try Self.integer(v, name: "LEDGER_REQUEST_DEADLINE_SECONDS", in: 1...3600, example: "10")
+        }
+        if let v = env["LEDGER_RECEIVE_DEADLINE_SECONDS"] {
+            http.receiveDeadlineSeconds = try Self.integer(v, name: "LEDGER_RECEIVE_DEADLINE_SECONDS", in: 1...3600, example: "30")
         }
         if let v = env["LEDGER_ADMIN_DEADLINE_SECONDS"] {
             http.adminDeadlineSeconds = try Self.integer(v, name: "LEDGER_ADMIN_DEADLINE_SECONDS", in: 1...86_400, example: "3600")

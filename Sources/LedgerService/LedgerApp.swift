@@ -151,6 +151,7 @@ public final class LedgerApp: Sendable {
         c.connectionLimit = configuration.http.connectionLimit
         c.perIPConnectionLimit = configuration.http.perIPConnectionLimit
         c.connectionTimeoutSeconds = configuration.http.connectionTimeoutSeconds
+        c.receiveDeadlineSeconds = configuration.http.receiveDeadlineSeconds
         c.threadPoolSize = configuration.http.threadPoolSize
         c.handlerTimeout = .seconds(configuration.http.requestDeadlineSeconds)
         return c

@@ -170,7 +170,12 @@ public struct Migrator: Sendable {
     /// What is applied and what is pending, on a connection of the caller's (the service role
     /// can read `schema_migrations`).
     func status(using connection: Connection) throws(MigrationError) -> MigrationStatus {
-        let migrations = try loadMigrations()
+        try status(using: connection, migrations: loadMigrations())
+    }
+
+    /// Against migrations loaded once by the caller (readiness checks must not re-read and
+    /// re-hash every file per request).
+    func status(using connection: Connection, migrations: [Migration]) throws(MigrationError) -> MigrationStatus {
         let exists: Bool
         do {
             exists = try connection.query("SELECT to_regclass('public.schema_migrations') IS NOT NULL AS present", name: "migrations table")
@@ -192,8 +197,12 @@ public struct Migrator: Sendable {
     }
 
     func status(pool: ConnectionPool) async throws(MigrationError) -> MigrationStatus {
+        try await status(pool: pool, migrations: loadMigrations())
+    }
+
+    func status(pool: ConnectionPool, migrations: [Migration]) async throws(MigrationError) -> MigrationStatus {
         do {
-            return try await pool.withConnection { connection in try self.status(using: connection) }
+            return try await pool.withConnection { connection in try self.status(using: connection, migrations: migrations) }
         } catch let error as MigrationError {
             throw error
         } catch let error as PostgresError {

@@ -157,9 +157,22 @@ public final class Store: Sendable {
 
     /// What `/readyz` reports: the database answers, migrations are current, no projection stopped.
     public func health(migrationsDirectory: URL) async -> StoreHealth {
+        do {
+            let migrations = try Migrator(conninfo: configuration.databaseURL, directory: migrationsDirectory).loadMigrations()
+            return await health(migrations: migrations)
+        } catch {
+            var health = StoreHealth()
+            health.problem = "\(error)"
+            return health
+        }
+    }
+
+    /// Health against the migrations this build expects, loaded once by the caller.
+    public func health(migrations: [Migration]) async -> StoreHealth {
         var health = StoreHealth()
         do {
-            let status = try await Migrator(conninfo: configuration.databaseURL, directory: migrationsDirectory).status(pool: pool)
+            let status = try await Migrator(conninfo: configuration.databaseURL, directory: URL(fileURLWithPath: "/"))
+                .status(pool: pool, migrations: migrations)
             health.migrations = status
         } catch {
             if case .database(let reason, let unavailable) = error, unavailable {

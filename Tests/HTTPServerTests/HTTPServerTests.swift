@@ -517,3 +517,95 @@ final class HTTPServerConfigurationTests: ServerTestCase {
         XCTAssertNotNil(server.port)
     }
 }
+
+/// RFC 9112 framing ambiguities (issue 22 item 8): a proxy in front may read such a request
+/// differently than the server, so it is refused and the connection closed — nothing smuggled in
+/// behind it is ever read as a second request.
+final class HTTPFramingTests: ServerTestCase {
+    private func pingServer() throws -> (port: Int, hits: Box<Int>) {
+        let hits = Box(0)
+        var router = Router()
+        router.add("GET", "/ping") { _ in
+            hits.update { $0 += 1 }
+            return .text(200, "pong")
+        }
+        router.add("POST", "/ping") { _ in
+            hits.update { $0 += 1 }
+            return .text(200, "pong")
+        }
+        return (try serve(router).port, hits)
+    }
+
+    func testWhitespaceBeforeAHeaderColonIs400AndTheConnectionClosed() throws {
+        let (port, hits) = try pingServer()
+        for line in ["X-Probe : 1", "Content-Length : 0", "X-Probe\t: 1"] {
+            let client = try RawClient(port: port)
+            client.send("GET /ping HTTP/1.1\r\nHost: x\r\n\(line)\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 400, line)
+            XCTAssertTrue(client.waitForClose(seconds: 3), "connection kept open after \(line)")
+        }
+        XCTAssertEqual(hits.value, 0, "a request with an ambiguous header reached the handler")
+        XCTAssertEqual(try RawClient.request(port: port, path: "/ping").status, 200)
+    }
+
+    func testTransferEncodingWithContentLengthIs400AndTheConnectionClosed() throws {
+        let (port, hits) = try pingServer()
+        let smuggled = "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+        let client = try RawClient(port: port)
+        client.send(
+            "POST /ping HTTP/1.1\r\nHost: x\r\nContent-Length: \(5 + smuggled.utf8.count)\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                + smuggled
+        )
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 400)
+        XCTAssertEqual(response.errorBody?["error"], "ambiguous_framing")
+        XCTAssertTrue(client.waitForClose(seconds: 3), "connection kept open: the smuggled request could follow")
+        XCTAssertEqual(hits.value, 0)
+    }
+}
+
+/// Issue 22 item 4: the idle timeout restarts with every byte, so a trickling client would hold a
+/// connection forever; the receive deadline bounds headers + body in total.
+final class HTTPReceiveDeadlineTests: ServerTestCase {
+    /// Sends one byte every 0.5 s until the server hangs up (or 6 s pass).
+    private func trickle(_ prefix: String, _ bytes: String, port: Int) throws -> (closed: Bool, after: TimeInterval) {
+        let client = try RawClient(port: port, receiveTimeout: 0.1)
+        let started = Date()
+        client.send(prefix)
+        for byte in bytes.utf8 {
+            if client.waitForClose(seconds: 0.5) { return (true, Date().timeIntervalSince(started)) }
+            client.send([byte])
+            if Date().timeIntervalSince(started) > 6 { break }
+        }
+        return (false, Date().timeIntervalSince(started))
+    }
+
+    func testTricklingHeadersAndBodiesAreCutAtTheTotalDeadline() throws {
+        let hits = Box(0)
+        var router = Router()
+        router.add("GET", "/ping") { _ in .text(200, "pong") }
+        router.add("POST", "/ping") { _ in
+            hits.update { $0 += 1 }
+            return .text(200, "pong")
+        }
+        let (_, port) = try serve(router) {
+            $0.connectionTimeoutSeconds = 2  // each 0.5 s byte keeps the idle timer from firing
+            $0.receiveDeadlineSeconds = 2
+        }
+        let headers = try trickle("GET /ping HTTP/1.1\r\nHost: x\r\nX-Slow: ", String(repeating: "a", count: 40), port: port)
+        XCTAssertTrue(headers.closed, "a trickled header held the connection for \(headers.after) s")
+        XCTAssertLessThan(headers.after, 5)
+        let body = try trickle("POST /ping HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n", String(repeating: "b", count: 40), port: port)
+        XCTAssertTrue(body.closed, "a trickled body held the connection for \(body.after) s")
+        XCTAssertLessThan(body.after, 5)
+        XCTAssertEqual(hits.value, 0)
+        // A kept-alive connection that answers promptly is not cut: the clock restarts per request.
+        let client = try RawClient(port: port)
+        for _ in 0..<3 {
+            client.send("GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            XCTAssertEqual(try client.readResponse().status, 200)
+            Thread.sleep(forTimeInterval: 1.2)
+        }
+    }
+}

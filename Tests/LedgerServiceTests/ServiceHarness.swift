@@ -23,6 +23,7 @@ final class ServiceHarness: @unchecked Sendable {
     private let rootFile: URL
 
     static let tokens = "app:app-token,auditor:auditor-token,admin:admin-token"
+    static let adminToken = "admin-token"
 
     /// - Parameter replica: serve app and auditor reads from the streaming replica
     ///   (LEDGER_READ_DATABASE_URL; `make test` starts it).

@@ -72,6 +72,10 @@ extension LedgerApp {
     }
 
     func readyz(detailed: Bool) async -> HTTPResponse {
+        guard detailed else {
+            let ready = await readiness.isReady()
+            return .json(ready ? 200 : 503, ["status": .string(ready ? "ready" : "not_ready")])
+        }
         let report = await readiness.report()
         let status = report.ready ? 200 : 503
         return .json(status, detailed ? report.detail : ["status": .string(report.ready ? "ready" : "not_ready")])

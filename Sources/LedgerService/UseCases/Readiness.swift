@@ -1,5 +1,6 @@
 import Foundation
 import LedgerMetrics
+import Synchronization
 import LedgerCore
 import LedgerStore
 
@@ -16,18 +17,49 @@ struct ReadinessReport: Sendable {
 /// in Migrations/ is applied, and no projection is stopped on a failing event.
 struct Readiness: Sendable {
     let store: Store
-    let migrationsDirectory: URL?
     let catalog: CatalogKeeper
     let metrics: MetricsRegistry
     let log: Log
+    /// The migrations this build expects, read and hashed once at start: the anonymous `/readyz`
+    /// must not cost a directory scan and a SHA-256 of every file per request.
+    private let expected: Result<[Migration], MigrationError>
+    private let openAnswer = OpenAnswerCache()
+
+    init(store: Store, migrationsDirectory: URL?, catalog: CatalogKeeper, metrics: MetricsRegistry, log: Log) {
+        self.store = store
+        self.catalog = catalog
+        self.metrics = metrics
+        self.log = log
+        do throws(MigrationError) {
+            let directory: URL
+            if let migrationsDirectory { directory = migrationsDirectory } else { directory = try Migrator.locateDirectory() }
+            expected = .success(try Migrator(conninfo: store.configuration.databaseURL, directory: directory).loadMigrations())
+        } catch {
+            expected = .failure(error)
+        }
+        metrics.describe("ledger_readiness_checks_total", type: .counter,
+                         help: "Readiness checks run against the database (the open /readyz reuses one for a second)")
+    }
+
+    /// The open `/readyz`'s ready-or-not, reused for a second so a flood of anonymous probes
+    /// costs at most one check per second.
+    func isReady() async -> Bool {
+        if let cached = openAnswer.fresh() { return cached }
+        let ready = await report().ready
+        openAnswer.store(ready)
+        return ready
+    }
 
     func report() async -> ReadinessReport {
+        metrics.increment("ledger_readiness_checks_total")
         var body: [String: JSONValue] = ["database": "ok"]
-        let directory: URL
-        do { directory = try migrationsDirectory ?? Migrator.locateDirectory() } catch {
+        let migrations: [Migration]
+        switch expected {
+        case let .success(loaded): migrations = loaded
+        case let .failure(error):
             return ReadinessReport(ready: false, detail: ["status": "not_ready", "reason": .string("\(error)")])
         }
-        let health = await store.health(migrationsDirectory: directory)
+        let health = await store.health(migrations: migrations)
         if !health.databaseReachable { body["database"] = "unavailable" }
         if let m = health.migrations {
             body["migrations"] = ["applied": .integer(Int64(m.applied.count)), "pending": .integer(Int64(m.pending.count + m.changed.count))]
@@ -117,4 +149,15 @@ struct Readiness: Sendable {
         registerWeChatMetrics()
     }
 
+}
+
+/// One second of the open readiness answer.
+private final class OpenAnswerCache: Sendable {
+    private let entry = Mutex<(at: ContinuousClock.Instant, ready: Bool)?>(nil)
+
+    func fresh() -> Bool? {
+        entry.withLock { e in e.flatMap { ContinuousClock.now - $0.at < .seconds(1) ? $0.ready : nil } }
+    }
+
+    func store(_ ready: Bool) { entry.withLock { $0 = (.now, ready) } }
 }
