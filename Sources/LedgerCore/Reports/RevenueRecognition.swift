@@ -38,12 +38,18 @@ public enum RevenueRecognition {
 
     /// Every day from the period's first to the later of its last and the refund's day. Empty for
     /// a period without a positive price or with end ≤ start (nothing to spread).
+    ///
+    /// `replacedAt`: an upgrade replaced the period then (Apple upgrades at once and refunds the
+    /// prorated rest of the old period): it is earned up to that instant and nothing after, and
+    /// the unearned rest leaves deferred revenue on that day.
     public static func schedule(price: Int64, start: EpochMillis, end: EpochMillis,
-                                refundedAt: EpochMillis? = nil, refundShare: Int64? = nil) -> [Day] {
+                                refundedAt: EpochMillis? = nil, refundShare: Int64? = nil,
+                                replacedAt: EpochMillis? = nil) -> [Day] {
         guard price > 0, end > start else { return [] }
         let share = min(max(refundShare ?? whole, 0), whole)
         let first = ReportDay(containing: start)
-        var last = ReportDay(containing: end - 1)
+        let replaced = replacedAt.flatMap { $0 > start && $0 < end ? $0 : nil }
+        var last = ReportDay(containing: (replaced ?? end) - 1)
         if let r = refundedAt { last = max(last, ReportDay(containing: r)) }
         var out: [Day] = []
         out.reserveCapacity(Int(last.index - first.index + 1))
@@ -51,8 +57,9 @@ public enum RevenueRecognition {
         var day = first
         while day <= last {
             let t = day.lastMillisecond + 1
-            var earned = Self.earned(price: price, start: start, end: end, through: t)
+            var earned = Self.earned(price: price, start: start, end: end, through: min(t, replaced ?? t))
             var paid = price
+            if let u = replaced, u <= t { paid = earned }
             if let r = refundedAt, r <= day.lastMillisecond {
                 earned -= earned * share / whole
                 paid -= price * share / whole

@@ -40,6 +40,15 @@ public enum SubscriptionRollup {
     /// paid "no price", not guessed to be a trial.
     public static func isTrial(_ tx: TransactionRecord) -> Bool { tx.offerType == 1 && tx.price == 0 }
 
+    /// `next` replaced `prev` at once: Apple marked `prev` upgraded, or `next` is another product
+    /// bought while `prev` was running and not refunded (an upgrade; downgrades and crossgrades wait
+    /// for the renewal). Apple rarely re-signs the replaced transaction, so the marking alone is not enough.
+    public static func isUpgrade(from prev: TransactionRecord, to next: TransactionRecord) -> Bool {
+        if prev.isUpgraded { return true }
+        guard let p = next.purchaseDate, let e = prev.expiresDate, p < e, prev.productId != next.productId else { return false }
+        return prev.revocationDate.map { $0 > p } ?? true
+    }
+
     static func isSubscription(_ type: String?) -> Bool { type == nil || type == ProductType.autoRenewable }
 
     static func dimensions(_ key: SubscriptionKey, _ source: ReportSource, product: String?, _ tx: TransactionRecord?) -> ReportDimensions {
@@ -146,7 +155,7 @@ public enum SubscriptionRollup {
             if paidPeriod { out.add(.grossRevenue, price, on: pday, dims) }
             if i > 0 {
                 let prev = txs[i - 1]
-                if prev.isUpgraded {
+                if isUpgrade(from: prev, to: tx) {
                     out.add(.upgrades, 1, on: pday, dims)
                 } else if paidPeriod && !runStarts.contains(pday) {
                     out.add(.renewed, 1, on: pday, dims)
@@ -161,8 +170,9 @@ public enum SubscriptionRollup {
                 out.add(.reversals, 1, on: ReportDay(containing: reversed), dims)
             }
             if paidPeriod, let end = tx.expiresDate {
+                let replacedAt = i + 1 < txs.count && isUpgrade(from: tx, to: txs[i + 1]) ? txs[i + 1].purchaseDate : nil
                 for d in RevenueRecognition.schedule(price: price, start: tx.purchaseDate!, end: end, refundedAt: tx.revocationDate,
-                                                     refundShare: tx.revocationPercentage.map(Int64.init)) {
+                                                     refundShare: tx.revocationPercentage.map(Int64.init), replacedAt: replacedAt) {
                     out.add(.recognisedRevenue, d.recognised, on: d.day, dims)
                     out.add(.deferredRevenue, d.deferred, on: d.day, dims)
                 }
