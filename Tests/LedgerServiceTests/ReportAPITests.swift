@@ -95,3 +95,68 @@ final class ReportAPITests: XCTestCase {
         }
     }
 }
+
+/// The charts on the auditor's desk: the overview and a report page answer HTML under the strict
+/// CSP, each chart has one circle per period and series, the table under it holds the API's CSV
+/// figures, and a point's drill-down lists the subscriptions the API names.
+final class ReportPageTests: XCTestCase {
+    func get(_ h: ServiceHarness, _ path: String, cookie: String? = nil) throws -> RawClient.Response {
+        try RawClient.request(port: h.server.port!, path: path, headers: cookie.map { ["Cookie": $0] } ?? [:])
+    }
+
+    func signIn(_ h: ServiceHarness) throws -> String {
+        let page = try get(h, "/audit/login")
+        let html = String(decoding: page.body, as: UTF8.self)
+        let start = try XCTUnwrap(html.range(of: "name=\"csrf\" value=\"")).upperBound
+        let csrf = String(html[start...].prefix { $0 != "\"" })
+        let nonce = String(try XCTUnwrap(page.headers["set-cookie"]).prefix { $0 != ";" })
+        let body = "csrf=\(csrf)&token=auditor-token&next=%2Faudit%2Freports"
+        let r = try RawClient.request(port: h.server.port!, method: "POST", path: "/audit/login",
+                                      headers: ["Content-Type": "application/x-www-form-urlencoded", "Cookie": nonce], body: Array(body.utf8))
+        XCTAssertEqual(r.status, 303)
+        return String(try XCTUnwrap(r.headers["set-cookie"]).prefix { $0 != ";" })
+    }
+
+    func count(_ needle: String, in text: String) -> Int { text.components(separatedBy: needle).count - 1 }
+
+    func testOverviewAndAReportPage() async throws {
+        try await withService(environment: ["LEDGER_SESSION_KEY": String(repeating: "k", count: 40)]) { h in
+            let generator = LifecycleGenerator(customers: 8, days: 200, start: ReportAPITests.start, seed: 5, bundleId: "com.example",
+                                               environment: "Sandbox")
+            for n in generator.lifecycles().flatMap(\.notifications) {
+                let a = try await h.post("/v1/apple/notifications", try h.authority.signNotification(n.notification, transaction: n.transaction, renewal: n.renewal))
+                XCTAssertEqual(a.status, 200, a.text)
+            }
+            let cookie = try signIn(h)
+            let overview = try get(h, "/audit/reports", cookie: cookie)
+            XCTAssertEqual(overview.status, 200, String(decoding: overview.body, as: UTF8.self).prefix(300).description)
+            XCTAssertEqual(overview.headers["content-security-policy"], AuditAssets.contentSecurityPolicy)
+            let html = String(decoding: overview.body, as: UTF8.self)
+            XCTAssertFalse(html.contains("<script>") || html.contains("style="), "no inline script or style")
+            let subs = try XCTUnwrap(html.components(separatedBy: "id=\"chart-subscriptions\"").last?.components(separatedBy: "</section>").first)
+            XCTAssertEqual(count("<circle class=\"point\"", in: subs), 2 * 12, "active and trial, 12 months")
+            XCTAssertTrue(subs.contains("<title>active "), "a hover title per point")
+
+            let page = try get(h, "/audit/reports/movements?interval=month", cookie: cookie)
+            XCTAssertEqual(page.status, 200)
+            let text = String(decoding: page.body, as: UTF8.self)
+            let api = try await h.request("GET", "/v1/reports/movements?interval=month&format=csv", token: "auditor-token")
+            let lines = api.text.components(separatedBy: "\r\n").dropFirst(2).filter { !$0.isEmpty }
+            let rows = text.components(separatedBy: "<tr><th scope=\"row\">").dropFirst().map { row -> String in
+                let cells = row.components(separatedBy: "</tr>")[0].replacingOccurrences(of: "</th>", with: ",")
+                    .replacingOccurrences(of: "<td>", with: "").replacingOccurrences(of: "</td>", with: ",")
+                return String(cells.dropLast())
+            }
+            XCTAssertEqual(rows, Array(lines), "the table under the chart is the API's CSV")
+            XCTAssertEqual(count("<circle class=\"point\"", in: text), ReportName.movements.metrics.count * lines.count)
+
+            // A point drills down to the subscriptions behind it.
+            let drill = try XCTUnwrap(text.components(separatedBy: "<a href=\"/audit/reports/movements/subscriptions?").dropFirst().first?.prefix { $0 != "\"" })
+            let members = try get(h, "/audit/reports/movements/subscriptions?" + String(drill).replacingOccurrences(of: "&amp;", with: "&"), cookie: cookie)
+            XCTAssertEqual(members.status, 200)
+            XCTAssertTrue(String(decoding: members.body, as: UTF8.self).contains("id=\"member-count\""))
+            let bogus = try get(h, "/audit/reports/mrr", cookie: cookie)
+            XCTAssertEqual(bogus.status, 404)
+        }
+    }
+}
