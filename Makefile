@@ -44,6 +44,7 @@ run: migrate
 # The read-replica tests need the streaming replica beside the cluster.
 test: db-start
 	@$(DB) replica-start
+	@scripts/webhooks-venv.sh >/dev/null
 	@eval "$$($(DB) env)"; swift test --disable-swift-testing $(SWIFT_TEST_FLAGS)
 
 # Real data in the API within a minute: serve in the background and post a simulated population.

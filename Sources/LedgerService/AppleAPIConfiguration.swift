@@ -1,6 +1,7 @@
 import AppStore
 import Crypto
 import Foundation
+import Outbound
 import LedgerCore
 
 extension LedgerConfiguration {
@@ -32,6 +33,8 @@ extension LedgerConfiguration {
         public var sampleContent = SampleContentRule.freeTrial
         /// How often the consumption sender looks for requests to answer.
         public var consumptionPollSeconds = 5
+        /// LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK: the base URLs may be plain http to a loopback fake.
+        public var allowsPlainHTTPLoopback = false
 
         public init() {}
 
@@ -82,6 +85,7 @@ extension LedgerConfiguration {
                 guard let v = env[name]?.trimmingCharacters(in: .whitespacesAndNewlines), !v.isEmpty else { return nil }
                 return v
             }
+            allowsPlainHTTPLoopback = OutboundTarget.allowsPlainHTTPLoopback(environment: env)
             if let v = value("LEDGER_APPLE_API_ISSUER_ID") { issuerId = v }
             if let v = value("LEDGER_APPLE_API_KEY_ID") { keyId = v }
             if let v = value("LEDGER_APPLE_API_PRIVATE_KEY") { privateKey = Secret(v) }
@@ -141,7 +145,8 @@ extension LedgerConfiguration {
                 base = url
             }
             let key = try Self.privateKey(privateKey!.value)
-            return try AppStoreServerAPIConfiguration(issuerId: issuerId!, keyId: keyId!, privateKey: key, bundleId: bid, baseURL: base)
+            return try AppStoreServerAPIConfiguration(issuerId: issuerId!, keyId: keyId!, privateKey: key, bundleId: bid, baseURL: base,
+                                                      allowsPlainHTTPLoopback: allowsPlainHTTPLoopback)
         }
 
         /// The .p8 at a path, or PEM text given directly (a `_FILE` secret holds the file itself).
@@ -164,10 +169,13 @@ extension LedgerConfiguration {
         /// verifyReceipt's endpoints with the shared secret as `password`.
         public func verifyReceiptConfiguration(sharedSecret: Secret?) throws(ConfigurationError) -> VerifyReceiptConfiguration {
             guard let verifyReceiptBaseURL else { return VerifyReceiptConfiguration(sharedSecret: sharedSecret?.value) }
-            guard let url = URL(string: verifyReceiptBaseURL), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme) else {
-                throw .invalidValue(name: "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL", reason: "'\(verifyReceiptBaseURL)' must be an absolute http(s) URL")
+            guard let url = URL(string: verifyReceiptBaseURL), url.scheme != nil, url.host != nil else {
+                throw .invalidValue(name: "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL", reason: "'\(verifyReceiptBaseURL)' must be an absolute https URL")
             }
-            return VerifyReceiptConfiguration(baseURL: url, sharedSecret: sharedSecret?.value)
+            let c = VerifyReceiptConfiguration(baseURL: url, sharedSecret: sharedSecret?.value, allowsPlainHTTPLoopback: allowsPlainHTTPLoopback)
+            // The body carries the shared secret: https only (plain http only to an allowed loopback fake).
+            do { try c.validate() } catch { throw .invalidValue(name: "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL", reason: error.message) }
+            return c
         }
     }
 }

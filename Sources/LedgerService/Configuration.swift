@@ -2,6 +2,7 @@
 /// routes that turn verified notifications into events and projections into answers.
 import Crypto
 import Foundation
+import Outbound
 import LedgerCore
 
 /// A secret value (token, key, shared secret). It never prints itself, so it cannot leak into a
@@ -148,8 +149,13 @@ public struct LedgerConfiguration: Sendable {
     /// The App Store Server API and verifyReceipt (AppleAPIConfiguration.swift).
     public var appleAPI = AppleAPI()
     public var wechat = WeChat()
+    /// LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK=true: the outbound base URLs (Apple API,
+    /// verifyReceipt, WeChat API) may be plain http to a loopback fake (tests only). Off: https only.
+    public var outboundAllowsPlainHTTPLoopback = false
     public var http = HTTP()
     public var audit = Audit()
+    /// Outbound webhooks (Webhooks/WebhookConfiguration.swift).
+    public var webhooks = WebhookSettings()
     public var tokens: [TokenHash] = []
     /// `{"products": {…}}` as given; the projections read it as a product → entitlement catalog.
     /// Nil when the file has no `products`: every product then grants an entitlement named after
@@ -171,7 +177,7 @@ public struct LedgerConfiguration: Sendable {
         "LEDGER_DATABASE_URL", "LEDGER_ADMIN_DATABASE_URL", "LEDGER_READ_DATABASE_URL", "LEDGER_TOKENS",
         "LEDGER_APPLE_SHARED_SECRET", "LEDGER_WECHAT_TOKEN", "LEDGER_WECHAT_AES_KEY", "LEDGER_WECHAT_PREVIOUS_AES_KEY",
         "LEDGER_WECHAT_APP_KEY", "LEDGER_WECHAT_APP_SECRET", "LEDGER_SESSION_KEY",
-        "LEDGER_APPLE_API_PRIVATE_KEY",
+        "LEDGER_APPLE_API_PRIVATE_KEY", "LEDGER_WEBHOOK_SECRET",
     ]
 
     /// The environment with every `<NAME>_FILE` of `secretVariables` read into `<NAME>`: the file's
@@ -292,6 +298,7 @@ public struct LedgerConfiguration: Sendable {
             if let k = try string(a["sessionKey"], "audit.sessionKey") { audit.sessionKey = try Audit.sessionKey(k, name: "audit.sessionKey") }
             if let b = a["insecureCookies"] as? Bool { audit.insecureCookies = b }
         }
+        if let w = object["webhooks"] { try webhooks.apply(file: w, path: path) }
         if let n = object["databasePoolSize"] as? Int { databasePoolSize = n }
         if let list = object["tokens"] {
             // The file stores hashes, never plain tokens: {"role": "auditor", "sha256": "<hex>"}.
@@ -319,6 +326,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = env["LEDGER_DATABASE_URL"], !v.isEmpty { databaseURL = v }
         if let v = env["LEDGER_READ_DATABASE_URL"], !v.isEmpty { readDatabaseURL = v }
+        outboundAllowsPlainHTTPLoopback = OutboundTarget.allowsPlainHTTPLoopback(environment: env)
         if let v = env["LEDGER_READ_REPLICA_MAX_LAG_SECONDS"] {
             guard let n = Double(v.trimmingCharacters(in: .whitespaces)), n.isFinite, n >= 0, n <= 86_400 else {
                 throw .invalidValue(name: "LEDGER_READ_REPLICA_MAX_LAG_SECONDS", reason: "'\(v)' must be seconds from 0 to 86400, e.g. 2")
@@ -381,6 +389,7 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = env["LEDGER_WECHAT_REFUND_FALLBACK"], !v.isEmpty { wechat.refundFallback = v }
         try wechat.validate()
+        try webhooks.apply(environment: env)
         if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
         if let v = env["LEDGER_SESSION_KEY"], !v.isEmpty { audit.sessionKey = try Audit.sessionKey(v, name: "LEDGER_SESSION_KEY") }
         if let v = env["LEDGER_INSECURE_COOKIES"] {

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerMetrics
 import HTTPServer
 import LedgerCore
 import LedgerStore
@@ -12,7 +13,7 @@ import LedgerStore
 public final class LedgerApp: Sendable {
     public let configuration: LedgerConfiguration
     public let store: Store
-    public let metrics: Metrics
+    public let metrics: MetricsRegistry
     public let tokens: TokenAuthority
     public let log: Log
     public let catalog: ProductCatalog
@@ -32,13 +33,14 @@ public final class LedgerApp: Sendable {
     /// Reconciliation, consumption answers, consent, receipts (the App Store Server API and verifyReceipt).
     public let appleAPI: AppleAPIUseCases
     let wechatConfig: WeChatConfigKeeper
+    let webhookEndpoints: WebhookEndpoints
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
     public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) throws(LedgerAppError) {
         self.configuration = configuration
         self.log = log
-        let metrics = Metrics()
+        let metrics = MetricsRegistry()
         self.metrics = metrics
         do { catalog = try configuration.catalog() } catch {
             throw .configuration("products: \(error)")
@@ -71,6 +73,7 @@ public final class LedgerApp: Sendable {
         readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)
         tokens = TokenAuthority(tokens: configuration.tokens)
         audit = AuditDesk(configuration: configuration)
+        webhookEndpoints = WebhookEndpoints(store: store, settings: configuration.webhooks, log: log)
         if audit.sessions.ephemeralKey {
             log.warn("LEDGER_SESSION_KEY is not set: auditor sessions are signed with a key made up at start, so they end at restart and other instances refuse them")
         }
@@ -81,10 +84,11 @@ public final class LedgerApp: Sendable {
     }
 
     private func describeMetrics() {
-        metrics.describe("ledger_http_requests_total", type: "counter", help: "HTTP requests by route, method and status")
-        metrics.describe("ledger_http_request_duration_seconds", type: "histogram", help: "HTTP request latency by route")
-        metrics.describe("ledger_notifications_total", type: "counter", help: "Notifications received by source and outcome")
+        metrics.describe("ledger_http_requests_total", type: .counter, help: "HTTP requests by route, method and status")
+        metrics.describe("ledger_http_request_duration_seconds", type: .histogram, help: "HTTP request latency by route")
+        metrics.describe("ledger_notifications_total", type: .counter, help: "Notifications received by source and outcome")
         describeIngestMetrics()
+        readiness.registerMetrics()
         let store = self.store
         metrics.gauge("ledger_events_appended_total", help: "Events appended since start (new, not duplicates)") {
             [(labels: [:], value: Double(store.statistics.appended))]
@@ -107,25 +111,31 @@ public final class LedgerApp: Sendable {
         }
     }
 
-    /// Where reads were answered and how far the replica is behind (text, read at scrape time).
-    static func readMetrics(_ store: Store) async -> String {
-        let stats = await store.readStatistics()
-        guard stats.replicaConfigured else { return "" }
-        var out = "# HELP ledger_reads_total App and auditor reads by where they were answered\n# TYPE ledger_reads_total counter\n"
-        for source in ReadSource.allCases { out += "ledger_reads_total{source=\"\(source.rawValue)\"} \(stats.served[source] ?? 0)\n" }
-        out += "# HELP ledger_replica_fallbacks_total Reads that failed on the replica and were answered by the primary\n# TYPE ledger_replica_fallbacks_total counter\n"
-        out += "ledger_replica_fallbacks_total \(stats.replicaFallbacks)\n"
-        out += "# HELP ledger_replica_up 1 when the read replica answers as a standby\n# TYPE ledger_replica_up gauge\n"
-        out += "ledger_replica_up \(stats.replica == nil ? 0 : 1)\n"
-        if let r = stats.replica {
-            out += "# HELP ledger_replica_lag_bytes WAL bytes the read replica is behind the primary\n# TYPE ledger_replica_lag_bytes gauge\n"
-            out += "ledger_replica_lag_bytes \(r.lagBytes)\n"
-            out += "# HELP ledger_replica_lag_seconds Seconds the read replica is behind (0 when it has every event)\n# TYPE ledger_replica_lag_seconds gauge\n"
-            out += "ledger_replica_lag_seconds \(r.lagSeconds)\n"
-            out += "# HELP ledger_replica_lag_events Events the read replica has not replayed yet\n# TYPE ledger_replica_lag_events gauge\n"
-            out += "ledger_replica_lag_events \(r.eventsBehind)\n"
+    /// Where reads were answered and how far the replica is behind (read at scrape time; only
+    /// when a replica is configured).
+    static func registerReadMetrics(_ metrics: MetricsRegistry, _ store: Store) {
+        guard store.configuration.readDatabaseURL != nil else { return }
+        metrics.collect([
+            (name: "ledger_reads_total", type: .counter, help: "App and auditor reads by where they were answered"),
+            (name: "ledger_replica_fallbacks_total", type: .counter, help: "Reads that failed on the replica and were answered by the primary"),
+            (name: "ledger_replica_up", type: .gauge, help: "1 when the read replica answers as a standby"),
+            (name: "ledger_replica_lag_bytes", type: .gauge, help: "WAL bytes the read replica is behind the primary"),
+            (name: "ledger_replica_lag_seconds", type: .gauge, help: "Seconds the read replica is behind (0 when it has every event)"),
+            (name: "ledger_replica_lag_events", type: .gauge, help: "Events the read replica has not replayed yet"),
+        ]) {
+            let stats = await store.readStatistics()
+            var out: [String: [MetricsRegistry.Sample]] = [
+                "ledger_reads_total": ReadSource.allCases.map { (labels: ["source": $0.rawValue], value: Double(stats.served[$0] ?? 0)) },
+                "ledger_replica_fallbacks_total": [(labels: [:], value: Double(stats.replicaFallbacks))],
+                "ledger_replica_up": [(labels: [:], value: stats.replica == nil ? 0 : 1)],
+            ]
+            if let r = stats.replica {
+                out["ledger_replica_lag_bytes"] = [(labels: [:], value: Double(r.lagBytes))]
+                out["ledger_replica_lag_seconds"] = [(labels: [:], value: Double(r.lagSeconds))]
+                out["ledger_replica_lag_events"] = [(labels: [:], value: Double(r.eventsBehind))]
+            }
+            return out
         }
-        return out
     }
 
     /// Records one finished exchange (called on a server thread: counting only).
@@ -201,6 +211,7 @@ extension LedgerApp {
         }
         services += appleAPI.lifecycleServices(log: log)
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
+        services.append(StartupJob(name: "record-webhook-endpoints", log: log) { [self] in try await webhookEndpoints.syncConfigured() })
         if configuration.wechat.isConfigured {
             services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
         }

@@ -1,8 +1,7 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import LedgerCore
+import LedgerMetrics
+import Outbound
 import Synchronization
 
 /// Which id a `query_order` names: the developer's order id (OutTradeNo, `order_id`) or WeChat's
@@ -72,18 +71,28 @@ public struct WeChatServerAPIConfiguration: Sendable, CustomStringConvertible {
     public var appSecret: String
     /// The production AppKey (Apple payments have no sandbox), for `pay_sig`.
     public var appKey: String
+    /// `baseURL` may be plain http to a loopback fake (tests; `LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK`).
+    public let allowsPlainHTTPLoopback: Bool
+    /// Per HTTP attempt.
+    public var timeout: Duration = .seconds(5)
 
-    public init(baseURL: URL, appId: String, appSecret: String, appKey: String) throws(XPayClientError) {
-        guard let scheme = baseURL.scheme?.lowercased(), scheme == "https" || scheme == "http", baseURL.host != nil else {
-            throw .invalidRequest("LEDGER_WECHAT_API_BASE_URL must be an http(s) URL, e.g. https://api.weixin.qq.com")
-        }
+    public init(baseURL: URL, appId: String, appSecret: String, appKey: String, allowsPlainHTTPLoopback: Bool = false) throws(XPayClientError) {
+        self.allowsPlainHTTPLoopback = allowsPlainHTTPLoopback
+        self.baseURL = baseURL
         guard !appId.isEmpty else { throw .invalidRequest("the AppID is required (LEDGER_WECHAT_APPID)") }
         guard !appSecret.isEmpty else { throw .invalidRequest("the AppSecret is required (LEDGER_WECHAT_APP_SECRET)") }
         guard !appKey.isEmpty else { throw .invalidRequest("the xpay AppKey is required for pay_sig (LEDGER_WECHAT_APP_KEY)") }
-        self.baseURL = baseURL
         self.appId = appId
         self.appSecret = appSecret
         self.appKey = appKey
+        // The access token and pay_sig travel in the query, the AppSecret in stable_token's body.
+        do { try outboundTarget.validate() } catch { throw .invalidRequest(error.message) }
+    }
+
+    /// The outbound target `wechat_api`.
+    public var outboundTarget: OutboundTarget {
+        OutboundTarget(name: "wechat_api", baseURL: baseURL, setting: "LEDGER_WECHAT_API_BASE_URL",
+                       allowsPlainHTTPLoopback: allowsPlainHTTPLoopback, timeout: timeout)
     }
 
     public var description: String {
@@ -99,16 +108,21 @@ public struct WeChatServerAPIConfiguration: Sendable, CustomStringConvertible {
 /// again and the call retried once; a busy answer (-1) or an HTTP 5xx is retried twice with backoff.
 public final class WeChatServerAPI: Sendable, CustomStringConvertible {
     public let configuration: WeChatServerAPIConfiguration
-    let transport: any XPayTransport
+    /// The one outbound client, target `wechat_api` (https only; redirects never followed).
+    let http: OutboundClient
     let clock: @Sendable () -> EpochMillis
+    /// How the client waits between retries; tests may record instead of sleeping.
+    let sleep: @Sendable (Duration) async -> Void
     private let token = Mutex<(value: String, expiresAt: EpochMillis)?>(nil)
     private let counters = Mutex<[String: Int]>([:])
 
-    public init(configuration: WeChatServerAPIConfiguration, transport: any XPayTransport = URLSessionTransport(),
-                clock: @escaping @Sendable () -> EpochMillis = { EpochMillis(Date().timeIntervalSince1970 * 1000) }) {
+    public init(configuration: WeChatServerAPIConfiguration, metrics: MetricsRegistry? = nil,
+                clock: @escaping @Sendable () -> EpochMillis = { EpochMillis(Date().timeIntervalSince1970 * 1000) },
+                sleep: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }) {
         self.configuration = configuration
-        self.transport = transport
+        http = OutboundClient(target: configuration.outboundTarget, metrics: metrics)
         self.clock = clock
+        self.sleep = sleep
     }
 
     public var description: String { "WeChatServerAPI(\(configuration))" }
@@ -134,10 +148,7 @@ public final class WeChatServerAPI: Sendable, CustomStringConvertible {
             "grant_type": "client_credential", "appid": .string(configuration.appId),
             "secret": .string(configuration.appSecret), "force_refresh": false,
         ]).canonicalJSON()
-        var request = URLRequest(url: configuration.baseURL.appendingPathComponent("cgi-bin/stable_token"))
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = body
+        let request = OutboundRequest(method: "POST", path: "/cgi-bin/stable_token", headers: [("Content-Type", "application/json")], body: body)
         let (_, data) = try await send(request, endpoint: "stable_token")
         guard let v = try? JSONValue(json: data) else { throw .invalidResponse("stable_token did not answer a JSON object") }
         if let code = v.int64("errcode"), code != 0 {
@@ -185,7 +196,7 @@ public final class WeChatServerAPI: Sendable, CustomStringConvertible {
         var refreshed = false
         while true {
             let accessToken = try await self.accessToken(refresh: refreshed)
-            let request = try signedRequest(uri, body: body, accessToken: accessToken)
+            let request = signedRequest(uri, body: body, accessToken: accessToken)
             let asked = clock()
             let (_, data) = try await send(request, endpoint: endpoint)
             guard let v = try? JSONValue(json: data), v.objectValue != nil else {
@@ -202,32 +213,23 @@ public final class WeChatServerAPI: Sendable, CustomStringConvertible {
         }
     }
 
-    func signedRequest(_ uri: String, body: Data, accessToken: String) throws(XPayClientError) -> URLRequest {
+    func signedRequest(_ uri: String, body: Data, accessToken: String) -> OutboundRequest {
         let sig = XPaySignature.paySig(appKey: configuration.appKey, uri: uri, body: [UInt8](body))
-        guard var components = URLComponents(url: configuration.baseURL.appendingPathComponent(String(uri.dropFirst())),
-                                             resolvingAgainstBaseURL: false) else {
-            throw .invalidRequest("the base URL is not a valid URL")
-        }
-        components.queryItems = [URLQueryItem(name: "access_token", value: accessToken), URLQueryItem(name: "pay_sig", value: sig)]
-        // '+' is legal in a query but read as a space by many servers; tokens may contain it.
-        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
-        guard let url = components.url else { throw .invalidRequest("the base URL is not a valid URL") }
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = body
-        return request
+        // The query is escaped by the outbound client (a token's '+' arrives as '+', not a space).
+        return OutboundRequest(method: "POST", path: uri, query: [("access_token", accessToken), ("pay_sig", sig)],
+                               headers: [("Content-Type", "application/json")], body: body)
     }
 
     /// Sends with retries on transport failures, HTTP 5xx and WeChat's "busy" (-1).
-    private func send(_ request: URLRequest, endpoint: String) async throws(XPayClientError) -> (Int, Data) {
+    private func send(_ request: OutboundRequest, endpoint: String) async throws(XPayClientError) -> (Int, Data) {
         var attempt = 0
         while true {
             attempt += 1
             counters.withLock { $0[endpoint, default: 0] += 1 }
-            var retry: XPayClientError?
+            let retry: XPayClientError
             do {
-                let (status, body) = try await transport.send(request)
+                let response = try await http.send(request)
+                let (status, body) = (response.status, response.body)
                 if (500..<600).contains(status) {
                     retry = .http(status: status)
                 } else if !(200..<300).contains(status) {
@@ -239,12 +241,15 @@ public final class WeChatServerAPI: Sendable, CustomStringConvertible {
                 }
             } catch let e as XPayClientError {
                 throw e
+            } catch let e as OutboundError {
+                // The outbound client's errors carry no URL (the query holds the access token).
+                guard e.isRetryable else { throw XPayClientError.transport(e.message) }
+                retry = .transport(e.message)
             } catch {
-                // The URL carries the access token: report only the error's kind, not its text.
-                retry = .transport((error as NSError).domain + " code \((error as NSError).code)")
+                retry = .transport("\(type(of: error))")
             }
-            if attempt >= 3, let retry { throw retry }
-            try? await Task.sleep(for: .milliseconds(200 * attempt))
+            if attempt >= 3 { throw retry }
+            await sleep(.milliseconds(200 * attempt))
         }
     }
 }

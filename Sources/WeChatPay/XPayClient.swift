@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// `query_subscribe_contract` (mode=apple) answer.
 public struct SubscribeContract: Sendable, Equatable, Codable {
@@ -104,32 +101,6 @@ public enum XPayClientError: Error, Equatable, CustomStringConvertible {
     }
 
     public var description: String { message }
-}
-
-/// Sends an HTTP request; the default uses URLSession. Tests and the simulator supply their own.
-public protocol XPayTransport: Sendable {
-    func send(_ request: URLRequest) async throws -> (status: Int, body: Data)
-}
-
-public struct URLSessionTransport: XPayTransport {
-    public let timeout: TimeInterval
-    public init(timeout: TimeInterval = 5) { self.timeout = timeout }
-
-    public func send(_ request: URLRequest) async throws -> (status: Int, body: Data) {
-        var request = request
-        request.timeoutInterval = timeout
-        let session = URLSession(configuration: .ephemeral)
-        defer { session.finishTasksAndInvalidate() }
-        return try await withCheckedThrowingContinuation { cont in
-            session.dataTask(with: request) { data, response, error in
-                if let error {
-                    cont.resume(throwing: error)
-                } else {
-                    cont.resume(returning: ((response as? HTTPURLResponse)?.statusCode ?? 0, data ?? Data()))
-                }
-            }.resume()
-        }
-    }
 }
 
 /// The answer of `query_subscribe_contract` (asked by `WeChatServerAPI.subscribeContract`).

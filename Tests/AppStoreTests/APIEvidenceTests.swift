@@ -20,7 +20,7 @@ final class APIEvidenceTests: XCTestCase {
         fake.setSubscription(.init(originalTransactionId: Self.otid, transactions: [t],
                                    renewal: AppleTestAuthority.sample(originalTransactionId: Self.otid).renewal))
         let c = try AppStoreServerAPIConfiguration(issuerId: fake.credentials.issuerId, keyId: fake.credentials.keyId, privateKey: key,
-                                                   bundleId: fake.credentials.bundleId, baseURL: fake.baseURL)
+                                                   bundleId: fake.credentials.bundleId, baseURL: fake.baseURL, allowsPlainHTTPLoopback: true)
         return (fake, AppStoreServerAPIClient(configuration: c, environment: .sandbox))
     }
 

@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import LedgerCore
 import LedgerTesting
+import Outbound
 import Synchronization
 import XCTest
 @testable import AppStore
@@ -35,7 +36,7 @@ final class ServerAPIClientTests: XCTestCase {
                        lifetime: Int64 = 300, maxAttempts: Int = 4, base: URL? = nil) throws -> AppStoreServerAPIConfiguration {
         var c = try AppStoreServerAPIConfiguration(
             issuerId: issuer ?? fake.credentials.issuerId, keyId: keyId ?? fake.credentials.keyId, privateKey: key ?? self.key,
-            bundleId: bundle ?? fake.credentials.bundleId, baseURL: base ?? fake.baseURL)
+            bundleId: bundle ?? fake.credentials.bundleId, baseURL: base ?? fake.baseURL, allowsPlainHTTPLoopback: true)
         c.tokenLifetimeSeconds = lifetime
         c.retry.maxAttempts = maxAttempts
         c.retry.random = { 0.5 }
@@ -152,13 +153,15 @@ final class ServerAPIClientTests: XCTestCase {
             ("signature is not 64 raw bytes (r‖s)", try token(derSignature: true)),
             ("no bearer token", nil),
         ]
-        let transport = URLSessionAppleTransport()
+        // The outbound client itself, straight at the fake (no retries, no token of its own).
+        let transport = OutboundClient(target: OutboundTarget(name: "apple_api", baseURL: fake.baseURL, setting: "LEDGER_APPLE_API_BASE_URL",
+                                                              allowsPlainHTTPLoopback: true))
+        let path = "/inApps/v1/subscriptions/\(Self.otid)"
         for (reason, t) in cases {
             let before = fake.refusals.count
             var headers: [(String, String)] = []
             if let t { headers.append(("Authorization", "Bearer \(t)")) }
-            let url = fake.baseURL.appendingPathComponent("inApps/v1/subscriptions/\(Self.otid)")
-            let response = try await transport.send(AppleHTTPRequest(method: "GET", url: url, headers: headers))
+            let response = try await transport.send(OutboundRequest(method: "GET", path: path, headers: headers))
             XCTAssertEqual(response.status, 401, reason)
             XCTAssertEqual(response.body, Data(), "Apple's 401 has no body (\(reason))")
             XCTAssertEqual(fake.refusals.count, before + 1)
@@ -166,9 +169,7 @@ final class ServerAPIClientTests: XCTestCase {
         }
         // The untampered token passes the same checks.
         fake.setSubscription(subscription())
-        let ok = try await transport.send(AppleHTTPRequest(
-            method: "GET", url: fake.baseURL.appendingPathComponent("inApps/v1/subscriptions/\(Self.otid)"),
-            headers: [("Authorization", "Bearer \(try token())")]))
+        let ok = try await transport.send(OutboundRequest(method: "GET", path: path, headers: [("Authorization", "Bearer \(try token())")]))
         XCTAssertEqual(ok.status, 200)
     }
 
@@ -509,8 +510,20 @@ final class ServerAPIClientTests: XCTestCase {
         try Data(try key.pkcs8PEM().utf8).write(to: URL(fileURLWithPath: path))
         defer { try? FileManager.default.removeItem(atPath: path) }
         let env = ["LEDGER_APPLE_API_ISSUER_ID": "iss", "LEDGER_APPLE_API_KEY_ID": "KID", "LEDGER_APPLE_API_PRIVATE_KEY": path,
-                   "LEDGER_APPLE_BUNDLE_IDS": " com.example , com.other", "LEDGER_APPLE_API_BASE_URL": "http://127.0.0.1:9"]
+                   "LEDGER_APPLE_BUNDLE_IDS": " com.example , com.other", "LEDGER_APPLE_API_BASE_URL": "http://127.0.0.1:9",
+                   "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]
         let c = try XCTUnwrap(try AppStoreServerAPIConfiguration.fromEnvironment(env))
+        // Plain http: only to loopback, and only with the setting.
+        var strict = env
+        strict["LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK"] = nil
+        XCTAssertThrowsError(try AppStoreServerAPIConfiguration.fromEnvironment(strict)) { error in
+            XCTAssertTrue("\(error)".contains("LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK"), "\(error)")
+        }
+        var remote = env
+        remote["LEDGER_APPLE_API_BASE_URL"] = "http://proxy.example:8080"
+        XCTAssertThrowsError(try AppStoreServerAPIConfiguration.fromEnvironment(remote)) { error in
+            XCTAssertTrue("\(error)".contains("LEDGER_APPLE_API_BASE_URL"), "\(error)")
+        }
         XCTAssertEqual(c.bundleId, "com.example", "the first of LEDGER_APPLE_BUNDLE_IDS")
         XCTAssertEqual(c.baseURL?.absoluteString, "http://127.0.0.1:9")
         var explicit = env
@@ -710,7 +723,7 @@ final class ServerAPIClientTests: XCTestCase {
     }
 
     func receiptClient(_ f: FakeVerifyReceipt, secret: String? = "s3cret", edit: (inout VerifyReceiptConfiguration) -> Void = { _ in }) -> VerifyReceiptClient {
-        var c = VerifyReceiptConfiguration(baseURL: f.baseURL, sharedSecret: secret)
+        var c = VerifyReceiptConfiguration(baseURL: f.baseURL, sharedSecret: secret, allowsPlainHTTPLoopback: true)
         c.retry.random = { 0.5 }
         let waits = self.waits
         c.retry.sleep = { d in waits.append(d) }

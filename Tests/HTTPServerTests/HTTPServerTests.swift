@@ -364,7 +364,9 @@ final class HTTPServerShutdownTests: ServerTestCase {
                 _ = try RawClient(port: port)
                 usleep(2_000)
             } catch RawClient.Failure.connect(let code) {
-                XCTAssertEqual(code, ECONNREFUSED)
+                // Refused outright, or reset: a connect that reached the backlog just before the
+                // listening socket closed is reset by the kernel (seen under load). Neither is accepted.
+                XCTAssertTrue(code == ECONNREFUSED || code == ECONNRESET, "connect failed with errno \(code)")
                 refused = true
                 break
             }

@@ -31,8 +31,8 @@ final class AppleV2FactTests: XCTestCase {
 
     func testTransactionAndRenewalFactsTakeTheirOwnSignedDatesAndTheTransactionItsPurchaseDate() throws {
         let facts = FactDecoder.facts(of: event(v2("DID_RENEW", tx: Self.tx, renewal: Self.renewal), type: "DID_RENEW"))
-        XCTAssertEqual(facts.map(\.kind), [.transaction, .renewal])
-        let t = facts[0], r = facts[1]
+        XCTAssertEqual(facts.map(\.kind), [.transaction, .reversal, .renewal])
+        let t = facts[0], r = facts[2]
         XCTAssertEqual(t.subscription, SubscriptionKey(environment: "Production", originalTransactionId: "1000"))
         XCTAssertEqual(t.signedAt, 1_767_225_500_000, "the transaction's own signedDate")
         XCTAssertEqual(t.effectiveAt, 1_767_225_000_000, "in effect from its purchaseDate")
@@ -46,13 +46,16 @@ final class AppleV2FactTests: XCTestCase {
         XCTAssertEqual(r.signedAt, 1_767_225_400_000, "the renewal info's own signedDate")
         XCTAssertEqual(r.effectiveAt, r.signedAt)
         XCTAssertEqual(r.renewal?.autoRenewProductId, "com.example.yearly")
-        XCTAssertEqual(r.ordinal, 1)
+        XCTAssertEqual(r.ordinal, 2)
+        // The snapshot states "not revoked as of its signedDate" (one rule with the API answers).
+        XCTAssertEqual(facts[1].signedAt, t.signedAt)
+        XCTAssertEqual(facts[1].details["basis"]?.text, "snapshot without revocationDate")
     }
 
     func testWithoutNestedSignedDatesTheNotificationsIsUsed() {
         let tx = #""transactionId":"1","originalTransactionId":"1000","purchaseDate":5"#
         let facts = FactDecoder.facts(of: event(v2("SUBSCRIBED", subtype: "INITIAL_BUY", tx: tx, renewal: #""originalTransactionId":"1000""#)))
-        XCTAssertEqual(facts.map(\.signedAt), [Self.signed, Self.signed])
+        XCTAssertEqual(facts.map(\.signedAt), [Self.signed, Self.signed, Self.signed])
         XCTAssertEqual(facts[0].message, "SUBSCRIBED/INITIAL_BUY")
         XCTAssertEqual(facts[0].effectiveAt, 5)
         // No purchaseDate: in effect when signed.
@@ -82,11 +85,32 @@ final class AppleV2FactTests: XCTestCase {
         for (type, kind) in cases {
             let data = #""bundleId":"com.example","environment":"Production","consumptionRequestReason":"UNINTENDED_PURCHASE""#
             let facts = FactDecoder.facts(of: event(v2(type, tx: Self.tx, data: data)))
-            XCTAssertEqual(facts.map(\.kind), [.transaction, kind], type)
+            XCTAssertEqual(facts.map(\.kind), type == "REFUND_REVERSED" ? [.transaction, kind] : [.transaction, kind, .reversal], type)
             XCTAssertEqual(facts[1].signedAt, Self.signed, type)
             XCTAssertEqual(facts[1].transactionId, "1002", type)
             XCTAssertEqual(facts[1].details["reason"]?.text, "UNINTENDED_PURCHASE", type)
             XCTAssertFalse(facts.contains { $0.kind == .revocation }, "\(type) revokes nothing")
+        }
+    }
+
+    /// Rule 1 of issue 20: a transaction carrying `revocationDate` is revoked whatever the
+    /// notification type ("revocationDate: the UNIX time … that the App Store refunded the
+    /// transaction or revoked it from Family Sharing",
+    /// developer.apple.com/documentation/appstoreservernotifications/revocationdate; Apple's
+    /// answer in developer forums thread 757986: "look for the revocation fields' presence in the
+    /// signed transaction … refunds may be reversed … these fields will be removed").
+    func testEverySnapshotStatesItsRevocationWhateverTheNotificationType() throws {
+        let refunded = Self.tx.replacingOccurrences(of: #""type""#, with: #""revocationDate":1767000000000,"revocationReason":1,"type""#)
+        for type in ["DID_CHANGE_RENEWAL_STATUS", "EXPIRED", "DID_RENEW", "REFUND_DECLINED"] {
+            let facts = FactDecoder.facts(of: event(v2(type, tx: refunded, renewal: Self.renewal)))
+            let rev = try XCTUnwrap(facts.first { $0.kind == .revocation }, type)
+            XCTAssertEqual(rev.effectiveAt, 1_767_000_000_000, type)
+            XCTAssertEqual(rev.signedAt, 1_767_225_500_000, "\(type): ordered by the transaction's own signedDate")
+            XCTAssertFalse(facts.contains { $0.kind == .reversal }, type)
+        }
+        // REFUND and REVOKE state no reversal beside their revocation, even without a revocationDate.
+        for type in ["REFUND", "REVOKE"] {
+            XCTAssertFalse(FactDecoder.facts(of: event(v2(type, tx: Self.tx))).contains { $0.kind == .reversal }, type)
         }
     }
 
@@ -132,7 +156,7 @@ final class AppleV2FactTests: XCTestCase {
         }
         // An out-of-range expiry reads as absent; the transaction is still a fact.
         let huge = FactDecoder.facts(of: event(#"{"signedDate":1,"data":{"environment":"Sandbox"},"transactionInfo":{"transactionId":"1","originalTransactionId":"2","expiresDate":1e300}}"#))
-        XCTAssertEqual(huge.map(\.kind), [.transaction], "\(huge)")
+        XCTAssertEqual(huge.map(\.kind), [.transaction, .reversal], "\(huge)")
         XCTAssertNil(huge.first?.transaction?.expiresDate)
         // The event's own signed_at stands in for a missing notification signedDate.
         let ok = FactDecoder.facts(of: event(#"{"transactionInfo":{"transactionId":"1","originalTransactionId":"2"}}"#, signedAt: 555))

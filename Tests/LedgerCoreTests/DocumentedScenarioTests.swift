@@ -1102,6 +1102,97 @@ enum Documented {
                     Check(at: 45, expect: expect(.active, vip, expires: 70, auto: 1, customer: user, [vip], .transaction("\(otid)-O2"))),
                 ]))
         }
+        do {
+            // Issue 20 rule 1.
+            let (otid, c) = ids()
+            out.append(Scenario(
+                name: "lost REFUND, read from the next notification's transaction",
+                documented: "developer.apple.com/documentation/appstoreservernotifications/revocationdate (\"the App Store refunded the transaction or revoked it\"); forum 757986 (look for the revocation fields' presence in the signed transaction); issue 20 rule 1",
+                story: "Yearly bought day 0 (expires 365); the REFUND (revocationDate 20) never arrives; DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_DISABLED signed day 25 carries the transaction with revocationDate 20.",
+                otid: otid, now: 30,
+                messages: [
+                    apple("buy", "SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c),
+                          renewal: Renewal(auto: 1, product: Y)),
+                    apple("off", "DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", signed: 25,
+                          tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c, revoked: 20), renewal: Renewal(auto: 0, product: Y)),
+                ],
+                checks: [
+                    Check(at: 15, expect: expect(.active, Y, expires: 365, auto: 1, customer: c, [Y])),
+                    Check(at: 22, expect: expect(.revoked, Y, expires: 365, auto: 1, customer: c, [], revoked: 20)),
+                    Check(at: 30, expect: expect(.revoked, Y, expires: 365, auto: 0, customer: c, [], revoked: 20)),
+                    Check(at: 30, knownOnly: ["buy"], expect: expect(.active, Y, expires: 365, auto: 1, customer: c, [Y])),
+                ]))
+        }
+        do {
+            // Issue 20 rule 1, the guard.
+            let (otid, c) = ids()
+            out.append(Scenario(
+                name: "an older snapshot delivered late cannot undo a newer refund",
+                documented: "apple.md §2.3 REFUND; issue 9 §3 (revoked iff the refund is signed later than the reversal); issue 20 rule 1 (an older snapshot, by signedDate, cannot undo a newer refund)",
+                story: "Yearly bought day 0; auto-renew turned off day 10 (its transaction not revoked then); REFUND signed day 20 (revocationDate 20); the day-10 notification is delivered last.",
+                otid: otid, now: 30,
+                messages: [
+                    apple("buy", "SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c),
+                          renewal: Renewal(auto: 1, product: Y)),
+                    apple("refund", "REFUND", nil, signed: 20, tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c, revoked: 20),
+                          renewal: Renewal(auto: 0, product: Y)),
+                    apple("offLate", "DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", signed: 10,
+                          tx: Tx(id: otid, product: Y, purchase: 0, expires: 365, token: c), renewal: Renewal(auto: 0, product: Y)),
+                ],
+                checks: [
+                    Check(at: 5, expect: expect(.active, Y, expires: 365, auto: 1, customer: c, [Y])),
+                    Check(at: 15, expect: expect(.active, Y, expires: 365, auto: 0, customer: c, [Y])),
+                    Check(at: 30, expect: expect(.revoked, Y, expires: 365, auto: 0, customer: c, [], revoked: 20)),
+                ]))
+        }
+        do {
+            // Issue 20 rule 2.
+            let (otid, c) = ids()
+            let renewal = otid + "2", upgrade = otid + "3"
+            out.append(Scenario(
+                name: "upgrade inside the pre-charge window",
+                documented: "seed 001 (Apple renews within the 24 hours before expiry); apple.md §2.3 DID_CHANGE_RENEWAL_PREF/UPGRADE (takes effect immediately); issue 20 rule 2",
+                story: "Monthly bought day 0 (expires 30); Apple charges the renewal day 29.5 (period 30 → 60); the customer upgrades to premium day 29.75 (29.75 → 59.75).",
+                otid: otid, now: 35,
+                messages: [
+                    apple("buy", "SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: Tx(id: otid, product: M, purchase: 0, expires: 30, token: c),
+                          renewal: Renewal(auto: 1, product: M)),
+                    apple("preCharged", "DID_RENEW", nil, signed: 29.5, tx: Tx(id: renewal, product: M, purchase: 30, expires: 60, token: c),
+                          renewal: Renewal(auto: 1, product: M)),
+                    apple("upgrade", "DID_CHANGE_RENEWAL_PREF", "UPGRADE", signed: 29.75,
+                          tx: Tx(id: upgrade, product: P, purchase: 29.75, expires: 59.75, token: c), renewal: Renewal(auto: 1, product: P)),
+                ],
+                checks: [
+                    Check(at: 10, expect: expect(.active, M, expires: 30, auto: 1, customer: c, [M], .transaction(otid))),
+                    Check(at: 29.8, expect: expect(.active, P, expires: 59.75, auto: 1, customer: c, [P], .transaction(upgrade))),
+                    Check(at: 35, expect: expect(.active, P, expires: 59.75, auto: 1, customer: c, [P], .transaction(upgrade))),
+                    Check(at: 59, expect: expect(.active, P, expires: 59.75, auto: 1, customer: c, [P], .transaction(upgrade))),
+                ]))
+        }
+        do {
+            // Issue 20 rule 2, `?at=`.
+            let (otid, c) = ids()
+            let t2 = otid + "2", t3 = otid + "3"
+            out.append(Scenario(
+                name: "?at= inside a period later upgraded",
+                documented: "apple.md §2.3 DID_CHANGE_RENEWAL_PREF/UPGRADE (the replaced transaction isUpgraded); issue 20 rule 2 (`?at=` inside a superseded period answers the period in effect then)",
+                story: "Monthly bought day 0 (→ 30), renewed day 30 (→ 60); upgraded to premium day 40 (40 → 70); Apple later states the renewal isUpgraded.",
+                otid: otid, now: 45,
+                messages: [
+                    apple("buy", "SUBSCRIBED", "INITIAL_BUY", signed: 0, tx: Tx(id: otid, product: M, purchase: 0, expires: 30, token: c),
+                          renewal: Renewal(auto: 1, product: M)),
+                    apple("renew", "DID_RENEW", nil, signed: 30, tx: Tx(id: t2, product: M, purchase: 30, expires: 60, token: c),
+                          renewal: Renewal(auto: 1, product: M)),
+                    apple("upgrade", "DID_CHANGE_RENEWAL_PREF", "UPGRADE", signed: 40,
+                          tx: Tx(id: t3, product: P, purchase: 40, expires: 70, token: c), renewal: Renewal(auto: 1, product: P)),
+                    apple("renewalUpgraded", "REFUND_DECLINED", nil, signed: 42,
+                          tx: Tx(id: t2, product: M, purchase: 30, expires: 60, token: c, upgraded: true), renewal: Renewal(auto: 1, product: P)),
+                ],
+                checks: [
+                    Check(at: 35, expect: expect(.active, M, expires: 60, auto: 1, customer: c, [M], .transaction(t2))),
+                    Check(at: 45, expect: expect(.active, P, expires: 70, auto: 1, customer: c, [P], .transaction(t3))),
+                ]))
+        }
         return out
     }
 }

@@ -49,8 +49,11 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             let token = "aaaaaaaa-0000-4000-8000-000000000901"
             try await consent(h, token.uppercased(), true)   // the app's UUID spelling; Apple's is lowercase
             let tx = try await subscriptionWithConsumptionRequest(h, fake, otid: "1000000000000901", token: token)
+            // In the outbox from the transaction that stored the notification, before any pass.
+            let queued = try await h.app.store.reconciliation.consumptionOutbox()
+            XCTAssertEqual(queued.map(\.status), ["pending"])
+            XCTAssertEqual(queued.first?.transactionId, tx)
             let pass = try await h.app.appleAPI.consumption.pass()
-            XCTAssertEqual(pass.enqueued, 1)
             XCTAssertEqual(pass.answered, 1)
             let sent = try XCTUnwrap(fake.consumptionRequests.first)
             XCTAssertEqual(fake.consumptionRequests.count, 1)
@@ -116,6 +119,37 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             XCTAssertTrue((withdrawn.payload["message"] as? String ?? "").contains("withdrew"))
             let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
             XCTAssertTrue(metrics.contains(#"ledger_consumption_answers_total{outcome="not_sent",reason="no_consent"} 1"#), metrics)
+            XCTAssertTrue(metrics.contains(#"ledger_outbox_items{consumer="apple.consumption",status="done"} 2"#), metrics)
+            XCTAssertTrue(metrics.contains(#"ledger_outbox_items{consumer="apple.consumption",status="pending"} 0"#), metrics)
+        }
+    }
+
+    /// Issue 20 rule 6: Apple refuses consumption information for a family member's transaction
+    /// (FamilyTransactionNotSupportedError, App Store Server API "Error codes"; inAppOwnershipType
+    /// FAMILY_SHARED: "the transaction belongs to a family member who benefits from the service").
+    /// Nothing is sent (no 12 hours of retries); the answer records why.
+    func testAFamilySharedTransactionGetsNoConsumptionAnswerAndTheReasonIsRecorded() async throws {
+        try await withReconciliation { h, fake in
+            let token = "aaaaaaaa-0000-4000-8000-000000001051"
+            let otid = "1000000000001051"
+            try await consent(h, token, true)
+            let t0 = F.now - 40 * day
+            var sub = F.renewedMonthly(otid: otid, token: token, t0: t0)
+            for i in sub.transactions.indices { sub.transactions[i].inAppOwnershipType = "FAMILY_SHARED" }
+            fake.setSubscription(sub)
+            try await F.deliver(h, try fake.notify("SUBSCRIBED", about: otid, date: t0, transactionId: otid))
+            try await F.deliver(h, try fake.notify("DID_RENEW", about: otid, date: t0 + 30 * day))
+            try await F.deliver(h, try fake.notify("CONSUMPTION_REQUEST", about: otid, date: F.now - 60_000, transactionId: F.next(otid, 1),
+                                                   consumptionRequestReason: "UNINTENDED_PURCHASE"))
+            let pass = try await h.app.appleAPI.consumption.pass()
+            XCTAssertEqual(pass.answered, 1)
+            XCTAssertEqual(fake.consumptionRequests.count, 0, "nothing reached Apple")
+            let recorded = try answers(h)
+            XCTAssertEqual(recorded.map(\.type), [LedgerEventType.consumptionNotSent])
+            XCTAssertEqual(recorded.first?.payload["reason"] as? String, "family_shared")
+            XCTAssertTrue((recorded.first?.payload["message"] as? String ?? "").contains("FAMILY_SHARED"))
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            XCTAssertTrue(metrics.contains(#"ledger_consumption_answers_total{outcome="not_sent",reason="family_shared"} 1"#), metrics)
         }
     }
 
@@ -154,7 +188,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             XCTAssertGreaterThan(row.nextAttemptAt, F.now, "backoff: not due at once")
             XCTAssertTrue(row.lastError?.contains("5000001") ?? false, "\(row)")
             // Due again: Apple refuses (a final 400): refused, with Apple's answer on record.
-            _ = try h.admin.query("UPDATE consumption_outbox SET next_attempt_at = 0", name: "due now")
+            _ = try h.admin.query("UPDATE outbox_items SET next_attempt_at = 0 WHERE consumer = 'apple.consumption'", name: "due now")
             fake.enqueueFailure(FakeAppStoreServer.Failure(status: 400, errorCode: 4_000_036), endpoint: .consumption)
             pass = try await h.app.appleAPI.consumption.pass()
             XCTAssertEqual(pass.answered, 1)
@@ -165,7 +199,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             // A request whose window closed while it waited: not sent, window_expired.
             try await subscriptionWithConsumptionRequest(h, fake, otid: "1000000000001401", token: token)
             _ = try await h.app.store.reconciliation.enqueueConsumptionRequests(signedSince: 0, now: F.now)
-            _ = try h.admin.query("UPDATE consumption_outbox SET deadline = 1, next_attempt_at = 0 WHERE status = 'pending'", name: "expire")
+            _ = try h.admin.query("UPDATE outbox_items SET payload = jsonb_set(payload, '{deadline}', '1'), next_attempt_at = 0 WHERE consumer = 'apple.consumption' AND status = 'pending'", name: "expire")
             _ = try await h.app.appleAPI.consumption.pass()
             XCTAssertEqual(try answers(h).last?.payload["reason"] as? String, "window_expired")
             XCTAssertEqual(fake.consumptionRequests.count, 0)
@@ -214,7 +248,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         XCTAssertEqual(fake.consumptionRequests.count, 0)
 
         let admin = try Connection(conninfo: database.adminConninfo)
-        _ = try admin.query("UPDATE consumption_outbox SET next_attempt_at = 0", name: "backoff over")
+        _ = try admin.query("UPDATE outbox_items SET next_attempt_at = 0 WHERE consumer = 'apple.consumption'", name: "backoff over")
         let b = try ServiceInstance(database: database, rootFile: rootFile, environment: api.environment)
         // B's sender service runs as `ledger serve` runs it, until both are answered.
         let service = ConsumptionSenderService(responder: b.app.appleAPI.consumption, interval: .milliseconds(50), log: Log(minimum: .error))
@@ -227,7 +261,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         let sent = try admin.query("SELECT stream_id FROM events WHERE type = $1 ORDER BY stream_id", [.text(LedgerEventType.consumptionSent)],
                                    name: "sent").rows.map { try $0.decode(String.self, "stream_id") }
         XCTAssertEqual(sent, ["1000000000001501", "1000000000001601"])
-        XCTAssertEqual(try admin.query("SELECT count(*) AS n FROM consumption_outbox WHERE status = 'pending'", name: "pending")
+        XCTAssertEqual(try admin.query("SELECT count(*) AS n FROM outbox_items WHERE consumer = 'apple.consumption' AND status = 'pending'", name: "pending")
             .first!.decode(Int64.self, "n"), 0)
         await b.stop()
         await api.stop()
@@ -287,7 +321,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         let otid = "1000000000001701"
         let expires = F.now + 10 * day
         receipts.register(receiptData: Self.receiptSandbox, .init(environment: .sandbox, answer: Self.receiptAnswer(otid: otid, expires: expires)))
-        try await withService(environment: ["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString]) { h in
+        try await withService(environment: ["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString, "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]) { h in
             func post(_ body: String, token: String? = "app-token") async throws -> ServiceHarness.Answer {
                 try await h.request("POST", "/v1/apple/receipts", body: Data(body.utf8), token: token)
             }
@@ -343,7 +377,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
     func testWithoutTheSharedSecretReceiptsAreRefusedBeforeAskingApple() async throws {
         let receipts = FakeVerifyReceipt(sharedSecret: nil)
         try receipts.start()
-        try await withService(environment: ["LEDGER_APPLE_SHARED_SECRET": "", "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString]) { h in
+        try await withService(environment: ["LEDGER_APPLE_SHARED_SECRET": "", "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString, "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]) { h in
             let a = try await h.request("POST", "/v1/apple/receipts", body: Data(#"{"receipt": "\#(Self.receiptSandbox)"}"#.utf8), token: "app-token")
             XCTAssertEqual(a.status, 422, a.text)
             XCTAssertEqual(a.errorCode, "shared_secret_not_configured")

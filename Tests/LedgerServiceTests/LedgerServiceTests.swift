@@ -1,4 +1,5 @@
 import XCTest
+import LedgerMetrics
 import Crypto
 @testable import LedgerService
 
@@ -106,19 +107,19 @@ final class LogAndMetricsTests: XCTestCase {
         XCTAssertEqual(back?.first, "evil\n{\"level\":\"error\"}\u{0}")
     }
 
-    func testPrometheusRendering() {
-        let m = Metrics()
-        m.describe("ledger_http_requests_total", type: "counter", help: "HTTP requests by route and status")
+    func testPrometheusRendering() async {
+        let m = MetricsRegistry()
+        m.describe("ledger_http_requests_total", type: .counter, help: "HTTP requests by route and status")
         m.increment("ledger_http_requests_total", ["route": "/healthz", "status": "200"])
         m.increment("ledger_http_requests_total", ["route": "/healthz", "status": "200"])
         m.observe("ledger_http_request_seconds", ["route": "/healthz"], value: 0.003)
         m.gauge("ledger_pool_in_use", help: "connections in use") { [(labels: [:], value: 3)] }
-        let text = m.render()
+        let text = await m.render()
         XCTAssertTrue(text.contains("ledger_http_requests_total{route=\"/healthz\",status=\"200\"} 2\n"), text)
         XCTAssertTrue(text.contains("ledger_http_request_seconds_bucket{route=\"/healthz\",le=\"0.0025\"} 0\n"), text)
         XCTAssertTrue(text.contains("ledger_http_request_seconds_bucket{route=\"/healthz\",le=\"0.005\"} 1\n"), text)
         XCTAssertTrue(text.contains("ledger_http_request_seconds_count{route=\"/healthz\"} 1\n"), text)
         XCTAssertTrue(text.contains("ledger_pool_in_use 3\n"), text)
-        XCTAssertEqual(Metrics.render(["b": "x\"y\\z\nw", "a": "plain"]), "a=\"plain\",b=\"x\\\"y\\\\z\\nw\"")
+        XCTAssertEqual(MetricsRegistry.render(["b": "x\"y\\z\nw", "a": "plain"]), "a=\"plain\",b=\"x\\\"y\\\\z\\nw\"")
     }
 }

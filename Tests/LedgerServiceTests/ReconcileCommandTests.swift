@@ -48,7 +48,7 @@ final class ReconcileCommandTests: XCTestCase {
                 "LEDGER_APPLE_BUNDLE_IDS": "com.example", "LEDGER_APPLE_APP_APPLE_IDS": "1234",
                 "LEDGER_APPLE_ENVIRONMENTS": "Sandbox,Production", "LEDGER_APPLE_ALLOW_TEST_ROOTS": "true",
                 "LEDGER_APPLE_API_ISSUER_ID": fake.credentials.issuerId, "LEDGER_APPLE_API_KEY_ID": fake.credentials.keyId,
-                "LEDGER_APPLE_API_BASE_URL": fake.baseURL.absoluteString,
+                "LEDGER_APPLE_API_BASE_URL": fake.baseURL.absoluteString, "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true",
             ]
             // The key through a Docker-style secret file holding the .p8 itself.
             env["LEDGER_APPLE_API_PRIVATE_KEY_FILE"] = try XCTUnwrap(h.app.configuration.appleAPI.privateKey?.value)
@@ -180,6 +180,17 @@ final class ReconcileCommandTests: XCTestCase {
         }
         XCTAssertThrowsError(try configuration(["LEDGER_APPLE_SAMPLE_CONTENT": "maybe"]))
         XCTAssertThrowsError(try configuration(["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": "ftp://x"]).appleAPI.verifyReceiptConfiguration(sharedSecret: nil))
+        // The body carries the shared secret: plain http is refused, to loopback too unless the setting allows it.
+        for url in ["http://receipts.example", "http://127.0.0.1:9"] {
+            XCTAssertThrowsError(try configuration(["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": url]).appleAPI.verifyReceiptConfiguration(sharedSecret: nil)) {
+                XCTAssertTrue("\($0)".contains("LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL"), "\($0)")
+            }
+        }
+        XCTAssertNoThrow(try configuration(["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": "http://127.0.0.1:9",
+                                            "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]).appleAPI.verifyReceiptConfiguration(sharedSecret: nil))
+        XCTAssertThrowsError(try configuration(["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": "http://receipts.example",
+                                                "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]).appleAPI.verifyReceiptConfiguration(sharedSecret: nil),
+                             "the setting opens loopback only")
         // The file form.
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-config-\(UUID().uuidString).json")
         try Data(#"{"apple": {"api": {"reconcileEvery": "2h", "refundPreference": {"undelivered": "GRANT_FULL", "otherwise": "DECLINE"}, "sampleContentProvided": false}}}"#.utf8).write(to: file)

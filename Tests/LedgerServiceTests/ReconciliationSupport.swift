@@ -29,7 +29,8 @@ final class AppleAPIFixture: @unchecked Sendable {
 
     var environment: [String: String] {
         ["LEDGER_APPLE_API_ISSUER_ID": fake.credentials.issuerId, "LEDGER_APPLE_API_KEY_ID": fake.credentials.keyId,
-         "LEDGER_APPLE_API_PRIVATE_KEY": keyFile.path, "LEDGER_APPLE_API_BASE_URL": fake.baseURL.absoluteString]
+         "LEDGER_APPLE_API_PRIVATE_KEY": keyFile.path, "LEDGER_APPLE_API_BASE_URL": fake.baseURL.absoluteString,
+         "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]
     }
 
     func stop() async {

@@ -1,4 +1,5 @@
 import AppStore
+import LedgerMetrics
 import Foundation
 import HTTPServer
 import LedgerCore
@@ -293,9 +294,10 @@ final class ReconciliationTests: XCTestCase {
                 store: h.app.store, ingestor: c.ingestor,
                 clients: ["Sandbox": AppStoreServerAPIClient(
                     configuration: try AppStoreServerAPIConfiguration(issuerId: fake.credentials.issuerId, keyId: fake.credentials.keyId,
-                                                                      privateKey: wrongKey.key, bundleId: "com.example", baseURL: fake.baseURL),
+                                                                      privateKey: wrongKey.key, bundleId: "com.example", baseURL: fake.baseURL,
+                                                                      allowsPlainHTTPLoopback: true),
                     environment: .sandbox)],
-                bundleId: "com.example", catalog: c.catalog, metrics: Metrics(), log: Log(minimum: .error))
+                bundleId: "com.example", catalog: c.catalog, metrics: MetricsRegistry(), log: Log(minimum: .error))
             do {
                 _ = try await misconfigured.run(ReconcileRequest(since: t0 - day, environments: ["Sandbox"]))
                 XCTFail("a refused key must fail the run")

@@ -21,6 +21,7 @@ final class WeChatReconcileTests: XCTestCase {
         var env = WeChatSide.environment
         env["LEDGER_WECHAT_APP_SECRET"] = fake.appSecret
         env["LEDGER_WECHAT_API_BASE_URL"] = fake.baseURL.absoluteString
+        env["LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK"] = "true"
         do {
             try await withService(environment: env) { h in try await body(fake, h) }
         } catch {
@@ -196,6 +197,7 @@ final class WeChatReconcileTests: XCTestCase {
         var env = WeChatSide.environment
         env["LEDGER_WECHAT_APP_SECRET"] = "a-wrong-secret"
         env["LEDGER_WECHAT_API_BASE_URL"] = fake.baseURL.absoluteString
+        env["LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK"] = "true"
         try await withService(environment: env) { h in
             try await side.push(h, WeChatSide.signing(otid: "7900000000000004", openId: "oSecret", product: product,
                                                       signed: Clock.nowMillis() - Self.day, renewal: Clock.nowMillis() + Self.day))
@@ -224,6 +226,8 @@ final class WeChatReconcileTests: XCTestCase {
             env["LEDGER_DATABASE_URL"] = h.database.serviceConninfo
             env["LEDGER_WECHAT_APP_SECRET"] = fake.appSecret
             env["LEDGER_WECHAT_API_BASE_URL"] = fake.baseURL.absoluteString
+            env["LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK"] = "true"
+        env["LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK"] = "true"
             let dry = try LedgerBinary.run(binary, ["reconcile", "--wechat", "--dry-run"], environment: env)
             XCTAssertEqual(dry.status, 0, dry.output)
             XCTAssertTrue(dry.output.contains("1 differ"), dry.output)

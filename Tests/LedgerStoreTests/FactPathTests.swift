@@ -80,7 +80,7 @@ final class FactPathTests: XCTestCase {
 
         // Blue/green: facts of another version stay until dropped, then go; its checkpoint retires.
         let current = try allFacts().count
-        XCTAssertEqual(current, recorded.count + 2, "the late purchase states a transaction and renewal info")
+        XCTAssertEqual(current, recorded.count + 3, "the late purchase states a transaction, its not-revoked statement and renewal info")
         try database.adminScript("""
             INSERT INTO facts SELECT 1, position, ordinal, recorded_at, stream_id, subscription, kind, origin, message, signed_at,
               effective_at, transaction_id, order_alias, customer_id, has_transaction, tx_original_transaction_id,

@@ -20,6 +20,32 @@ final class ProjectionLiveTests: XCTestCase {
         database?.drop()
     }
 
+    /// Issue 20 rule 4, with injected clocks: the projector folds before the first purchase (no
+    /// row: nothing had begun), and the readers ask at later "now"s. The subscription and the
+    /// customer's entitlements appear by themselves once the purchaseDate comes, no event needed.
+    func testASubscriptionFoldedBeforeItsFirstPurchaseShowsOnceItsTimeComes() async throws {
+        let purchase: EpochMillis = 1_735_689_600_000  // the hostile event's purchaseDate
+        let projector = Projector(catalog: ProjectionFixture.catalog, clock: { purchase - 60_000 })
+        let store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
+        let customer = "future-customer"
+        _ = try await store.append(ProjectionFixture.hostileEvent(stream: "9000000000077", customer: customer))
+        let key = SubscriptionKey(environment: "Sandbox", originalTransactionId: "9000000000077")
+        let queries = ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog)
+        let early = try await queries.subscription(key, now: purchase - 1)
+        XCTAssertNil(early, "nothing had begun")
+        let none = try await queries.entitlements(customerId: customer, environment: "Sandbox", now: purchase - 1)
+        XCTAssertEqual(none, [])
+        let later = try await queries.subscription(key, now: purchase + 1_000)
+        XCTAssertEqual(later?.status, .active)
+        XCTAssertEqual(later?.productId, "com.example.premium.monthly")
+        let grants = try await queries.entitlements(customerId: customer, environment: "Sandbox", now: purchase + 1_000)
+        XCTAssertEqual(grants.map(\.entitlement), ["basic", "premium"])
+        let production = try await queries.entitlements(customerId: customer, environment: "Production", now: purchase + 1_000)
+        XCTAssertEqual(production, [], "another environment's subscription grants nothing here")
+        let unknown = try await queries.subscription(ProjectionFixture.key("9000000000078"), now: purchase + 1_000)
+        XCTAssertNil(unknown)
+    }
+
     func testLiveTablesEqualTheFoldOfTheEventsAtEveryEvaluationTime() async throws {
         let clock = ProjectionFixture.start + 200 * ProjectionFixture.day
         let projector = Projector(catalog: ProjectionFixture.catalog, clock: { clock })

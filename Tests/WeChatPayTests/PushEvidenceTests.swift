@@ -99,7 +99,8 @@ final class WeChatServerAPITests: XCTestCase {
         let fake = FakeWeChatAPI()
         try fake.start()
         let api = WeChatServerAPI(configuration: try WeChatServerAPIConfiguration(
-            baseURL: fake.baseURL, appId: fake.appId, appSecret: secret ?? fake.appSecret, appKey: appKey ?? fake.appKey))
+            baseURL: fake.baseURL, appId: fake.appId, appSecret: secret ?? fake.appSecret, appKey: appKey ?? fake.appKey,
+            allowsPlainHTTPLoopback: true))
         do { try await body(fake, api) } catch {
             await fake.shutdown()
             throw error

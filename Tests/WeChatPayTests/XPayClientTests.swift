@@ -1,66 +1,48 @@
 import Crypto
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
+import LedgerTesting
 @testable import WeChatPay
 import XCTest
 
-/// Answers like WeChat would and records what was sent: `stable_token` gets an access token
-/// (containing '+', '/' and '='), every other endpoint `body`.
-final class RecordingTransport: XPayTransport, @unchecked Sendable {
-    static let accessToken = "AT+/=x"
-    let status: Int
-    let body: Data
-    private let lock = NSLock()
-    private var _sent: [URLRequest] = []
-    var sent: [URLRequest] { lock.withLock { _sent } }
-
-    init(status: Int = 200, body: String) {
-        self.status = status
-        self.body = Data(body.utf8)
-    }
-
-    func send(_ request: URLRequest) async throws -> (status: Int, body: Data) {
-        lock.withLock { _sent.append(request) }
-        if request.url?.path.hasSuffix("/cgi-bin/stable_token") == true {
-            return (200, Data(#"{"access_token":"\#(Self.accessToken)","expires_in":7200}"#.utf8))
-        }
-        return (status, body)
-    }
-}
-
-/// The server API client as the reconciliation builds it, over `transport`.
-func serverAPI(_ base: String = "https://wechat.example.test/base", transport: any XPayTransport) throws -> WeChatServerAPI {
+/// A client whose base is never reached (requests that fail before sending), or `base`.
+func serverAPI(_ base: String = "https://wechat.example.test/base", allowsLoopback: Bool = false) throws -> WeChatServerAPI {
     try WeChatServerAPI(configuration: WeChatServerAPIConfiguration(baseURL: URL(string: base)!, appId: "wxapp",
-                                                                     appSecret: "APP_SECRET_456", appKey: "12345"),
-                        transport: transport)
+                                                                     appSecret: "APP_SECRET_456", appKey: "12345",
+                                                                     allowsPlainHTTPLoopback: allowsLoopback),
+                        sleep: { _ in })
 }
 
 final class XPayClientTests: XCTestCase {
     let seedAnswer = #"{"errcode":0,"errmsg":"ok","authorization_state":"SIGNED","apple_subscription_info":{"original_transaction_id":"2000001147426510","auto_renew_status":1,"recent_subscription_start_date":1775226065000,"renewal_date":1775226245000}}"#
 
+    /// Through the outbound client to the loopback fake, which checks the token and pay_sig over
+    /// the exact body it received.
     func testRequestIsSignedOverTheBodySent() async throws {
-        let t = RecordingTransport(body: seedAnswer)
-        let client = try serverAPI(transport: t)
-        let contract = try await client.subscribeContract(openId: "oUser1", productId: "subscription_vip_monthly").value
-        XCTAssertEqual(contract, SubscribeContract(authorizationState: .signed, appleSubscriptionInfo: .init(
+        let fake = FakeWeChatAPI(appId: "wxapp", appSecret: "APP_SECRET_456", appKey: "12345")
+        try fake.start()
+        defer { Task { await fake.shutdown() } }
+        let expected = SubscribeContract(authorizationState: .signed, appleSubscriptionInfo: .init(
             originalTransactionId: "2000001147426510", autoRenewStatus: 1,
-            recentSubscriptionStartDate: 1_775_226_065_000, renewalDate: 1_775_226_245_000)))
-        XCTAssertEqual(t.sent.count, 2, "a token, then the question")
-        let req = try XCTUnwrap(t.sent.last)
-        XCTAssertEqual(req.httpMethod, "POST")
-        XCTAssertEqual(req.value(forHTTPHeaderField: "Content-Type"), "application/json")
-        let url = try XCTUnwrap(req.url)
-        XCTAssertEqual(url.host, "wechat.example.test")
-        XCTAssertEqual(url.path, "/base/xpay/query_subscribe_contract")
-        let items = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems ?? []
-        XCTAssertEqual(items.first { $0.name == "access_token" }?.value, "AT+/=x", "'+' survives the query encoding")
-        let body = try XCTUnwrap(req.httpBody)
-        XCTAssertEqual(items.first { $0.name == "pay_sig" }?.value,
-                       Hex.encode(Digest.hmacSHA256(key: Array("12345".utf8), Array("/xpay/query_subscribe_contract&".utf8) + [UInt8](body))))
-        let sentBody = try JSONSerialization.jsonObject(with: body) as? [String: String]
+            recentSubscriptionStartDate: 1_775_226_065_000, renewalDate: 1_775_226_245_000))
+        fake.setContract(openId: "oUser1", productId: "subscription_vip_monthly", expected)
+        let client = try serverAPI(fake.baseURL.appendingPathComponent("").absoluteString, allowsLoopback: true)
+        let contract = try await client.subscribeContract(openId: "oUser1", productId: "subscription_vip_monthly").value
+        XCTAssertEqual(contract, expected)
+        let seen = fake.seen
+        XCTAssertEqual(seen.map(\.path), ["/cgi-bin/stable_token", "/xpay/query_subscribe_contract"], "a token, then the question")
+        XCTAssertEqual(seen.map(\.refusal), [nil, nil], "the fake accepted the token and pay_sig")
+        let question = try XCTUnwrap(seen.last)
+        XCTAssertEqual(question.query["pay_sig"],
+                       Hex.encode(Digest.hmacSHA256(key: Array("12345".utf8), Array("/xpay/query_subscribe_contract&".utf8) + [UInt8](question.body))))
+        let sentBody = try JSONSerialization.jsonObject(with: question.body) as? [String: String]
         XCTAssertEqual(sentBody, ["mode": "apple", "openid": "oUser1", "product_id": "subscription_vip_monthly"])
+        // A plain-http base is refused unless the loopback setting allows it: nothing is sent.
+        let strict = try? serverAPI(fake.baseURL.absoluteString, allowsLoopback: false)
+        XCTAssertNil(strict, "plain http accepted without LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK")
+        XCTAssertThrowsError(try serverAPI("http://api.weixin.qq.com", allowsLoopback: true)) { error in
+            XCTAssertTrue("\(error)".contains("LEDGER_WECHAT_API_BASE_URL"), "\(error)")
+        }
+        XCTAssertEqual(fake.seen.count, 2)
     }
 
     func testAnswersDecoded() throws {
@@ -88,7 +70,7 @@ final class XPayClientTests: XCTestCase {
         XCTAssertEqual(error(200, "not json")?.code, "wechat_invalid_response")
         XCTAssertEqual(error(200, #"{"errcode":0,"authorization_state":"MAYBE"}"#)?.code, "wechat_invalid_response")
 
-        let client = try serverAPI(transport: RecordingTransport(body: "{}"))
+        let client = try serverAPI()
         do {
             _ = try await client.subscribeContract(openId: "", productId: "p")
             XCTFail("empty openid accepted")
@@ -97,10 +79,10 @@ final class XPayClientTests: XCTestCase {
         }
     }
 
-    /// A real socket: nothing listens on port 9 of localhost, so URLSession fails (after the
+    /// A real socket: nothing listens on port 9 of localhost, so the outbound client fails (after the
     /// client's retries); the error is typed and repeats no secret.
     func testUnreachableServerWithRealURLSession() async throws {
-        let client = try serverAPI("http://127.0.0.1:9", transport: URLSessionTransport(timeout: 2))
+        let client = try serverAPI("http://127.0.0.1:9", allowsLoopback: true)
         do {
             _ = try await client.subscribeContract(openId: "o", productId: "p")
             XCTFail("no server, yet an answer")

@@ -1,4 +1,6 @@
 import Foundation
+import LedgerMetrics
+import Outbound
 
 /// The App Store Server API for one environment (reference/appstore-server-api.md): a fresh
 /// ES256 bearer token per request, bounded retries with backoff on 429/5xx (and Apple's retryable
@@ -10,13 +12,14 @@ import Foundation
 public struct AppStoreServerAPIClient: Sendable {
     public let configuration: AppStoreServerAPIConfiguration
     public let environment: AppStoreEnvironment
-    let transport: any AppleHTTPTransport
+    /// The one outbound client, target `apple_api` (https only; redirects never followed).
+    let http: OutboundClient
 
-    public init(configuration: AppStoreServerAPIConfiguration, environment: AppStoreEnvironment,
-                transport: any AppleHTTPTransport = URLSessionAppleTransport()) {
+    public init(configuration: AppStoreServerAPIConfiguration, environment: AppStoreEnvironment, metrics: MetricsRegistry? = nil) {
         self.configuration = configuration
         self.environment = environment
-        self.transport = transport
+        // Retry-After delays are read against the retry policy's clock (the one the waits use).
+        http = OutboundClient(target: configuration.outboundTarget(for: environment), metrics: metrics, clock: configuration.retry.now)
     }
 
     /// Longest walk through one paged endpoint: 10 000 pages of 20 is 200 000 notifications, far
@@ -210,25 +213,25 @@ public struct AppStoreServerAPIClient: Sendable {
     /// retryable, waiting `Retry-After` when Apple gives one, else exponential backoff.
     func perform(
         _ endpoint: String, method: String, path: String, query: [(String, String)], body: Data?
-    ) async throws(AppStoreServerAPIError) -> AppleHTTPResponse {
+    ) async throws(AppStoreServerAPIError) -> OutboundResponse {
         let policy = configuration.retry
-        let url = try url(path: path, query: query)
+        _ = try url(path: path, query: query)
         var attempt = 0
         while true {
             attempt += 1
             let token = try AppStoreAPIToken.make(configuration, nowMillis: policy.now())
             var headers = [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]
             if body != nil { headers.append(("Content-Type", "application/json")) }
-            let request = AppleHTTPRequest(method: method, url: url, headers: headers, body: body, timeoutSeconds: configuration.requestTimeoutSeconds)
+            let request = OutboundRequest(method: method, path: path, query: query, headers: headers, body: body)
             let failure: AppStoreServerAPIError
             var retryAt: Int64?
             do {
-                let response = try await transport.send(request)
-                if (200..<300).contains(response.status) { return response }
+                let response = try await http.send(request)
+                if response.isSuccess { return response }
                 failure = Self.error(endpoint: endpoint, response)
-                retryAt = RetryAfter.absoluteMillis(response.header("Retry-After"), now: policy.now())
+                retryAt = response.retryAt
             } catch {
-                failure = .transport(endpoint: endpoint, reason: error.reason)
+                failure = Self.error(endpoint: endpoint, error)
             }
             guard failure.isRetryable else { throw failure }
             let isRateLimit = failure.httpStatus == 429
@@ -252,7 +255,7 @@ public struct AppStoreServerAPIClient: Sendable {
 
     /// The typed error of a non-2xx answer: 401 has no body; others carry `{errorCode, errorMessage}`
     /// (or nothing, e.g. a proxy's 502).
-    static func error(endpoint: String, _ response: AppleHTTPResponse) -> AppStoreServerAPIError {
+    static func error(endpoint: String, _ response: OutboundResponse) -> AppStoreServerAPIError {
         if response.status == 401 { return .unauthorized(endpoint: endpoint) }
         let wire = try? JSONDecoder().decode(APIErrorWire.self, from: response.body)
         var code = wire?.errorCode
@@ -260,31 +263,25 @@ public struct AppStoreServerAPIClient: Sendable {
         return .apple(endpoint: endpoint, httpStatus: response.status, errorCode: code, errorMessage: wire?.errorMessage)
     }
 
-    func url(path: String, query: [(String, String)]) throws(AppStoreServerAPIError) -> URL {
-        let base = configuration.baseURL(for: environment)
-        var prefix = base.path
-        while prefix.hasSuffix("/") { prefix.removeLast() }
-        var text = "\(base.scheme ?? "https")://\(base.host ?? "")"
-        if let port = base.port { text += ":\(port)" }
-        text += prefix + path
-        if !query.isEmpty {
-            text += "?" + query.map { "\(Self.queryEscape($0.0))=\(Self.queryEscape($0.1))" }.joined(separator: "&")
+    /// No HTTP answer: a refused URL is a configuration error, the rest transport (retried).
+    static func error(endpoint: String, _ error: OutboundError) -> AppStoreServerAPIError {
+        switch error {
+        case .plainHTTPRefused, .invalidURL: .configuration(error.message)
+        case .responseTooLarge: .unreadableAnswer(endpoint: endpoint, reason: error.reason)
+        case .timedOut, .unreachable, .cancelled: .transport(endpoint: endpoint, reason: error.reason)
         }
-        guard let url = URL(string: text) else { throw .configuration("cannot build a URL from \(base) and \(path)") }
-        return url
     }
 
-    /// Only unreserved characters stay as they are: a token's `+`, `/` or `=` must not reach Apple
-    /// as a space or a separator.
-    static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-
-    static func queryEscape(_ s: String) -> String {
-        s.addingPercentEncoding(withAllowedCharacters: unreserved) ?? s
+    /// Where a request goes (the outbound client's URL rules: https, the base URL's path kept as a prefix).
+    func url(path: String, query: [(String, String)]) throws(AppStoreServerAPIError) -> URL {
+        do { return try http.url(for: OutboundRequest(method: "GET", path: path, query: query)) } catch {
+            throw .configuration(error.message)
+        }
     }
 
     func pathSegment(_ value: String, _ name: String) throws(AppStoreServerAPIError) -> String {
         guard !value.isEmpty, value.utf8.count <= 1024 else { throw .invalidRequest("\(name) must be 1 to 1024 bytes") }
-        return Self.queryEscape(value)
+        return OutboundClient.escape(value)
     }
 
     func encode<T: Encodable>(_ value: T, endpoint: String) throws(AppStoreServerAPIError) -> Data {

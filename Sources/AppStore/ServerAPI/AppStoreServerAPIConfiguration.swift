@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Outbound
 
 /// Apple's two App Store environments, spelled as Apple spells them in payloads.
 public enum AppStoreEnvironment: String, Sendable, CaseIterable, Codable {
@@ -61,8 +62,11 @@ public struct AppStoreServerAPIConfiguration: Sendable {
     /// Per HTTP attempt (Apple's libraries use 30 s).
     public var requestTimeoutSeconds: Double = 30
     public var retry = RetryPolicy()
+    /// `baseURL` may be plain http to a loopback fake (tests; `LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK`).
+    public let allowsPlainHTTPLoopback: Bool
 
-    public init(issuerId: String, keyId: String, privateKey: ECPrivateKey, bundleId: String, baseURL: URL? = nil) throws(AppStoreServerAPIConfigurationError) {
+    public init(issuerId: String, keyId: String, privateKey: ECPrivateKey, bundleId: String, baseURL: URL? = nil,
+                allowsPlainHTTPLoopback: Bool = false) throws(AppStoreServerAPIConfigurationError) {
         guard !issuerId.trimmingCharacters(in: .whitespaces).isEmpty else {
             throw .missing(variable: "LEDGER_APPLE_API_ISSUER_ID", why: "give the issuer id shown above the keys in App Store Connect → Users and Access → Integrations")
         }
@@ -75,9 +79,10 @@ public struct AppStoreServerAPIConfiguration: Sendable {
         guard privateKey.curve == .p256 else {
             throw .invalid(variable: "LEDGER_APPLE_API_PRIVATE_KEY", why: "the key is not a P-256 EC key; an In-App Purchase key (.p8) is")
         }
+        self.allowsPlainHTTPLoopback = allowsPlainHTTPLoopback
         if let baseURL {
-            guard let scheme = baseURL.scheme?.lowercased(), ["http", "https"].contains(scheme), baseURL.host != nil else {
-                throw .invalid(variable: "LEDGER_APPLE_API_BASE_URL", why: "give an absolute http(s) URL such as https://proxy.example:8443")
+            do { try Self.target(baseURL, allowsPlainHTTPLoopback, timeout: 30).validate() } catch {
+                throw .invalid(variable: "LEDGER_APPLE_API_BASE_URL", why: error.message)
             }
         }
         self.issuerId = issuerId
@@ -105,6 +110,7 @@ public struct AppStoreServerAPIConfiguration: Sendable {
     /// `LEDGER_APPLE_API_BUNDLE_ID`, else the first of `LEDGER_APPLE_BUNDLE_IDS`. Nil when none of
     /// the three credentials is set (the API is simply not configured); an error when only some are.
     public static func fromEnvironment(_ environment: [String: String]) throws(AppStoreServerAPIConfigurationError) -> AppStoreServerAPIConfiguration? {
+        let allowsLoopback = OutboundTarget.allowsPlainHTTPLoopback(environment: environment)
         func value(_ name: String) -> String? {
             guard let v = environment[name]?.trimmingCharacters(in: .whitespacesAndNewlines), !v.isEmpty else { return nil }
             return v
@@ -126,11 +132,22 @@ public struct AppStoreServerAPIConfiguration: Sendable {
             base = url
         }
         let key = try loadPrivateKey(path: given[2]!)
-        return try AppStoreServerAPIConfiguration(issuerId: given[0]!, keyId: given[1]!, privateKey: key, bundleId: bundleId, baseURL: base)
+        return try AppStoreServerAPIConfiguration(issuerId: given[0]!, keyId: given[1]!, privateKey: key, bundleId: bundleId, baseURL: base,
+                                                  allowsPlainHTTPLoopback: allowsLoopback)
     }
 
     /// Where requests for `environment` go.
     public func baseURL(for environment: AppStoreEnvironment) -> URL { baseURL ?? environment.defaultBaseURL }
+
+    /// The outbound target `apple_api` for `environment`.
+    public func outboundTarget(for environment: AppStoreEnvironment) -> OutboundTarget {
+        Self.target(baseURL(for: environment), allowsPlainHTTPLoopback, timeout: requestTimeoutSeconds)
+    }
+
+    static func target(_ base: URL, _ allowsLoopback: Bool, timeout: Double) -> OutboundTarget {
+        OutboundTarget(name: "apple_api", baseURL: base, setting: "LEDGER_APPLE_API_BASE_URL", allowsPlainHTTPLoopback: allowsLoopback,
+                       timeout: .milliseconds(Int64(max(timeout, 0.001) * 1000)))
+    }
 }
 
 /// Bounded retries with exponential backoff (full jitter), honouring `Retry-After`.

@@ -1,5 +1,7 @@
 import Foundation
 import LedgerCore
+import LedgerMetrics
+import Outbound
 
 /// Where verifyReceipt is and what to send it (reference/apple.md §4.3).
 public struct VerifyReceiptConfiguration: Sendable {
@@ -23,18 +25,35 @@ public struct VerifyReceiptConfiguration: Sendable {
     /// Attempts for Apple's "temporary" statuses (21002 may be temporary, 21005, 21009, 211xx
     /// with is-retryable) — on top of the HTTP-level retries of each request.
     public var maxStatusAttempts = 3
+    /// The URLs may be plain http to a loopback fake (tests; `LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK`).
+    public var allowsPlainHTTPLoopback = false
 
-    public init(productionURL: URL = productionURL, sandboxURL: URL = sandboxURL, sharedSecret: String?) {
+    public init(productionURL: URL = productionURL, sandboxURL: URL = sandboxURL, sharedSecret: String?, allowsPlainHTTPLoopback: Bool = false) {
         self.productionURL = productionURL
         self.sandboxURL = sandboxURL
         self.sharedSecret = sharedSecret
+        self.allowsPlainHTTPLoopback = allowsPlainHTTPLoopback
     }
 
     /// Both URLs under one base (tests, proxies): `<base>/production/verifyReceipt` and
     /// `<base>/sandbox/verifyReceipt`.
-    public init(baseURL: URL, sharedSecret: String?) {
+    public init(baseURL: URL, sharedSecret: String?, allowsPlainHTTPLoopback: Bool = false) {
         self.init(productionURL: baseURL.appendingPathComponent("production/verifyReceipt"),
-                  sandboxURL: baseURL.appendingPathComponent("sandbox/verifyReceipt"), sharedSecret: sharedSecret)
+                  sandboxURL: baseURL.appendingPathComponent("sandbox/verifyReceipt"), sharedSecret: sharedSecret,
+                  allowsPlainHTTPLoopback: allowsPlainHTTPLoopback)
+    }
+
+    /// The outbound target `verify_receipt` (absolute URLs: the two endpoints are on two hosts).
+    public var outboundTarget: OutboundTarget {
+        OutboundTarget(name: "verify_receipt", baseURL: nil, setting: "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL",
+                       allowsPlainHTTPLoopback: allowsPlainHTTPLoopback,
+                       timeout: .milliseconds(Int64(max(requestTimeoutSeconds, 0.001) * 1000)))
+    }
+
+    /// Refuses URLs the client would refuse (plain http but to an allowed loopback fake).
+    public func validate() throws(OutboundError) {
+        try outboundTarget.check(productionURL)
+        try outboundTarget.check(sandboxURL)
     }
 }
 
@@ -97,11 +116,13 @@ public enum VerifyReceiptError: Error, Equatable, CustomStringConvertible {
 /// with backoff. Apple deprecated verifyReceipt; it is kept for apps that still send receipts.
 public struct VerifyReceiptClient: Sendable {
     public let configuration: VerifyReceiptConfiguration
-    let transport: any AppleHTTPTransport
+    /// The one outbound client, target `verify_receipt` (the body carries the shared secret:
+    /// https only, redirects never followed).
+    let http: OutboundClient
 
-    public init(configuration: VerifyReceiptConfiguration, transport: any AppleHTTPTransport = URLSessionAppleTransport()) {
+    public init(configuration: VerifyReceiptConfiguration, metrics: MetricsRegistry? = nil) {
         self.configuration = configuration
-        self.transport = transport
+        http = OutboundClient(target: configuration.outboundTarget, metrics: metrics, clock: configuration.retry.now)
     }
 
     /// `receiptData`: the base64 app receipt.
@@ -150,13 +171,13 @@ public struct VerifyReceiptClient: Sendable {
         var attempt = 0
         while true {
             attempt += 1
-            let request = AppleHTTPRequest(
-                method: "POST", url: url, headers: [("Content-Type", "application/json"), ("Accept", "application/json")],
-                body: body, timeoutSeconds: configuration.requestTimeoutSeconds)
+            let request = OutboundRequest(
+                method: "POST", path: url.absoluteString, headers: [("Content-Type", "application/json"), ("Accept", "application/json")],
+                body: body)
             var failure: String
             var retryAt: Int64?
             do {
-                let response = try await transport.send(request)
+                let response = try await http.send(request)
                 if response.status == 200 {
                     // A tree, not JSONSerialization: on Linux an NSNumber 0 also reads as a Bool.
                     guard let object = (try? JSONDecoder().decode(JSONValue.self, from: response.body))?.objectValue,
@@ -173,9 +194,12 @@ public struct VerifyReceiptClient: Sendable {
                 }
                 failure = "HTTP \(response.status)"
                 guard response.status == 429 || response.status >= 500 else { throw VerifyReceiptError.transport(failure) }
-                retryAt = RetryAfter.absoluteMillis(response.header("Retry-After"), now: policy.now())
+                retryAt = response.retryAt
             } catch let e as VerifyReceiptError {
                 throw e
+            } catch let e as OutboundError {
+                guard e.isRetryable else { throw VerifyReceiptError.transport(e.message) }
+                failure = e.reason
             } catch {
                 failure = "\(error)"
             }

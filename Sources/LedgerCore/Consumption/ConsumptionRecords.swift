@@ -84,6 +84,9 @@ public enum ConsumptionAnswerRecord {
         case windowExpired = "window_expired"
         /// The ledger holds no transaction with the request's transactionId.
         case unknownTransaction = "unknown_transaction"
+        /// The transaction is a family member's (`inAppOwnershipType` FAMILY_SHARED): Apple's
+        /// endpoint refuses it (FamilyTransactionNotSupportedError, App Store Server API error codes).
+        case familyShared = "family_shared"
     }
 
     public static func payload(

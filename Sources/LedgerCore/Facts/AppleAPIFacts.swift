@@ -35,7 +35,7 @@ import Foundation
 /// | each `transactionInfo` without one | `reversal` of it (`detail.basis`): not revoked as of signing, so earlier revocations no longer hold | its signedDate, else the event's | signedAt |
 /// | each `renewalInfo` | `renewal` (the snapshot, absent fields cleared) | its signedDate, else the event's | signedAt |
 /// | receipt: each `latest_receipt_info` entry with `expires_date_ms` | `transaction` | the entry's own latest date (purchase, cancellation) | purchase_date_ms |
-/// | receipt: each such entry with `cancellation_date_ms` | `revocation` | cancellation_date_ms | cancellation_date_ms |
+/// | receipt: each such entry with `cancellation_date_ms`, but upgraded ones (`is_upgraded`: the upgrade, not a refund) | `revocation` | cancellation_date_ms | cancellation_date_ms |
 /// | receipt: the `pending_renewal_info` entry of each subscription | `renewal` | `receipt.request_date_ms` (Apple's answer time), else the subscription's latest date | signedAt |
 ///
 /// Receipt entries without `expires_date_ms` are not auto-renewable subscriptions (a receipt
@@ -318,7 +318,7 @@ enum AppleAPIFacts {
                     subscription: key, kind: .transaction, origin: .appleAPI, message: event.type, signedAt: own,
                     effectiveAt: snapshot.purchaseDate ?? own, transactionId: id, customerId: snapshot.appAccountToken,
                     transaction: snapshot))
-                if let cancelled {
+                if let cancelled, !AppleV1Facts.isUpgradeCancellation(e) {
                     var revoked = snapshot
                     revoked.revocationDate = cancelled
                     revoked.revocationReason = e.text("cancellation_reason").flatMap { Int($0) }

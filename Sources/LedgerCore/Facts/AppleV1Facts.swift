@@ -13,7 +13,7 @@ import Foundation
 /// | body | fact | signedAt | effectiveAt |
 /// |---|---|---|---|
 /// | the subscription's latest entry | `transaction` | business time | its purchase_date_ms |
-/// | each of its entries with `cancellation_date_ms` | `revocation` of that entry | business time | cancellation_date_ms |
+/// | each of its entries with `cancellation_date_ms`, but upgraded ones (`is_upgraded`) | `revocation` of that entry | business time | cancellation_date_ms |
 /// | its `pending_renewal_info` entry + top-level `auto_renew_*` | `renewal` | business time | business time |
 ///
 /// Facts come in the order of `AppleV1Subscription.entries` (never the array order Apple sent).
@@ -50,6 +50,7 @@ enum AppleV1Facts {
             transaction: snapshot))
         for e in subject.entries {
             guard let id = e.text("transaction_id"), let cancelled = millis(e.text("cancellation_date_ms")) else { continue }
+            if Self.isUpgradeCancellation(e) { continue }
             var revoked = transaction(e, id: id, environment: environment, bundleId: body.text("bid"))
             revoked.revocationDate = cancelled
             revoked.revocationReason = e.text("cancellation_reason").flatMap { Int($0) }
@@ -79,6 +80,13 @@ enum AppleV1Facts {
 
     static func millis(_ s: String?) -> EpochMillis? { AppleV1Subscription.millis(s) }
 
+    /// Apple: `cancellation_date_ms` is "the time Apple customer support canceled a transaction,
+    /// or the time an auto-renewable subscription plan was upgraded" (responseBody.Latest_receipt_info),
+    /// and `is_upgraded` "indicates that the system canceled a subscription because the user
+    /// upgraded". An upgraded entry's cancellation is the upgrade, not a refund: no revocation
+    /// (the upgrade itself is folded from `is_upgraded`).
+    static func isUpgradeCancellation(_ e: JSONValue) -> Bool { e.text("is_upgraded") == "true" }
+
     static func transaction(_ e: JSONValue, id: String, environment: String, bundleId: String?) -> TransactionFact {
         let expires = millis(e.text("expires_date_ms"))
         return TransactionFact(
@@ -107,7 +115,7 @@ enum AppleV1Facts {
 ///    entries of that product; every `original_transaction_id` in `latest_receipt_info`. Only
 ///    ids that have at least one `latest_receipt_info` entry are candidates.
 /// 2. The subscription is the candidate owning the latest entry.
-/// 3. "Latest" orders entries by `purchase_date_ms`, then `transaction_id`, then the entry's
+/// 3. "Latest" orders entries by `purchase_date_ms`, then `transaction_id` (as a number), then the entry's
 ///    canonical JSON (so even two entries alike in both are ordered by content, not position).
 /// 4. Its `pending_renewal_info` entry: the one with its `original_transaction_id`, preferring
 ///    one whose `auto_renew_product_id` is the notification's, then by canonical JSON.
@@ -213,12 +221,12 @@ public struct AppleV1Subscription: Sendable, Equatable {
         return v
     }
 
-    /// Rule 3: purchase_date_ms (absent first), then transaction_id, then canonical JSON.
+    /// Rule 3: purchase_date_ms (absent first), then transaction_id (`TransactionIdOrder`), then canonical JSON.
     static func precedes(_ a: JSONValue, _ b: JSONValue) -> Bool {
         let (pa, pb) = (millis(a.text("purchase_date_ms")) ?? .min, millis(b.text("purchase_date_ms")) ?? .min)
         if pa != pb { return pa < pb }
         let (ta, tb) = (a.text("transaction_id") ?? "", b.text("transaction_id") ?? "")
-        if ta != tb { return ta < tb }
+        if ta != tb { return TransactionIdOrder.precedes(ta, tb) }
         return canonical(a) < canonical(b)
     }
 

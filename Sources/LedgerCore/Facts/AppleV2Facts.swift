@@ -9,6 +9,8 @@ import Foundation
 /// | `renewalInfo` | `renewal` (the snapshot, absent fields cleared) | the renewal info's signedDate, else the notification's | signedAt |
 /// | REFUND, REVOKE | `revocation` of `transactionInfo.transactionId` | the notification's signedDate | revocationDate, else signedAt |
 /// | REFUND_REVERSED | `reversal` of that transaction | the notification's signedDate | signedAt |
+/// | any other type, `transactionInfo` with `revocationDate` | `revocation` (`detail.basis`) | the transaction's signedDate | revocationDate |
+/// | any other type, `transactionInfo` without one | `reversal` (`detail.basis`): not revoked as of signing | the transaction's signedDate | signedAt |
 /// | REFUND_DECLINED | `refund_declined` (evidence) | the notification's signedDate | signedAt |
 /// | CONSUMPTION_REQUEST | `consumption_request` (evidence, `detail.reason`) | the notification's signedDate | signedAt |
 ///
@@ -73,6 +75,26 @@ enum AppleV2Facts {
                     subscription: key, kind: evidence, origin: .appleV2, message: message, signedAt: notificationSigned,
                     transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot,
                     detail: Detail.json(["reason": Detail.text(payload.data?.consumptionRequestReason)])))
+            }
+            if !revoking.contains(type), type != "REFUND_REVERSED" {
+                // One rule with the App Store API answers (`AppleAPIFacts.transactionFacts`): every
+                // signed transaction states whether it is revoked as of its signedDate, whatever the
+                // notification type. A REFUND that was lost is healed by the next notification
+                // carrying the transaction (Apple: "revocationDate — the date that the App Store
+                // refunded the transaction or revoked it from Family Sharing", JWSTransactionDecodedPayload);
+                // without one, a reversal signed then undoes only revocations signed earlier, so a
+                // late-delivered older snapshot never undoes a newer refund.
+                if let revoked = tx.revocationDate?.millis {
+                    facts.append(Fact(
+                        subscription: key, kind: .revocation, origin: .appleV2, message: message, signedAt: signed,
+                        effectiveAt: revoked, transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot,
+                        detail: Detail.json(["basis": .string("snapshot with revocationDate")])))
+                } else {
+                    facts.append(Fact(
+                        subscription: key, kind: .reversal, origin: .appleV2, message: message, signedAt: signed,
+                        effectiveAt: signed, transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot,
+                        detail: Detail.json(["basis": .string("snapshot without revocationDate")])))
+                }
             }
         }
         if let renewal {

@@ -20,11 +20,15 @@ import Foundation
 /// Version 4: WeChat deliveries without PaidTime carry no purchase date, ordinary purchases and
 /// WeChat's API answers are facts, order links name their environment and the id they matched.
 ///
+/// Version 5 (Apple): every V2 transaction snapshot states a `revocation` (with revocationDate) or
+/// a `reversal` (without), whatever the notification type; V1 and receipt cancellations of upgraded
+/// entries (`is_upgraded`) are no revocations.
+///
 /// `schemaVersion` names the fact schema these decoders produce. Change it whenever a decoder
 /// would derive different facts from the same event; `ledger rederive` then derives the new
 /// version beside the old one (blue/green) and the readers switch when it is complete.
 public enum FactDecoder {
-    public static let schemaVersion = 4
+    public static let schemaVersion = 5
 
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).

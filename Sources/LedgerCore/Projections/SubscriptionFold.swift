@@ -7,9 +7,17 @@ import Foundation
 /// - **Transactions.** Per transactionId the snapshot signed last wins (ties: content);
 ///   `isUpgraded` is sticky once any snapshot says it.
 /// - **The transaction in effect at T** is the latest-purchased transaction with purchaseDate ≤ T
-///   that no later transaction superseded (an upgrade: Apple marks the replaced one `isUpgraded`).
+///   that no transaction superseded by T (an upgrade: Apple marks the replaced one `isUpgraded`; it
+///   is out of effect from the upgrade's purchase; a renewal of the old product Apple charged in
+///   the 24 hours before the upgrade is out of effect altogether — `supersession()`). Ties on
+///   purchaseDate go to the greater transactionId as a number (`TransactionIdOrder`).
 ///   A renewal signed before its period starts takes effect at its purchaseDate; a resubscription
 ///   after a refund is in effect from its purchase, whatever the refunded period's expiry.
+/// - **V1 never outranks Apple's signature.** Per transaction a V2 or App Store API snapshot beats
+///   any V1 one; a V1 renewal state counts only while no signed one is in effect; a transaction only
+///   V1 states is never in effect after the latest signed transaction's purchase; a V1 cancellation
+///   does not revoke a transaction Apple signed. At one V1 business time, a renewal-state message
+///   (DID_FAIL_TO_RENEW, DID_CHANGE_RENEWAL_PREF, …) outranks the purchase it shares the time with.
 /// - **Revocations.** A transaction is revoked at T iff the latest revocation naming it that is in
 ///   effect at T (revocationDate ≤ T) was signed later than the latest reversal signed by T. If the
 ///   transaction in effect is revoked, the subscription is `revoked`: an older, unexpired period
@@ -45,11 +53,19 @@ public struct SubscriptionFold: Sendable {
     struct Slot: Sendable {
         var snapshot: Fact
         var upgraded: Bool
+        /// Some snapshot of it came with DID_CHANGE_RENEWAL_PREF/UPGRADE: it is the new
+        /// transaction of an upgrade (sticky, like `upgraded`).
+        var statedUpgrade: Bool = false
         var purchaseDate: EpochMillis { snapshot.effectiveAt }
         var transaction: TransactionFact { snapshot.transaction! }
     }
 
     private var slots: [String: Slot] = [:]
+    /// Some transaction is upgraded or an upgrade: only then is `supersession` worked out.
+    private var hasUpgrades = false
+    /// The latest purchaseDate of a transaction Apple signed (V2 notification, App Store API): a
+    /// transaction only V1 states (unsigned, shared secret) is never in effect after it.
+    private var latestSignedPurchase: EpochMillis?
     private var revocations: [Fact] = []
     private var reversals: [Fact] = []
     private var renewals: [Fact] = []
@@ -85,11 +101,17 @@ public struct SubscriptionFold: Sendable {
         switch fact.kind {
         case .transaction:
             guard let tx = fact.transaction else { return }
+            let statedUpgrade = fact.message == Self.upgradeMessage
             if let i = slots.index(forKey: tx.transactionId) {
                 if Self.snapshotPrecedes(slots.values[i].snapshot, fact) { slots.values[i].snapshot = fact }
                 if tx.isUpgraded { slots.values[i].upgraded = true }
+                if statedUpgrade { slots.values[i].statedUpgrade = true }
             } else {
-                slots[tx.transactionId] = Slot(snapshot: fact, upgraded: tx.isUpgraded)
+                slots[tx.transactionId] = Slot(snapshot: fact, upgraded: tx.isUpgraded, statedUpgrade: statedUpgrade)
+            }
+            if tx.isUpgraded || statedUpgrade { hasUpgrades = true }
+            if fact.origin == .appleV2 || fact.origin == .appleAPI {
+                latestSignedPurchase = max(latestSignedPurchase ?? fact.effectiveAt, fact.effectiveAt)
             }
         case .revocation:
             revocations.append(fact)
@@ -239,23 +261,69 @@ public struct SubscriptionFold: Sendable {
         if let timeline { return timeline.period(at: asOf) }
         var best: Slot?
         var fallback: Slot?
+        let superseded = hasUpgrades ? supersession() : [:]
         for slot in slots.values where slot.purchaseDate <= asOf {
+            if slot.snapshot.origin == .appleV1, let signed = latestSignedPurchase, slot.purchaseDate > signed { continue }
             if fallback == nil || Self.purchasePrecedes(fallback!, slot) { fallback = slot }
-            if slot.upgraded { continue }
+            if let from = superseded[slot.transaction.transactionId], from <= asOf { continue }
             if best == nil || Self.purchasePrecedes(best!, slot) { best = slot }
         }
         let current = best ?? fallback
         return current.map { Period(slot: $0, start: $0.purchaseDate, end: $0.transaction.expiresDate) }
     }
 
+    /// Apple's message for an upgrade, which takes effect at once with a new transaction.
+    static let upgradeMessage = "DID_CHANGE_RENEWAL_PREF/UPGRADE"
+
+    /// Apple charges a renewal up to 24 hours before the period ends ("the App Store attempts to
+    /// renew … starting 24 hours before the subscription expires"): a renewal of the old product
+    /// can already exist when the customer upgrades inside that window.
+    static let preChargeWindow: EpochMillis = 86_400_000
+
+    /// From when each superseded transaction is out of effect (by transactionId):
+    /// - an upgraded transaction (`isUpgraded`) from the purchase of the upgrade that replaced it
+    ///   (the earliest transaction of another product bought inside its period), so `?at=` before
+    ///   the upgrade still answers it; from its own purchase when that upgrade is unknown;
+    /// - a renewal of another product that begins after an upgrade's purchase but at most 24 hours
+    ///   after it (charged before the upgrade, for the period the upgrade now covers), from its start.
+    /// An upgrade is a transaction stated with DID_CHANGE_RENEWAL_PREF/UPGRADE, or the one that
+    /// replaced an upgraded transaction; an upgrade is never superseded this way itself.
+    func supersession() -> [String: EpochMillis] {
+        var from: [String: EpochMillis] = [:]
+        let all = Array(slots.values)
+        var upgrades = Set(all.filter(\.statedUpgrade).map(\.transaction.transactionId))
+        for u in all where u.upgraded {
+            let end = u.transaction.expiresDate ?? .max
+            var by: Slot?
+            for c in all where c.transaction.transactionId != u.transaction.transactionId
+                && c.transaction.productId != u.transaction.productId && c.purchaseDate >= u.purchaseDate && c.purchaseDate < end {
+                if by == nil || Self.purchasePrecedes(c, by!) { by = c }
+            }
+            if let by { upgrades.insert(by.transaction.transactionId) }
+            from[u.transaction.transactionId] = by?.purchaseDate ?? u.purchaseDate
+        }
+        for c in all where upgrades.contains(c.transaction.transactionId) {
+            for x in all where !upgrades.contains(x.transaction.transactionId) && x.transaction.productId != c.transaction.productId
+                && x.purchaseDate > c.purchaseDate && x.purchaseDate - c.purchaseDate <= Self.preChargeWindow {
+                let id = x.transaction.transactionId
+                from[id] = min(from[id] ?? .max, x.purchaseDate)
+            }
+        }
+        return from
+    }
+
     /// The renewal state in effect at T: Apple's signed last; WeChat's by `WeChatTimeline.renewal`.
     func renewalInEffect(at asOf: EpochMillis, _ timeline: WeChatTimeline? = nil) -> Fact? {
         if let timeline { return timeline.renewal(at: asOf) }
         var best: Fact?
+        var v1: Fact?
         for f in renewals where f.signedAt <= asOf {
-            if best == nil || Self.renewalPrecedes(best!, f) { best = f }
+            // V1 (unsigned) renewal state counts only while Apple signed none by T.
+            if f.origin == .appleV1 {
+                if v1 == nil || Self.renewalPrecedes(v1!, f) { v1 = f }
+            } else if best == nil || Self.renewalPrecedes(best!, f) { best = f }
         }
-        return best
+        return best ?? v1
     }
 
     func tieInEffect(at asOf: EpochMillis) -> Fact? {
@@ -271,8 +339,11 @@ public struct SubscriptionFold: Sendable {
         if revocations.isEmpty { return nil }
         let names = names(of: transactionId)
         var latest: Fact?
+        // A V1 cancellation (unsigned) does not count against a transaction Apple signed.
+        let signed = slots[transactionId].map { $0.snapshot.origin != .appleV1 } ?? false
         for f in revocations where names.contain(f.transactionId) || names.contain(f.orderAlias) {
             if let asOf, f.effectiveAt > asOf { continue }
+            if signed, f.origin == .appleV1 { continue }
             if latest == nil || Self.signedPrecedes(latest!, f) { latest = f }
         }
         guard let revocation = latest else { return nil }
@@ -480,10 +551,10 @@ public struct SubscriptionFold: Sendable {
 
     // MARK: - Orders
 
-    /// Transaction in effect: latest purchaseDate, then transactionId.
+    /// Transaction in effect: latest purchaseDate, then transactionId (as a number).
     static func purchasePrecedes(_ a: Slot, _ b: Slot) -> Bool {
         if a.purchaseDate != b.purchaseDate { return a.purchaseDate < b.purchaseDate }
-        return a.transaction.transactionId < b.transaction.transactionId
+        return TransactionIdOrder.precedes(a.transaction.transactionId, b.transaction.transactionId)
     }
 
     /// Per-transaction merge: signed later wins, then content (Apple).
@@ -495,6 +566,10 @@ public struct SubscriptionFold: Sendable {
             if pa != pb { return pb }
             return a.contentPrecedes(b)
         }
+        // Apple-signed snapshots (V2, App Store API) always outrank V1's (unsigned: whoever holds
+        // the shared secret can post one).
+        let va = a.origin == .appleV1, vb = b.origin == .appleV1
+        if va != vb { return va }
         return signedPrecedes(a, b)
     }
 
@@ -513,8 +588,21 @@ public struct SubscriptionFold: Sendable {
             let ca = a.message != XPayEventName.goodsDeliver, cb = b.message != XPayEventName.goodsDeliver
             if ca != cb { return cb }
         }
+        if a.origin == .appleV1, b.origin == .appleV1, a.signedAt == b.signedAt {
+            // V1 dates a body by its receipt's dates, so a DID_FAIL_TO_RENEW or
+            // DID_CHANGE_RENEWAL_PREF about the current period carries the very time of the
+            // purchase that began it: at one time, the renewal-state message is the later news.
+            let ra = v1RenewalStateMessages.contains(a.message ?? ""), rb = v1RenewalStateMessages.contains(b.message ?? "")
+            if ra != rb { return rb }
+        }
         return signedPrecedes(a, b)
     }
+
+    /// V1 messages that state renewal state about a period already begun (Apple's
+    /// `notification_type`, App Store Server Notifications V1).
+    static let v1RenewalStateMessages: Set<String> = [
+        "V1/DID_FAIL_TO_RENEW", "V1/DID_CHANGE_RENEWAL_PREF", "V1/DID_CHANGE_RENEWAL_STATUS", "V1/PRICE_INCREASE_CONSENT",
+    ]
 
     // MARK: - Transactions
 
@@ -524,7 +612,10 @@ public struct SubscriptionFold: Sendable {
     public var transactions: [TransactionRecord] {
         let starts = isWeChat ? WeChatTimeline(self).startByOrder : [:]
         return slots.values.map { record(of: $0, start: starts[$0.transaction.transactionId]) }
-            .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
+            .sorted { a, b in
+                let (pa, pb) = (a.purchaseDate ?? .min, b.purchaseDate ?? .min)
+                return pa != pb ? pa < pb : TransactionIdOrder.precedes(a.transactionId, b.transactionId)
+            }
     }
 
     public func transaction(_ transactionId: String) -> TransactionRecord? {
@@ -569,6 +660,27 @@ public struct SubscriptionFold: Sendable {
             inAppOwnershipType: tx.inAppOwnershipType,
             signedDate: slot.snapshot.signedAt
         )
+    }
+}
+
+/// Apple issues transaction ids as decimal numbers that grow over time but not in width
+/// ("999999999999999" is older than "1000000000000000"), so ties on time compare them as numbers:
+/// all-digit ids by their value (leading zeros ignored, then by length), then as text; an all-digit
+/// id precedes any other (WeChat order ids are text).
+public enum TransactionIdOrder {
+    public static func precedes(_ a: String, _ b: String) -> Bool {
+        let da = isDigits(a), db = isDigits(b)
+        if da != db { return da }
+        if da {
+            let ta = a.drop { $0 == "0" }, tb = b.drop { $0 == "0" }
+            if ta.utf8.count != tb.utf8.count { return ta.utf8.count < tb.utf8.count }
+            if ta != tb { return ta < tb }
+        }
+        return a < b
+    }
+
+    static func isDigits(_ s: String) -> Bool {
+        !s.isEmpty && s.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
     }
 }
 

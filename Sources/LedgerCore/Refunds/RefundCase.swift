@@ -132,7 +132,7 @@ public struct RefundCase: Sendable, Equatable, Codable {
         public var recordedAt: EpochMillis
         /// `sent`, `refused` or `not_sent`.
         public var outcome: String
-        /// Why nothing was sent (`no_consent`, `no_customer`, `no_credentials`, `window_expired`, `unknown_transaction`).
+        /// Why nothing was sent (`no_consent`, `no_customer`, `no_credentials`, `window_expired`, `unknown_transaction`, `family_shared`).
         public var reason: String?
         public var message: String?
         /// The position of the CONSUMPTION_REQUEST it answers.

@@ -15,6 +15,7 @@ import Foundation
 /// | `revocation` of a REFUND, `reversal`, `refund_declined`, `consumption_request` (Apple V2) | one case per transactionId; the transaction snapshot each carries gives amount, customer, product |
 /// | `revocation` (not FAMILY_REVOKE) stated by an App Store API answer (`apple.api`) | a refund the ledger learned by asking (its notification was lost, or an earlier period's): opens or joins the transaction's case |
 /// | `reversal` stated by an App Store API answer | joins the transaction's case only where it undoes a refund in force (API snapshots state "not revoked" every time) |
+/// | `revocation` / `reversal` a V2 notification of another type states from its transaction (`detail.basis`) | as an App Store API answer's statement (a lost REFUND healed by the next notification) |
 /// | `consumption_answer` (ledger) | the ledger's answer to a consumption request: joins the transaction's case (`consumptionAnswers`) |
 ///
 /// An API answer restates what the ledger may already know: of its revocations and reversals only
@@ -48,8 +49,15 @@ public enum RefundCaseFold {
             case .wechat, .ledger:
                 wechat.add(f)
             case .appleV2:
-                guard let id = f.transactionId, let type = appleTypes[f.kind], notificationType(of: f) == type else { continue }
-                apple[id, default: []].append(f)
+                guard let id = f.transactionId, let type = appleTypes[f.kind] else { continue }
+                if notificationType(of: f) == type {
+                    apple[id, default: []].append(f)
+                } else if f.kind == .revocation || f.kind == .reversal, f.details["basis"] != nil {
+                    // What any other notification's transaction states (revoked or not as of its
+                    // signing): like an API answer's statement, it counts where it changes the case.
+                    if f.kind == .revocation, f.transaction?.revocationType == "FAMILY_REVOKE" { continue }
+                    api[id, default: []].append(f)
+                }
             case .appleAPI:
                 guard let id = f.transactionId, f.kind == .revocation || f.kind == .reversal else { continue }
                 if f.kind == .revocation, f.transaction?.revocationType == "FAMILY_REVOKE" { continue }
@@ -128,7 +136,7 @@ public enum RefundCaseFold {
         var kept: [Fact] = []
         var refundedAt: EpochMillis??
         for f in (notifications + statements).sorted(by: order) {
-            let isAPI = f.origin == .appleAPI
+            let isAPI = isStatement(f)
             switch f.kind {
             case .revocation:
                 let date = f.transaction?.revocationDate
@@ -145,14 +153,20 @@ public enum RefundCaseFold {
         return kept
     }
 
+    /// A revocation or reversal stated by a transaction snapshot (an App Store API answer, or a V2
+    /// notification of another type: `detail.basis`), not by a refund notification of its own.
+    static func isStatement(_ f: Fact) -> Bool {
+        f.origin == .appleAPI || ((f.kind == .revocation || f.kind == .reversal) && f.origin == .appleV2 && f.details["basis"] != nil)
+    }
+
     static func appleCase(orderId: String, entries all: [Fact], answers rawAnswers: [Fact] = []) -> RefundCase {
         let (raw, repeats) = restatementsRemoved(all)
         let entries = raw.sorted { ($0.signedAt, $0.position, $0.ordinal) < ($1.signedAt, $1.position, $1.ordinal) }
         let notes = entries.map { f in
             RefundCase.AppleNotificationEntry(
                 position: f.position, recordedAt: f.recordedAt,
-                notificationType: f.origin == .appleAPI ? appleTypes[f.kind] ?? "" : notificationType(of: f),
-                subtype: f.origin == .appleAPI ? nil : subtype(of: f), signedDate: f.signedAt,
+                notificationType: isStatement(f) ? appleTypes[f.kind] ?? "" : notificationType(of: f),
+                subtype: isStatement(f) ? nil : subtype(of: f), signedDate: f.signedAt,
                 consumptionRequestReason: f.details["reason"]?.text,
                 revocationDate: f.transaction?.revocationDate, revocationReason: f.transaction?.revocationReason,
                 revocationType: f.transaction?.revocationType, revocationPercentage: f.transaction?.revocationPercentage,

@@ -7,45 +7,10 @@ import LedgerStore
 /// with sorted keys): Apple's camelCase names and millisecond timestamps. Absent values are JSON
 /// null, so every documented key is always present.
 enum Representation {
-    static func subscription(_ s: SubscriptionState) -> JSONValue {
-        [
-            "originalTransactionId": .string(s.originalTransactionId),
-            "status": .string(s.status.rawValue),
-            "asOf": .integer(s.evaluatedAt),
-            "bundleId": .optional(s.bundleId),
-            "environment": .optional(s.environment),
-            "productId": .optional(s.productId),
-            "productType": .optional(s.productType),
-            "autoRenewProductId": .optional(s.autoRenewProductId),
-            "expiresDate": .optional(s.expiresDate),
-            "gracePeriodExpiresDate": .optional(s.gracePeriodExpiresDate),
-            "isInBillingRetryPeriod": .bool(s.isInBillingRetryPeriod),
-            "autoRenewStatus": .optional(s.autoRenewStatus),
-            "expirationIntent": .optional(s.expirationIntent),
-            "priceIncreaseStatus": .optional(s.priceIncreaseStatus),
-            "offerType": .optional(s.offerType),
-            "offerIdentifier": .optional(s.offerIdentifier),
-            "appAccountToken": .optional(s.appAccountToken),
-            "customer": customer(s),
-            "latestTransactionId": .optional(s.latestTransactionId),
-            "recentSubscriptionStartDate": .optional(s.recentSubscriptionStartDate),
-            "renewalDate": .optional(s.renewalDate),
-            "revocationDate": .optional(s.revocationDate),
-        ]
-    }
+    /// The one representation, shared with webhooks (`SubscriptionState.representation`).
+    static func subscription(_ s: SubscriptionState) -> JSONValue { s.representation }
 
-    /// Who the subscription belongs to and why: `source` is `tie` (an explicit
-    /// `POST /v1/customers/{id}/subscriptions`), `appAccountToken` or `openid`; `overrides` names
-    /// the customer the token (or openid) would have given when a tie says otherwise.
-    static func customer(_ s: SubscriptionState) -> JSONValue {
-        guard let id = s.customerId else { return .null }
-        var o: [String: JSONValue] = ["id": .string(id), "source": .optional(s.customerSource?.rawValue)]
-        if let other = s.implicitCustomerId {
-            o["overrides"] = .string(other)
-            o["note"] = .string("tied explicitly to \(id); the subscription's \(s.appAccountToken != nil ? "appAccountToken" : "openid") names \(other)")
-        }
-        return .object(o)
-    }
+    static func customer(_ s: SubscriptionState) -> JSONValue { s.customerRepresentation }
 
     static func entitlement(_ g: EntitlementGrant) -> JSONValue {
         [

@@ -1,4 +1,5 @@
 import AppStore
+import LedgerMetrics
 import Foundation
 import LedgerCore
 import LedgerStore
@@ -20,7 +21,7 @@ public struct AppleAPIUseCases: Sendable {
     let notConfigured: String
 
     init(configuration: LedgerConfiguration, ingestion: AppleIngestion, store: Store, catalog: ProductCatalog,
-         metrics: Metrics, log: Log) throws(LedgerAppError) {
+         metrics: MetricsRegistry, log: Log) throws(LedgerAppError) {
         let api = configuration.appleAPI
         let clientConfiguration: AppStoreServerAPIConfiguration?
         do {
@@ -34,11 +35,11 @@ public struct AppleAPIUseCases: Sendable {
         if let clientConfiguration {
             for environment in configuration.apple.environments {
                 guard let env = AppStoreEnvironment(text: environment) else { continue }
-                clients[environment] = AppStoreServerAPIClient(configuration: clientConfiguration, environment: env)
+                clients[environment] = AppStoreServerAPIClient(configuration: clientConfiguration, environment: env, metrics: metrics)
                 // The outbox retries later itself; each pass makes few attempts of its own.
                 var quick = clientConfiguration
                 quick.retry.maxAttempts = 2
-                consumptionClients[environment] = AppStoreServerAPIClient(configuration: quick, environment: env)
+                consumptionClients[environment] = AppStoreServerAPIClient(configuration: quick, environment: env, metrics: metrics)
             }
         }
         notConfigured = clientConfiguration == nil
@@ -70,7 +71,7 @@ public struct AppleAPIUseCases: Sendable {
             ? ("shared_secret_not_configured", "set LEDGER_APPLE_SHARED_SECRET (App Store Connect → the app → App Information → App-Specific Shared Secret): verifyReceipt needs it for receipts with auto-renewable subscriptions")
             : ("", "")
         receipts = ReceiptVerification(
-            client: VerifyReceiptClient(configuration: verifyReceipt),
+            client: VerifyReceiptClient(configuration: verifyReceipt, metrics: metrics),
             answers: receiptRefusal.0.isEmpty ? ingestion.ingestor.map { AppleAPIAnswerEvents(verifier: $0.verifier, acceptance: $0.acceptance) } : nil,
             refusal: receiptRefusal, store: store)
         every = api.reconcileEvery

@@ -1,4 +1,5 @@
 import AppStore
+import LedgerMetrics
 import Foundation
 import HTTPServer
 import LedgerCore
@@ -99,7 +100,7 @@ public final class AppleReconciliation: Sendable {
     let clients: [String: AppStoreServerAPIClient]
     let bundleId: String
     let catalog: ProductCatalog
-    let metrics: Metrics
+    let metrics: MetricsRegistry
     let log: Log
     let clock: @Sendable () -> EpochMillis
     /// How to wait for rate limits (tests shorten it).
@@ -119,7 +120,7 @@ public final class AppleReconciliation: Sendable {
     private let lastFinished = LatestTime()
 
     init(store: Store, ingestor: AppleNotificationIngestor, clients: [String: AppStoreServerAPIClient], bundleId: String,
-         catalog: ProductCatalog, metrics: Metrics, log: Log, clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis,
+         catalog: ProductCatalog, metrics: MetricsRegistry, log: Log, clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis,
          sleep: @escaping @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) },
          longestWait: Duration = .seconds(3600)) {
         self.store = store
@@ -133,10 +134,10 @@ public final class AppleReconciliation: Sendable {
         self.clock = clock
         self.sleep = sleep
         self.longestWait = longestWait
-        metrics.describe("ledger_reconcile_runs_total", type: "counter", help: "Reconciliation runs by trigger and outcome")
-        metrics.describe("ledger_reconcile_notifications_backfilled_total", type: "counter",
+        metrics.describe("ledger_reconcile_runs_total", type: .counter, help: "Reconciliation runs by trigger and outcome")
+        metrics.describe("ledger_reconcile_notifications_backfilled_total", type: .counter,
                          help: "Notifications stored by reconciliation that the webhook had not received")
-        metrics.describe("ledger_reconcile_subscriptions_drifted_total", type: "counter",
+        metrics.describe("ledger_reconcile_subscriptions_drifted_total", type: .counter,
                          help: "Subscriptions whose state a reconciliation run changed")
         let last = lastFinished
         metrics.gauge("ledger_reconcile_last_run_timestamp_seconds", help: "When this instance last finished a reconciliation run (0: never)") {

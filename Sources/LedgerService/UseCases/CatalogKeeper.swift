@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LedgerMetrics
 import LedgerCore
 import LedgerStore
 import Synchronization
@@ -99,13 +100,15 @@ final class CatalogKeeper: Sendable {
 
     /// Products of entitled subscriptions the configured catalog does not list: counted in
     /// `/metrics` (`ledger_unmapped_products`) and logged once per product.
-    func unmappedProductsMetric() async -> String {
-        guard !catalog.grantsProductIds, let products = try? await store.projections.unmappedProducts(now: Clock.nowMillis()) else { return "" }
-        let fresh = unmappedLogged.withLock { logged in products.filter { logged.insert($0).inserted } }
-        for product in fresh {
-            log.warn("an active product is missing from the product catalog; it grants no entitlement", ["productId": product])
+    func registerUnmappedProductsMetric(_ metrics: MetricsRegistry) {
+        guard !catalog.grantsProductIds else { return }
+        metrics.collect("ledger_unmapped_products", help: "Products of entitled subscriptions that the product catalog does not list") { [self] in
+            guard let products = try? await store.projections.unmappedProducts(now: Clock.nowMillis()) else { return nil }
+            let fresh = unmappedLogged.withLock { logged in products.filter { logged.insert($0).inserted } }
+            for product in fresh {
+                log.warn("an active product is missing from the product catalog; it grants no entitlement", ["productId": product])
+            }
+            return [(labels: [:], value: Double(products.count))]
         }
-        return "# HELP ledger_unmapped_products Products of entitled subscriptions that the product catalog does not list\n"
-            + "# TYPE ledger_unmapped_products gauge\nledger_unmapped_products \(products.count)\n"
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerMetrics
 import LedgerCore
 import LedgerStore
 
@@ -21,7 +22,7 @@ struct NotificationReceipt: Sendable, Equatable {
 /// store gave them (they render themselves: 503 for "retry later", 500 for a ledger defect).
 struct NotificationIntake: Sendable {
     let events: EventStore
-    let metrics: Metrics
+    let metrics: MetricsRegistry
     let log: Log
 
     func append(_ batch: [NewEvent], source: String) async throws(StoreError) -> [AppendOutcome] {

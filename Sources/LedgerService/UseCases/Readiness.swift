@@ -1,4 +1,5 @@
 import Foundation
+import LedgerMetrics
 import LedgerCore
 import LedgerStore
 
@@ -17,7 +18,7 @@ struct Readiness: Sendable {
     let store: Store
     let migrationsDirectory: URL?
     let catalog: CatalogKeeper
-    let metrics: Metrics
+    let metrics: MetricsRegistry
     let log: Log
 
     func report() async -> ReadinessReport {
@@ -47,6 +48,14 @@ struct Readiness: Sendable {
         if let failed = health.projections.first(where: \.isFailed), body["reason"] == nil {
             body["reason"] = .string("projection \(failed.name) is stopped on a failing event: \(failed.lastError ?? "?")")
         }
+        if let outbox = try? await store.outbox.statuses(now: Clock.nowMillis()) {
+            // Operators see a backlog here; it does not make the instance unready (the work waits durably).
+            body["outbox"] = .array(outbox.map { s in
+                ["consumer": .string(s.consumer), "pending": .integer(Int64(s.counts[.pending] ?? 0)),
+                 "done": .integer(Int64(s.counts[.done] ?? 0)), "exhausted": .integer(Int64(s.counts[.exhausted] ?? 0)),
+                 "oldestPendingSeconds": .number(Double(s.oldestPendingAgeMillis) / 1000)]
+            })
+        }
         body["catalog"] = await catalog.health()
         if store.configuration.readDatabaseURL != nil {
             var replica: [String: JSONValue] = ["status": health.replica == nil ? "unavailable" : "ok"]
@@ -64,25 +73,48 @@ struct Readiness: Sendable {
 
     /// The Prometheus text: the service's counters and gauges, then each projection's checkpoint,
     /// lag and stopped state read at scrape time (one small query), then unmapped products.
-    func metricsText() async -> String {
-        var out = metrics.render()
-        if let statuses = try? await store.projectionStatuses() {
-            out += "# HELP ledger_projection_position Last event position applied by each projection\n# TYPE ledger_projection_position gauge\n"
-            for s in statuses { out += "ledger_projection_position{projection=\"\(s.name)\"} \(s.position)\n" }
-            out += "# HELP ledger_projection_lag Events appended but not yet applied, per projection\n# TYPE ledger_projection_lag gauge\n"
-            for s in statuses { out += "ledger_projection_lag{projection=\"\(s.name)\"} \(s.lag)\n" }
-            out += "# HELP ledger_projection_failed 1 when the projection stopped on a failing event (see /readyz)\n# TYPE ledger_projection_failed gauge\n"
-            for s in statuses { out += "ledger_projection_failed{projection=\"\(s.name)\"} \(s.isFailed ? 1 : 0)\n" }
-        } else {
-            out += "# projection status unavailable: the database did not answer\n"
+    func metricsText() async -> String { await metrics.render() }
+
+    /// Registers the families read from the database at scrape time: each projection's checkpoint,
+    /// lag and failure, the hash chain's head, reads by source, unmapped products, WeChat's orphans.
+    func registerMetrics() {
+        let store = self.store, catalog = self.catalog
+        metrics.collect([
+            (name: "ledger_projection_position", type: .gauge, help: "Last event position applied by each projection"),
+            (name: "ledger_projection_lag", type: .gauge, help: "Events appended but not yet applied, per projection"),
+            (name: "ledger_projection_failed", type: .gauge, help: "1 when the projection stopped on a failing event (see /readyz)"),
+        ]) {
+            guard let statuses = try? await store.projectionStatuses() else { return nil }
+            return [
+                "ledger_projection_position": statuses.map { (labels: ["projection": $0.name], value: Double($0.position)) },
+                "ledger_projection_lag": statuses.map { (labels: ["projection": $0.name], value: Double($0.lag)) },
+                "ledger_projection_failed": statuses.map { (labels: ["projection": $0.name], value: $0.isFailed ? 1 : 0) },
+            ]
         }
-        if let head = try? await store.chain.head() {
-            // The value to compare with an anchor kept elsewhere (`ledger verify --anchor-file`).
-            out += "# HELP ledger_chain_head_position Last position of the hash chain over the event log\n# TYPE ledger_chain_head_position gauge\n"
-            out += "ledger_chain_head_position \(head.position)\n"
-            out += "# HELP ledger_chain_head Hash of the chain at its head (label hash; value 1)\n# TYPE ledger_chain_head gauge\n"
-            out += "ledger_chain_head{position=\"\(head.position)\",hash=\"\(head.hex)\"} 1\n"
+        metrics.collect([
+            (name: "ledger_outbox_items", type: .gauge, help: "Outbox items per consumer and status"),
+            (name: "ledger_outbox_oldest_pending_seconds", type: .gauge, help: "Age of the oldest undelivered item per consumer (0: none)"),
+        ]) {
+            guard let outbox = try? await store.outbox.statuses(now: Clock.nowMillis()) else { return nil }
+            return [
+                "ledger_outbox_items": outbox.flatMap { s in
+                    OutboxItemStatus.allCases.map { (labels: ["consumer": s.consumer, "status": $0.rawValue], value: Double(s.counts[$0] ?? 0)) }
+                },
+                "ledger_outbox_oldest_pending_seconds": outbox.map { (labels: ["consumer": $0.consumer], value: Double($0.oldestPendingAgeMillis) / 1000) },
+            ]
         }
-        return out + (await LedgerApp.readMetrics(store)) + (await catalog.unmappedProductsMetric()) + (await wechatMetricsText())
+        // The value to compare with an anchor kept elsewhere (`ledger verify --anchor-file`).
+        metrics.collect([
+            (name: "ledger_chain_head_position", type: .gauge, help: "Last position of the hash chain over the event log"),
+            (name: "ledger_chain_head", type: .gauge, help: "Hash of the chain at its head (label hash; value 1)"),
+        ]) {
+            guard let head = try? await store.chain.head() else { return nil }
+            return ["ledger_chain_head_position": [(labels: [:], value: Double(head.position))],
+                    "ledger_chain_head": [(labels: ["position": "\(head.position)", "hash": head.hex], value: 1)]]
+        }
+        LedgerApp.registerReadMetrics(metrics, store)
+        catalog.registerUnmappedProductsMetric(metrics)
+        registerWeChatMetrics()
     }
+
 }

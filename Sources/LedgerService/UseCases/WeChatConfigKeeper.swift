@@ -1,4 +1,5 @@
 import Crypto
+import LedgerMetrics
 import Foundation
 import LedgerCore
 import LedgerStore
@@ -65,24 +66,26 @@ struct WeChatConfigKeeper: Sendable {
 /// `/metrics` for WeChat, read at scrape time: orphan order streams (older than 24 h) and
 /// authentic pushes the ledger could not interpret.
 extension Readiness {
-    func wechatMetricsText() async -> String {
-        let day = Clock.nowMillis() - 24 * 3_600_000
-        guard let orphans = try? await store.wechat.orphanCount(recordedBefore: day),
-              let unreadable = try? await store.wechat.unreadableCount() else { return "" }
-        return "# HELP ledger_wechat_orphan_streams WeChat order streams (refunds, inquiries) no link ties to a subscription, first recorded over 24 h ago (GET /v1/wechat/orphans)\n"
-            + "# TYPE ledger_wechat_orphan_streams gauge\nledger_wechat_orphan_streams \(orphans)\n"
-            + "# HELP ledger_wechat_unreadable_events Authentic WeChat pushes stored as evidence that the ledger could not interpret\n"
-            + "# TYPE ledger_wechat_unreadable_events gauge\nledger_wechat_unreadable_events \(unreadable)\n"
+    func registerWeChatMetrics() {
+        let store = self.store
+        metrics.collect("ledger_wechat_orphan_streams", help: "WeChat order streams (refunds, inquiries) no link ties to a subscription, first recorded over 24 h ago (GET /v1/wechat/orphans)") {
+            guard let n = try? await store.wechat.orphanCount(recordedBefore: Clock.nowMillis() - 24 * 3_600_000) else { return nil }
+            return [(labels: [:], value: Double(n))]
+        }
+        metrics.collect("ledger_wechat_unreadable_events", help: "Authentic WeChat pushes stored as evidence that the ledger could not interpret") {
+            guard let n = try? await store.wechat.unreadableCount() else { return nil }
+            return [(labels: [:], value: Double(n))]
+        }
     }
 }
 
-extension Metrics {
+extension MetricsRegistry {
     /// The WeChat counters and histograms, described once.
     func describeWeChat() {
-        describe("ledger_wechat_unreadable_pushes_total", type: "counter", help: "Authentic WeChat pushes stored as evidence the ledger could not interpret, by event")
-        describe("ledger_wechat_stale_timestamps_total", type: "counter", help: "Signed WeChat pushes whose timestamp was outside the replay window (stored: their signature covers the body)")
-        describe("ledger_wechat_refund_decision_seconds", type: "histogram", help: "Refund inquiries: time from arrival to the reply being ready (decidedInMs)")
-        describe("ledger_wechat_refund_fallbacks_total", type: "counter", help: "Refund inquiries answered with the configured fallback, by reason (deadline, decision_error)")
-        describe("ledger_wechat_refund_answers_not_stored_total", type: "counter", help: "Refund answers not stored before WeChat's deadline (answered 503; WeChat asks again)")
+        describe("ledger_wechat_unreadable_pushes_total", type: .counter, help: "Authentic WeChat pushes stored as evidence the ledger could not interpret, by event")
+        describe("ledger_wechat_stale_timestamps_total", type: .counter, help: "Signed WeChat pushes whose timestamp was outside the replay window (stored: their signature covers the body)")
+        describe("ledger_wechat_refund_decision_seconds", type: .histogram, help: "Refund inquiries: time from arrival to the reply being ready (decidedInMs)")
+        describe("ledger_wechat_refund_fallbacks_total", type: .counter, help: "Refund inquiries answered with the configured fallback, by reason (deadline, decision_error)")
+        describe("ledger_wechat_refund_answers_not_stored_total", type: .counter, help: "Refund answers not stored before WeChat's deadline (answered 503; WeChat asks again)")
     }
 }

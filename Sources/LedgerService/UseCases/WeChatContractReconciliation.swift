@@ -139,7 +139,7 @@ public enum WeChatReconcile {
     }
 
     public static func run(configuration: LedgerConfiguration, dryRun: Bool, orphanAge: Duration = .seconds(3600),
-                           transport: (any XPayTransport)? = nil, log: Log = .shared,
+                           log: Log = .shared,
                            progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }) async throws -> Summary {
         let c = configuration.wechat
         guard let appId = c.appId, let secret = c.appSecret, let appKey = c.appKey, let url = URL(string: c.apiBaseURL) else {
@@ -148,8 +148,9 @@ public enum WeChatReconcile {
         }
         let api: WeChatServerAPI
         do {
-            api = WeChatServerAPI(configuration: try WeChatServerAPIConfiguration(baseURL: url, appId: appId, appSecret: secret.value, appKey: appKey.value),
-                                  transport: transport ?? URLSessionTransport())
+            api = WeChatServerAPI(configuration: try WeChatServerAPIConfiguration(
+                baseURL: url, appId: appId, appSecret: secret.value, appKey: appKey.value,
+                allowsPlainHTTPLoopback: configuration.outboundAllowsPlainHTTPLoopback))
         } catch {
             throw ServiceFailure(422, error.code, error.message)
         }

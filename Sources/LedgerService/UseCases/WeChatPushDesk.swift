@@ -1,4 +1,5 @@
 import Crypto
+import LedgerMetrics
 import Foundation
 import HTTPServer
 import LedgerCore
@@ -22,7 +23,7 @@ struct WeChatPushDesk: Sendable {
     let signer: AppleSubscribeSigner?
     let intake: NotificationIntake
     let store: Store
-    let metrics: Metrics
+    let metrics: MetricsRegistry
     let log: Log
     let replayWindow: ReplayWindow
     let refundBudget: Duration
@@ -32,7 +33,7 @@ struct WeChatPushDesk: Sendable {
     /// Unix seconds now (tests move it).
     let clock: @Sendable () -> Int64
 
-    init(configuration c: LedgerConfiguration.WeChat, intake: NotificationIntake, store: Store, metrics: Metrics, log: Log,
+    init(configuration c: LedgerConfiguration.WeChat, intake: NotificationIntake, store: Store, metrics: MetricsRegistry, log: Log,
          clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) throws(LedgerAppError) {
         self.intake = intake
         self.store = store

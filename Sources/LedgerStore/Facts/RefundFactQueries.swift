@@ -36,9 +36,10 @@ public struct RefundFactQueries: Sendable {
                 """
                 SELECT \(FactRows.columns) FROM public.facts
                 WHERE schema_version = $1 AND kind IN (\(Self.caseKindList))
-                  AND (origin IN ('wechat', 'ledger', 'apple.v2')
-                       OR (origin = 'apple.api' AND kind = 'revocation')
-                       OR (origin = 'apple.api' AND kind = 'reversal' AND transaction_id IN (
+                  AND (origin IN ('wechat', 'ledger')
+                       OR (origin = 'apple.v2' AND kind <> 'reversal')
+                       OR (origin IN ('apple.api', 'apple.v2') AND kind = 'revocation')
+                       OR (origin IN ('apple.api', 'apple.v2') AND kind = 'reversal' AND transaction_id IN (
                            SELECT r.transaction_id FROM public.facts r
                            WHERE r.schema_version = $1 AND r.kind = 'revocation' AND r.origin IN ('apple.v2', 'apple.api'))))
                 ORDER BY position, ordinal

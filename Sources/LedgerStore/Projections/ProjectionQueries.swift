@@ -23,7 +23,13 @@ public struct ProjectionQueries: Sendable {
             // database's work per answer.
             guard let row = try connection.queryPrepared(
                 "SELECT \(SubscriptionRow.columns) FROM projections.subscriptions s WHERE s.subscription = $1",
-                [.text(key.text)], name: "subscription").first else { return nil }
+                [.text(key.text)], name: "subscription").first else {
+                // No row: nothing of it had begun when it was last folded (a first purchase dated
+                // after the server's clock then). Folded now, so it shows by itself once its time
+                // comes, without waiting for another event (issue 20 rule 4); an unknown id costs
+                // one indexed facts lookup.
+                return try Projector.folds(of: [key], on: connection).first?.state(at: now)
+            }
             let stored = try SubscriptionRow.decode(row)
             if stored.needsRefold(at: now) {
                 return try Projector.folds(of: [key], on: connection).first?.state(at: now)
@@ -56,6 +62,18 @@ public struct ProjectionQueries: Sendable {
                     productId: try row.decode(String.self, "grant_product_id"),
                     originalTransactionId: state.originalTransactionId, expiresDate: state.entitledUntil, status: state.status))
             }
+            // Subscriptions of the customer without a row (nothing had begun when last folded)
+            // are folded at `now` like stale ones.
+            for row in try connection.queryPrepared(
+                """
+                SELECT cs.subscription FROM projections.customer_subscriptions cs
+                WHERE cs.customer_id = $1
+                  AND NOT EXISTS (SELECT 1 FROM projections.subscriptions s WHERE s.subscription = cs.subscription)
+                """, [.text(customerId)], name: "not yet begun subscriptions of customer").rows {
+                if let key = SubscriptionKey(text: try row.decode(String.self, "subscription")), key.environment == environment {
+                    stale.insert(key)
+                }
+            }
             if !stale.isEmpty {
                 for fold in try Projector.folds(of: stale, on: connection) {
                     guard let state = fold.state(at: now), state.customerId == customerId else { continue }
@@ -74,7 +92,10 @@ public struct ProjectionQueries: Sendable {
                 [.text(key.text)], name: "transactions of subscription")
                 .rows.map(TransactionRow.decode)
                 // Sorted here, not by ORDER BY: the database collation need not order ids as Swift does.
-                .sorted { ($0.purchaseDate ?? .min, $0.transactionId) < ($1.purchaseDate ?? .min, $1.transactionId) }
+                .sorted { a, b in
+                    let (pa, pb) = (a.purchaseDate ?? .min, b.purchaseDate ?? .min)
+                    return pa != pb ? pa < pb : TransactionIdOrder.precedes(a.transactionId, b.transactionId)
+                }
         }
     }
 

@@ -312,6 +312,22 @@ struct AppleScript {
         note("DID_RENEW", at: signAt, tx: curId,
              comment: "\(p.id) \(DiffTime.iso(expires)) → \(DiffTime.iso(expires + p.period))\(signAt < expires ? ", signed before its period" : "")")
         if signAt < expires { tags.insert(expires > horizon ? "early-renewal-future" : "early-renewal") }
+        let previous = world.transactions.count >= 2 ? world.transactions[world.transactions.count - 2].id : nil
+        if signAt < expires - 2 * DiffTime.minute, p.level == 2, let previous, rng.chance(0.2) {
+            // Upgrade inside the pre-charge window: Apple already charged the renewal (for the
+            // period from `expires`); the upgrade bought now supersedes it (issue 20 rule 2).
+            let u = signAt + rng.int(DiffTime.minute...(expires - signAt - DiffTime.minute))
+            if u > horizon { t = signAt; done = true; return }
+            let renewal = curId
+            world.transactions[txIndex(previous)].upgradedAt = u
+            world.transactions[txIndex(renewal)].supersededByUpgrade = true
+            curId = newTx(.premium, at: u, reason: "PURCHASE")
+            setRenewal(at: u) { $0.autoRenewStatus = 1; $0.autoRenewProductId = DiffProduct.premium.id; $0.expirationIntent = nil }
+            note("DID_CHANGE_RENEWAL_PREF", "UPGRADE", at: u, tx: curId, comment: "premium from now; renewal \(renewal) was charged before")
+            tags.insert("pre-charged-renewal→upgrade")
+            t = u
+            return
+        }
         t = max(signAt, expires)
         if t > horizon { done = true }
     }

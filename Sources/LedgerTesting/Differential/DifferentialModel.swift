@@ -113,6 +113,9 @@ struct AppleWorld: Sendable {
         /// When Apple signed each REFUND_REVERSED.
         var reversals: [EpochMillis] = []
         var upgradedAt: EpochMillis?
+        /// A renewal Apple charged before an upgrade inside the 24-hour pre-charge window: never
+        /// in effect (the upgrade covers its period), though Apple never marks it isUpgraded.
+        var supersededByUpgrade = false
         var offerType: Int?
         var offerId: String?
         var reason: String
@@ -173,10 +176,11 @@ struct AppleWorld: Sendable {
 
     func index(of txId: String) -> Int? { transactions.firstIndex { $0.id == txId } }
 
-    /// The transaction in effect at T: the latest purchased by T. (The script never buys two at
-    /// one instant, and an upgrade always buys later than what it replaces.)
+    /// The transaction in effect at T: the latest purchased by T, but renewals an upgrade
+    /// superseded (charged before it, issue 20 rule 2). (The script never buys two at one instant,
+    /// and an upgrade always buys later than what it replaces.)
     func current(at t: EpochMillis) -> Tx? {
-        transactions.filter { $0.purchase <= t }.max { $0.purchase < $1.purchase }
+        transactions.filter { $0.purchase <= t && !$0.supersededByUpgrade }.max { $0.purchase < $1.purchase }
     }
 
     /// The renewal state Apple had signed last by T (changes are recorded in time order).

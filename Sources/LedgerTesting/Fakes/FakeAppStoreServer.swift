@@ -193,6 +193,8 @@ public final class FakeAppStoreServer: Sendable {
     public func shutdown() async { await server.shutdown(gracePeriod: .seconds(2)) }
 
     /// `http://127.0.0.1:<port>`, once started.
+    /// Plain http on loopback: the client needs `allowsPlainHTTPLoopback: true` (or the service
+    /// `LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK=true`); the outbound client refuses it otherwise.
     public var baseURL: URL { URL(string: "http://127.0.0.1:\(server.port ?? 0)")! }
 
     // MARK: programming

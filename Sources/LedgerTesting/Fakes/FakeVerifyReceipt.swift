@@ -63,6 +63,8 @@ public final class FakeVerifyReceipt: Sendable {
     public func shutdown() async { await server.shutdown(gracePeriod: .seconds(2)) }
 
     /// The base for `VerifyReceiptConfiguration(baseURL:)`.
+    /// Plain http on loopback: the client needs `allowsPlainHTTPLoopback: true` (or the service
+    /// `LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK=true`); the outbound client refuses it otherwise.
     public var baseURL: URL { URL(string: "http://127.0.0.1:\(server.port ?? 0)")! }
 
     public func register(receiptData: String, _ receipt: Receipt) { state.withLock { $0.receipts[receiptData] = receipt } }

@@ -1,0 +1,283 @@
+import Foundation
+
+/// Derives the webhook events of one subscription from its fold: pure, and a function of the set
+/// of facts folded (never of the order they arrived in).
+///
+/// How: the fold answers "the state at business time T" for any T. The derivation walks T over
+/// every time at which something can change (each fact taking effect, each expiry, grace end and
+/// the end of the longest billing retry), up to `now`, and compares consecutive states. Each
+/// difference is an event, effective at that T, carrying the state at T.
+///
+/// Which events (the rules, in the order they are checked at each T):
+/// - a new transaction in effect: the first ever → `subscription.started`; another product than
+///   the period before → `subscription.product_changed` (`upgrade` when Apple marked the period
+///   before as upgraded, else `downgrade` when it costs less in the same currency, else
+///   `crossgrade` — Apple's group levels are not in the facts); the same product →
+///   `subscription.renewed`; and after a billing issue, also `subscription.recovered`;
+/// - the status entering `grace_period` or `billing_retry` → `subscription.billing_issue`
+///   (`stage`); entering `expired` → `subscription.expired` (`reason`);
+/// - a transaction becoming revoked / no longer revoked → `subscription.refunded` /
+///   `subscription.refund_reversed`, with whether it was the period in effect;
+/// - auto-renew changing between two stated values → `subscription.auto_renew_changed`;
+/// - an entitlement held by a customer appearing / disappearing → `entitlement.granted` /
+///   `entitlement.revoked`.
+///
+/// Identity: each event is named by what it is about (the transaction that began a period or was
+/// refunded, the n-th grant of an entitlement to a customer, the n-th auto-renew change), not by
+/// when it was learned, so a later fact that refines a known event (a renewal info arriving after
+/// the renewal) names the same event, which is not sent again. A late fact that reveals a change
+/// the ledger did not know (a refund of a past period) derives a new event, sent when learned.
+/// A caller sends `events(after) − events(before)` by identity for each committed batch.
+public struct WebhookDerivation: Sendable {
+    public let catalog: ProductCatalog
+    /// identity → id (a digest: `StandardWebhooks.messageId(for:)`); LedgerCore has no digests.
+    public let makeId: @Sendable (String) -> String
+
+    public init(catalog: ProductCatalog, makeId: @escaping @Sendable (String) -> String) {
+        self.catalog = catalog
+        self.makeId = makeId
+    }
+
+    /// Upper bound on change points walked for one subscription (a subscription has at most
+    /// hundreds of facts; this only stops a pathological fold from spinning).
+    static let pointLimit = 100_000
+
+    /// Every event of the subscription effective at or before `now`, in effective-time order
+    /// (then by type within one instant, so the order is deterministic). `position`: the ledger
+    /// position the caller derives at (stamped on each event).
+    public func events(of fold: SubscriptionFold, now: EpochMillis, position: Int64) -> [WebhookEvent] {
+        let key = fold.key
+        let source = fold.isWeChat ? "wechat" : "apple"
+        let transactionIds = fold.transactions.map(\.transactionId)
+        let prices = Dictionary(fold.transactions.map { ($0.transactionId, $0) }, uniquingKeysWith: { a, _ in a })
+        var out: [WebhookEvent] = []
+
+        func emit(_ type: WebhookEventType, _ discriminator: String, at t: EpochMillis, state: SubscriptionState?,
+                  customer: String? = nil, _ details: [String: JSONValue] = [:]) {
+            let identity = key.text + "|" + type.rawValue + "|" + discriminator
+            out.append(WebhookEvent(
+                id: makeId(identity), identity: identity, type: type, source: source, environment: key.environment,
+                originalTransactionId: key.originalTransactionId, customerId: customer ?? state?.customerId,
+                effectiveAt: t, position: position, details: details, state: state))
+        }
+
+        var previous: SubscriptionState?
+        var previousRevoked: Set<String> = []
+        var previousGrants: [GrantKey: EntitlementGrant] = [:]
+        var started = false
+        var lastPeriodProduct: String?
+        var lastPeriodTransaction: String?
+        var billingIssueOpen = false
+        var grantCounts: [GrantKey: Int] = [:]
+        var revokeCounts: [GrantKey: Int] = [:]
+        var refundCounts: [String: Int] = [:]
+        var reversalCounts: [String: Int] = [:]
+        var autoRenewChanges = 0
+
+        var next = fold.nextChange(after: .min, fold.isWeChat ? SubscriptionFold.WeChatTimeline(fold) : nil)
+        var steps = 0
+        while let t = next, t <= now, steps < Self.pointLimit {
+            steps += 1
+            let state = fold.state(at: t)
+            let revoked = Set(transactionIds.filter { fold.revocationInForce(of: $0, at: t) != nil })
+            var grants: [GrantKey: EntitlementGrant] = [:]
+            for g in state.map({ EntitlementGrant.grants(of: $0, catalog: catalog) }) ?? [] { grants[GrantKey(g)] = g }
+
+            if let s = state {
+                // A new period.
+                if let tx = s.latestTransactionId, tx != lastPeriodTransaction {
+                    if !started {
+                        emit(.subscriptionStarted, "first", at: t, state: s,
+                             ["transactionId": .string(tx), "productId": .optional(s.productId)])
+                        started = true
+                    } else if let from = lastPeriodProduct, let to = s.productId, from != to {
+                        let kind = Self.changeKind(from: lastPeriodTransaction.flatMap { prices[$0] }, to: prices[tx])
+                        emit(.subscriptionProductChanged, tx, at: t, state: s,
+                             ["transactionId": .string(tx), "from": .string(from), "to": .string(to), "kind": .string(kind)])
+                    } else {
+                        let lapsed = previous.map { !$0.status.isEntitled && $0.status != .billingRetry } ?? false
+                        emit(.subscriptionRenewed, tx, at: t, state: s,
+                             ["transactionId": .string(tx), "productId": .optional(s.productId), "resubscribed": .bool(lapsed)])
+                    }
+                    if billingIssueOpen && s.status == .active {
+                        emit(.subscriptionRecovered, tx, at: t, state: s, ["transactionId": .string(tx)])
+                        billingIssueOpen = false
+                    }
+                    lastPeriodTransaction = tx
+                    lastPeriodProduct = s.productId
+                }
+                // The status crossing into a billing issue or expiry.
+                let before = previous?.status
+                let period = s.latestTransactionId ?? "-"
+                if s.status == .gracePeriod, before != .gracePeriod {
+                    emit(.subscriptionBillingIssue, period + "|grace_period", at: t, state: s,
+                         ["stage": "grace_period", "transactionId": .optional(s.latestTransactionId),
+                          "gracePeriodExpiresDate": .optional(s.gracePeriodExpiresDate)])
+                    billingIssueOpen = true
+                }
+                if s.status == .billingRetry, before != .billingRetry {
+                    emit(.subscriptionBillingIssue, period + "|billing_retry", at: t, state: s,
+                         ["stage": "billing_retry", "transactionId": .optional(s.latestTransactionId),
+                          "gracePeriodExpiresDate": .optional(s.gracePeriodExpiresDate),
+                          "gracePeriodEnded": .bool(before == .gracePeriod)])
+                    billingIssueOpen = true
+                }
+                if s.status == .expired, let before, before != .expired, before != .revoked {
+                    emit(.subscriptionExpired, period, at: t, state: s,
+                         ["reason": .string(Self.expiryReason(s, before: before)), "transactionId": .optional(s.latestTransactionId)])
+                    billingIssueOpen = false
+                }
+                // Auto-renew, once two values were stated.
+                if let was = previous?.autoRenewStatus, let now = s.autoRenewStatus, was != now {
+                    autoRenewChanges += 1
+                    emit(.subscriptionAutoRenewChanged, String(autoRenewChanges), at: t, state: s,
+                         ["autoRenewStatus": .integer(Int64(now)), "autoRenewProductId": .optional(s.autoRenewProductId)])
+                }
+            }
+            // Refunds and reversals, per transaction.
+            for tx in revoked.subtracting(previousRevoked).sorted() {
+                refundCounts[tx, default: 0] += 1
+                let record = prices[tx]
+                emit(.subscriptionRefunded, tx + "|" + String(refundCounts[tx]!), at: t, state: state,
+                     ["transactionId": .string(tx), "periodInEffect": .bool(state?.latestTransactionId == tx),
+                      "productId": .optional(record?.productId), "revocationDate": .integer(t),
+                      "revocationReason": .optional(record?.revocationReason)])
+            }
+            for tx in previousRevoked.subtracting(revoked).sorted() {
+                reversalCounts[tx, default: 0] += 1
+                emit(.subscriptionRefundReversed, tx + "|" + String(reversalCounts[tx]!), at: t, state: state,
+                     ["transactionId": .string(tx), "periodInEffect": .bool(state?.latestTransactionId == tx),
+                      "productId": .optional(prices[tx]?.productId)])
+            }
+            // Entitlements, per customer and name.
+            for g in grants.keys.filter({ previousGrants[$0] == nil }).sorted() {
+                grantCounts[g, default: 0] += 1
+                emit(.entitlementGranted, g.discriminator + "|" + String(grantCounts[g]!), at: t, state: state,
+                     customer: g.customerId, ["entitlement": .string(g.entitlement), "productId": .string(grants[g]!.productId),
+                                              "expiresDate": .optional(state?.entitledUntil)])
+            }
+            for g in previousGrants.keys.filter({ grants[$0] == nil }).sorted() {
+                revokeCounts[g, default: 0] += 1
+                emit(.entitlementRevoked, g.discriminator + "|" + String(revokeCounts[g]!), at: t, state: state,
+                     customer: g.customerId, ["entitlement": .string(g.entitlement), "productId": .string(previousGrants[g]!.productId),
+                                              "reason": .string(Self.revokeReason(g, state: state))])
+            }
+
+            previous = state
+            previousRevoked = revoked
+            previousGrants = grants
+            next = Self.nextPoint(after: t, state: state, fold: fold)
+        }
+        return out
+    }
+
+    /// The events of `after` at `now` that `before` did not derive at `derivedAt` (by identity):
+    /// what a committed batch adds (`derivedAt` = `now`), or time passing (`before` = `after`,
+    /// `derivedAt` the last clock it was derived at: an expiry no notification announced).
+    /// `before` nil: the subscription was unknown.
+    public func newEvents(
+        before: SubscriptionFold?, derivedAt: EpochMillis? = nil, after: SubscriptionFold, now: EpochMillis, position: Int64
+    ) -> [WebhookEvent] {
+        let known = Set((before.map { events(of: $0, now: derivedAt ?? now, position: position) } ?? []).map(\.identity))
+        return events(of: after, now: now, position: position).filter { !known.contains($0.identity) }
+    }
+
+    /// `refund_case.decided` for the ledger's own answers among `facts` (a WeChat refund inquiry
+    /// answer, an Apple consumption answer). `subscription`: the one the caller attached an answer
+    /// naming only an order to (nil: the answer's own). Named by the answer's position in the log:
+    /// a decision is one ledger event.
+    public func decisions(in facts: [Fact], subscription: SubscriptionKey?, state: SubscriptionState?) -> [WebhookEvent] {
+        facts.compactMap { f -> WebhookEvent? in
+            guard f.origin == .ledger, f.kind == .refundAnswer || f.kind == .consumptionAnswer else { return nil }
+            let key = f.subscription ?? subscription
+            let subject = key?.text ?? ("order:" + (f.transactionId ?? ""))
+            let discriminator = String(f.position) + "." + String(f.ordinal)
+            let identity = subject + "|" + WebhookEventType.refundCaseDecided.rawValue + "|" + discriminator
+            var details: [String: JSONValue] = [
+                "case": .string(f.kind == .refundAnswer ? "wechat_refund_inquiry" : "apple_consumption_request"),
+                "transactionId": .optional(f.transactionId),
+            ]
+            let detail = f.details
+            if f.kind == .refundAnswer {
+                details["decision"] = detail["decision"] ?? .null
+                details["rule"] = detail["rule"] ?? .null
+            } else {
+                details["outcome"] = detail["outcome"] ?? .null
+                details["reason"] = detail["reason"] ?? .null
+            }
+            return WebhookEvent(
+                id: makeId(identity), identity: identity, type: .refundCaseDecided,
+                source: f.kind == .refundAnswer ? "wechat" : "apple",
+                environment: key?.environment ?? SubscriptionKey.production,
+                originalTransactionId: key?.originalTransactionId, customerId: state?.customerId,
+                effectiveAt: f.signedAt, position: f.position, details: details, state: state)
+        }
+    }
+
+    /// The next time after `t` at which the state can differ: a fact taking effect (the state's
+    /// `validUntil`), or time alone moving the status (expiry, grace end, end of the longest retry).
+    static func nextPoint(after t: EpochMillis, state: SubscriptionState?, fold: SubscriptionFold) -> EpochMillis? {
+        var candidates: [EpochMillis] = []
+        if let s = state {
+            if let v = s.validUntil { candidates.append(v) }
+            if let e = s.expiresDate {
+                candidates.append(e)
+                if e <= EpochMillis.max - SubscriptionFold.billingRetryLimit { candidates.append(e + SubscriptionFold.billingRetryLimit) }
+            }
+            if let g = s.gracePeriodExpiresDate { candidates.append(g) }
+        } else if let n = fold.nextChange(after: t, fold.isWeChat ? SubscriptionFold.WeChatTimeline(fold) : nil) {
+            candidates.append(n)
+        }
+        return candidates.filter { $0 > t }.min()
+    }
+
+    /// Apple's expirationIntent when stated; else what the state before says.
+    static func expiryReason(_ s: SubscriptionState, before: SubscriptionStatus) -> String {
+        switch s.expirationIntent {
+        case 1?: return "unsubscribe"
+        case 2?: return "billing_error"
+        case 3?: return "price_increase"
+        case 4?: return "product_unavailable"
+        case 5?: return "other"
+        default: break
+        }
+        if before == .billingRetry || before == .gracePeriod || s.isInBillingRetryPeriod { return "billing_error" }
+        if s.autoRenewStatus == 0 { return "unsubscribe" }
+        return "unknown"
+    }
+
+    static func changeKind(from: TransactionRecord?, to: TransactionRecord?) -> String {
+        if from?.isUpgraded == true { return "upgrade" }
+        if let a = from?.price, let b = to?.price, from?.currency != nil, from?.currency == to?.currency, b < a {
+            return "downgrade"
+        }
+        return "crossgrade"
+    }
+
+    static func revokeReason(_ g: GrantKey, state: SubscriptionState?) -> String {
+        guard let s = state else { return "unknown" }
+        if s.customerId != g.customerId { return "customer_changed" }
+        switch s.status {
+        case .revoked: return "refunded"
+        case .expired: return "expired"
+        case .billingRetry: return "billing_issue"
+        default: return "product_changed"
+        }
+    }
+
+    /// An entitlement held by a customer, whichever product gives it (a product change that keeps
+    /// `basic` neither revokes nor grants it).
+    struct GrantKey: Hashable, Comparable {
+        var customerId: String
+        var entitlement: String
+        init(_ g: EntitlementGrant) {
+            customerId = g.customerId
+            entitlement = g.entitlement
+        }
+        /// Customer ids are arbitrary text: length-prefixed so no two pairs read alike.
+        var discriminator: String { String(customerId.utf8.count) + ":" + customerId + "|" + entitlement }
+        static func < (a: GrantKey, b: GrantKey) -> Bool {
+            (a.customerId, a.entitlement) < (b.customerId, b.entitlement)
+        }
+    }
+}

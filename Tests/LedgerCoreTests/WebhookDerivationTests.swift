@@ -1,0 +1,277 @@
+import Crypto
+import LedgerTesting
+import XCTest
+@testable import LedgerCore
+
+/// The webhook derivation on documented lifecycles, each expectation written by hand from the
+/// lifecycle (days from `FoldFixture.base`), then the order-independence of the derived set.
+final class WebhookDerivationTests: XCTestCase {
+    typealias F = FoldFixture
+    let derivation = WebhookDerivation(catalog: F.catalog, makeId: StandardWebhooks.messageId(for:))
+
+    /// (type, day, discriminating detail) — what a reader of the lifecycle expects.
+    struct Expected: Equatable, CustomStringConvertible {
+        var type: WebhookEventType
+        var day: Double
+        var detail: String
+        init(_ type: WebhookEventType, _ day: Double, _ detail: String = "") {
+            self.type = type
+            self.day = day
+            self.detail = detail
+        }
+        var description: String { "\(type.rawValue)@\(day)\(detail.isEmpty ? "" : " " + detail)" }
+    }
+
+    func derived(_ facts: [Fact], now: Double) -> [WebhookEvent] {
+        derivation.events(of: SubscriptionFold(key: F.key, facts: facts), now: F.d(now), position: 7)
+    }
+
+    func summary(_ events: [WebhookEvent]) -> [Expected] {
+        events.map { e in
+            let day = Double(e.effectiveAt - F.base) / Double(F.day)
+            let d = e.details
+            let detail: String
+            switch e.type {
+            case .subscriptionStarted, .subscriptionRenewed, .subscriptionRecovered: detail = d["transactionId"]?.text ?? "?"
+            case .subscriptionProductChanged:
+                detail = "\(d["from"]?.text ?? "?")>\(d["to"]?.text ?? "?") \(d["kind"]?.text ?? "?")"
+            case .subscriptionAutoRenewChanged: detail = "auto=\(d["autoRenewStatus"]?.text ?? "?")"
+            case .subscriptionBillingIssue: detail = d["stage"]?.text ?? "?"
+            case .subscriptionExpired: detail = d["reason"]?.text ?? "?"
+            case .subscriptionRefunded, .subscriptionRefundReversed:
+                detail = "\(d["transactionId"]?.text ?? "?") inEffect=\(d["periodInEffect"] == .bool(true))"
+            case .entitlementGranted: detail = d["entitlement"]?.text ?? "?"
+            case .entitlementRevoked: detail = "\(d["entitlement"]?.text ?? "?") \(d["reason"]?.text ?? "?")"
+            case .refundCaseDecided, .test: detail = ""
+            }
+            return Expected(e.type, day, detail)
+        }
+    }
+
+    func testBoughtRenewedTwiceThenLapsed() {
+        let events = derived(F.renewedTwice(), now: 100)
+        XCTAssertEqual(summary(events), [
+            Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic"),
+            Expected(.subscriptionRenewed, 30, "1001"),
+            Expected(.subscriptionRenewed, 60, "1002"),
+            Expected(.subscriptionExpired, 90, "unknown"), Expected(.entitlementRevoked, 90, "basic expired"),
+        ])
+        // Nothing effective after `now` is announced yet.
+        XCTAssertEqual(summary(derived(F.renewedTwice(), now: 45)).map(\.type),
+                       [.subscriptionStarted, .entitlementGranted, .subscriptionRenewed])
+    }
+
+    func testEveryEventCarriesItsSubscriptionCustomerPositionAndState() throws {
+        let events = derived(F.renewedTwice(), now: 100)
+        let renewed = try XCTUnwrap(events.first { $0.type == .subscriptionRenewed })
+        XCTAssertEqual(renewed.source, "apple")
+        XCTAssertEqual(renewed.environment, "Production")
+        XCTAssertEqual(renewed.originalTransactionId, F.otid)
+        XCTAssertEqual(renewed.customerId, F.customer)
+        XCTAssertEqual(renewed.position, 7)
+        XCTAssertEqual(renewed.state?.latestTransactionId, "1001")
+        XCTAssertEqual(renewed.state?.status, .active)
+        XCTAssertEqual(renewed.identity, "Production:1000|subscription.renewed|1001")
+        XCTAssertEqual(renewed.id, StandardWebhooks.messageId(for: renewed.identity))
+        XCTAssertTrue(renewed.id.hasPrefix("evt_") && renewed.id.count == 36)
+        let body = renewed.body
+        XCTAssertEqual(body["type"]?.text, "subscription.renewed")
+        XCTAssertEqual(body["id"]?.text, renewed.id)
+        XCTAssertEqual(body["timestamp"]?.text, "2026-01-31T00:00:00.000Z")
+        XCTAssertEqual(body["data"]?["state"], renewed.state?.representation)
+        XCTAssertEqual(body["data"]?["effectiveDate"], .integer(F.d(30)))
+        // Ids are unique within a subscription.
+        XCTAssertEqual(Set(events.map(\.id)).count, events.count)
+    }
+
+    func testAutoRenewTurnedOffThenExpiredIsAnUnsubscribe() {
+        let facts = [F.tx("1000", from: 0, to: 30, message: "SUBSCRIBED/INITIAL_BUY"), F.renewal(signed: 0),
+                     F.renewal(signed: 10, auto: 0), F.renewal(signed: 31, auto: 0, intent: 1)]
+        XCTAssertEqual(summary(derived(facts, now: 40)), [
+            Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic"),
+            Expected(.subscriptionAutoRenewChanged, 10, "auto=0"),
+            Expected(.subscriptionExpired, 30, "unsubscribe"), Expected(.entitlementRevoked, 30, "basic expired"),
+        ])
+    }
+
+    func testAutoRenewOffThenOnAgainIsTwoChanges() {
+        let facts = [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0), F.renewal(signed: 10, auto: 0), F.renewal(signed: 12, auto: 1)]
+        XCTAssertEqual(summary(derived(facts, now: 20)).filter { $0.type == .subscriptionAutoRenewChanged },
+                       [Expected(.subscriptionAutoRenewChanged, 10, "auto=0"), Expected(.subscriptionAutoRenewChanged, 12, "auto=1")])
+    }
+
+    func testBillingIssueInGraceThenRecovered() {
+        let facts = [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0),
+                     F.renewal(signed: 30, grace: 36, retry: true),
+                     F.tx("1001", from: 33, to: 63), F.renewal(signed: 33, retry: false)]
+        XCTAssertEqual(summary(derived(facts, now: 50)), [
+            Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic"),
+            Expected(.subscriptionBillingIssue, 30, "grace_period"),
+            Expected(.subscriptionRenewed, 33, "1001"), Expected(.subscriptionRecovered, 33, "1001"),
+        ])
+        let issue = derived(facts, now: 50).first { $0.type == .subscriptionBillingIssue }
+        XCTAssertEqual(issue?.details["gracePeriodExpiresDate"], JSONValue.integer(F.d(36)))
+    }
+
+    func testGraceEndsIntoBillingRetryThenExpiresForABillingError() {
+        let facts = [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0), F.renewal(signed: 30, grace: 36, retry: true)]
+        XCTAssertEqual(summary(derived(facts, now: 100)), [
+            Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic"),
+            Expected(.subscriptionBillingIssue, 30, "grace_period"),
+            Expected(.subscriptionBillingIssue, 36, "billing_retry"), Expected(.entitlementRevoked, 36, "basic billing_issue"),
+            Expected(.subscriptionExpired, 90, "billing_error"),
+        ])
+    }
+
+    func testRefundOfThePeriodInEffectThenItsReversal() {
+        let facts = F.renewedTwice().prefix(4) + [F.revocation("1001", at: 40), F.reversal("1001", signed: 45)]
+        XCTAssertEqual(summary(derived(Array(facts), now: 50)), [
+            Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic"),
+            Expected(.subscriptionRenewed, 30, "1001"),
+            Expected(.subscriptionRefunded, 40, "1001 inEffect=true"), Expected(.entitlementRevoked, 40, "basic refunded"),
+            Expected(.subscriptionRefundReversed, 45, "1001 inEffect=true"), Expected(.entitlementGranted, 45, "basic"),
+        ])
+        // The second grant is another event than the first (the n-th grant names it).
+        let grants = derived(Array(facts), now: 50).filter { $0.type == .entitlementGranted }
+        XCTAssertNotEqual(grants[0].id, grants[1].id)
+    }
+
+    func testRefundOfAPastPeriodChangesNoEntitlement() {
+        let facts = Array(F.renewedTwice().prefix(4)) + [F.revocation("1000", at: 40)]
+        XCTAssertEqual(summary(derived(facts, now: 50)).suffix(1), [Expected(.subscriptionRefunded, 40, "1000 inEffect=false")])
+    }
+
+    func testUpgradeIsAProductChangeThatGrantsTheNewEntitlement() {
+        let facts = [F.tx("1000", from: 0, to: 30, signed: 10, upgraded: true), F.renewal(signed: 0),
+                     F.tx("1001", F.premium, from: 10, to: 40), F.renewal(signed: 10, product: F.premium)]
+        XCTAssertEqual(summary(derived(facts, now: 20)), [
+            Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic"),
+            Expected(.subscriptionProductChanged, 10, "\(F.monthly)>\(F.premium) upgrade"),
+            Expected(.entitlementGranted, 10, "premium"),
+        ])
+    }
+
+    func testDowngradeAtRenewalIsNamedByPrice() {
+        var cheap = F.tx("1001", F.monthly, from: 30, to: 60)
+        cheap.transaction?.price = 4990
+        cheap.transaction?.currency = "USD"
+        var dear = F.tx("1000", F.premium, from: 0, to: 30)
+        dear.transaction?.price = 9990
+        dear.transaction?.currency = "USD"
+        let events = summary(derived([dear, F.renewal(signed: 0, product: F.premium), cheap], now: 40))
+        XCTAssertEqual(events.filter { $0.type == .subscriptionProductChanged },
+                       [Expected(.subscriptionProductChanged, 30, "\(F.premium)>\(F.monthly) downgrade")])
+        XCTAssertEqual(events.filter { $0.type == .entitlementRevoked }, [Expected(.entitlementRevoked, 30, "premium product_changed")])
+    }
+
+    func testACustomerTieMovesTheEntitlement() {
+        let facts = [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0), F.tie("someone-else", recorded: 5, position: 9)]
+        let events = derived(facts, now: 10)
+        XCTAssertEqual(summary(events), [
+            Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic"),
+            Expected(.entitlementGranted, 5, "basic"), Expected(.entitlementRevoked, 5, "basic customer_changed"),
+        ])
+        XCTAssertEqual(events.filter { $0.day(F.self) == 5 }.map(\.customerId), ["someone-else", F.customer])
+    }
+
+    func testRefundCaseDecisions() throws {
+        let answer = Fact(position: 41, subscription: F.key, kind: .consumptionAnswer, origin: .ledger, message: "consumption_sent",
+                          signedAt: F.d(3), transactionId: "1000", detail: #"{"outcome":"sent"}"#)
+        let inquiry = Fact(position: 42, subscription: nil, kind: .refundAnswer, origin: .ledger, message: "refund_inquiry_answer",
+                           signedAt: F.d(4), transactionId: "order-1", detail: #"{"decision":"refuse","rule":"consumed"}"#)
+        let unrelated = F.renewal(signed: 1)
+        let events = derivation.decisions(in: [answer, inquiry, unrelated], subscription: F.key, state: nil)
+        XCTAssertEqual(events.map(\.type), [.refundCaseDecided, .refundCaseDecided])
+        XCTAssertEqual(events[0].source, "apple")
+        XCTAssertEqual(events[0].details["outcome"], .string("sent"))
+        XCTAssertEqual(events[1].source, "wechat")
+        XCTAssertEqual(events[1].details["decision"], .string("refuse"))
+        XCTAssertEqual(events[1].originalTransactionId, F.otid, "an order's answer joins the subscription the caller attached it to")
+        XCTAssertNotEqual(events[0].id, events[1].id)
+    }
+
+    // MARK: - Order independence
+
+    static func lifecycles() -> [(String, [Fact], Double)] {
+        [
+            ("renewed twice", F.renewedTwice(), 100),
+            ("billing recovered", [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0), F.renewal(signed: 30, grace: 36, retry: true),
+                                   F.tx("1001", from: 33, to: 63), F.renewal(signed: 33, retry: false)], 50),
+            ("refund and reversal", Array(F.renewedTwice().prefix(4)) + [F.revocation("1001", at: 40), F.reversal("1001", signed: 45)], 50),
+            ("upgrade", [F.tx("1000", from: 0, to: 30, signed: 10, upgraded: true), F.renewal(signed: 0),
+                         F.tx("1001", F.premium, from: 10, to: 40), F.renewal(signed: 10, product: F.premium)], 60),
+        ]
+    }
+
+    /// The same facts in any order, seen once or twice, derive the same events (ids, bodies).
+    func testShuffledAndDuplicatedFactsDeriveTheSameEvents() {
+        var rng = SystemRandomNumberGenerator()
+        for (name, facts, now) in Self.lifecycles() {
+            let reference = derived(facts, now: now)
+            XCTAssertFalse(reference.isEmpty, name)
+            for _ in 0..<40 {
+                var arrival = facts + facts.filter { _ in Bool.random(using: &rng) }
+                arrival.shuffle(using: &rng)
+                let events = derived(arrival, now: now)
+                XCTAssertEqual(events.map(\.id), reference.map(\.id), name)
+                XCTAssertEqual(events.map(\.bodyBytes), reference.map(\.bodyBytes), name)
+            }
+        }
+    }
+
+    /// Through the fold batch by batch in arrival order (what the projection does): every event
+    /// of the whole history is among those queued, and a duplicate fact adds nothing. Events from what the ledger believed between arrivals may be sent on top (a
+    /// renewal learned late after the ledger announced the expiry it saw); in the arrival
+    /// orders where each fact arrives before its effect has passed, the sent set is the final one.
+    func testIncrementalDerivationQueuesEveryEvent() {
+        var rng = SystemRandomNumberGenerator()
+        for (name, facts, now) in Self.lifecycles() {
+            let reference = Set(derived(facts, now: now).map(\.id))
+            for _ in 0..<40 {
+                var arrival = facts + facts.filter { _ in Bool.random(using: &rng) }
+                arrival.shuffle(using: &rng)
+                // The outbox keeps each id once: an event a later fact hid (an n-th grant moved
+                // to another time) and a still later fact brought back is not queued again.
+                var outbox: Set<String> = []
+                var fold: SubscriptionFold?
+                for (i, fact) in arrival.enumerated() {
+                    var after = fold ?? SubscriptionFold(key: F.key)
+                    after.apply(fact)
+                    let batch = derivation.newEvents(before: fold, after: after, now: F.d(now), position: Int64(i)).map(\.id)
+                    XCTAssertEqual(Set(batch).count, batch.count, "\(name): one batch derived an id twice")
+                    outbox.formUnion(batch)
+                    fold = after
+                }
+                XCTAssertTrue(reference.isSubset(of: outbox), "\(name): an event of the history was never queued")
+                // A duplicate of every fact, once all are known, adds nothing.
+                if let fold {
+                    var again = fold
+                    for f in facts { again.apply(f) }
+                    XCTAssertEqual(derivation.newEvents(before: fold, after: again, now: F.d(now), position: 999), [], name)
+                }
+            }
+        }
+        // Arriving in business-time order, with the clock at each fact's time: exactly the history.
+        for (name, facts, now) in Self.lifecycles() {
+            let inTime = facts.sorted { ($0.signedAt, $0.effectiveAt) < ($1.signedAt, $1.effectiveAt) }
+            var sent: [String] = []
+            var fold: SubscriptionFold?
+            var clock = EpochMillis.min
+            for (i, fact) in inTime.enumerated() {
+                var after = fold ?? SubscriptionFold(key: F.key)
+                after.apply(fact)
+                let arrival = max(clock, fact.signedAt, fact.effectiveAt)
+                sent += derivation.newEvents(before: fold, derivedAt: clock, after: after, now: arrival, position: Int64(i)).map(\.id)
+                fold = after
+                clock = arrival
+            }
+            if let fold { sent += derivation.newEvents(before: fold, derivedAt: clock, after: fold, now: F.d(now), position: 99).map(\.id) }
+            XCTAssertEqual(sent.count, Set(sent).count, name)
+            XCTAssertEqual(Set(sent), Set(derived(facts, now: now).map(\.id)), name)
+        }
+    }
+}
+
+private extension WebhookEvent {
+    func day(_ f: FoldFixture.Type) -> Double { Double(effectiveAt - f.base) / Double(f.day) }
+}
