@@ -7,7 +7,11 @@
 # with `ledger-dev simulate`, prints curl commands to look at it, and leaves the server running
 # (its PID and how to stop it are printed at the end).
 #
-#   DEMO_CUSTOMERS (50), DEMO_DAYS (120), DEMO_SEED (42)   the simulated population
+#   DEMO_CUSTOMERS (120), DEMO_DAYS (365), DEMO_SEED (42)  the simulated population: a year, so the
+#                                                          charts at /audit/reports have twelve months
+#
+# The data is Sandbox (the service refuses a test root for Production), so every printed command
+# names ?environment=Sandbox: without it the API answers for Production, where there is nothing.
 #   LEDGER_LISTEN (127.0.0.1:8080)                          where the demo server listens
 #
 # The demo tokens below are for this local demo only; never use them for a real deployment.
@@ -17,8 +21,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 [ -d /opt/swift/usr/bin ] && export PATH="/opt/swift/usr/bin:$PATH"
 
-CUSTOMERS="${DEMO_CUSTOMERS:-50}"
-DAYS="${DEMO_DAYS:-120}"
+CUSTOMERS="${DEMO_CUSTOMERS:-120}"
+DAYS="${DEMO_DAYS:-365}"
+ENVIRONMENT=Sandbox
+ENVQ="environment=$ENVIRONMENT"
 SEED="${DEMO_SEED:-42}"
 LISTEN="${LEDGER_LISTEN:-127.0.0.1:8080}"
 BASE="http://$LISTEN"
@@ -95,7 +101,7 @@ curl -fs -o /dev/null --max-time 1 "$BASE/readyz" || { tail -n 20 "$LOG" >&2; fa
 
 say "posting $CUSTOMERS simulated customers over $DAYS days"
 OUT="$STATE/simulate.txt"
-"$LEDGER_DEV" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" \
+"$LEDGER_DEV" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" --environment "$ENVIRONMENT" \
   --root-file "$STATE/simulator-root.der" | tee "$OUT"
 
 # The sample table's rows: appAccountToken, originalTransactionId, events, last notification.
@@ -108,16 +114,19 @@ cat <<EOF
 The ledger is running with real (simulated, signed) data. Try:
 
   # a subscription's state (role app)
-  curl -s -H "Authorization: Bearer $APP_TOKEN" $BASE/v1/subscriptions/$OTID
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/subscriptions/$OTID?$ENVQ"
   # its history with the raw signed evidence (role auditor)
-  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" $BASE/v1/subscriptions/$OTID/events
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/subscriptions/$OTID/events?$ENVQ"
   # the customer's active entitlements, now and 60 days ago (?at= is business time in ms)
-  curl -s -H "Authorization: Bearer $APP_TOKEN" $BASE/v1/customers/$TOKEN/entitlements
-  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/customers/$TOKEN/entitlements?at=$(( ($(date +%s) - 60 * 86400) * 1000 ))"
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/customers/$TOKEN/entitlements?$ENVQ"
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/customers/$TOKEN/entitlements?$ENVQ&at=$(( ($(date +%s) - 60 * 86400) * 1000 ))"
+  # the business: active subscriptions per month, revenue recognised vs deferred as CSV (role auditor)
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/reports/subscriptions?$ENVQ&interval=month"
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/reports/revenue?$ENVQ&interval=month&format=csv"
 EOF
 for row in "${SAMPLE[@]:1}"; do
   read -r t o <<<"$row"
-  echo "  curl -s -H \"Authorization: Bearer $APP_TOKEN\" $BASE/v1/customers/$t/entitlements   # subscription $o"
+  echo "  curl -s -H \"Authorization: Bearer $APP_TOKEN\" \"$BASE/v1/customers/$t/entitlements?$ENVQ\"   # subscription $o"
 done
 cat <<EOF
   # readiness (status for anyone; the detail and /metrics need the admin token, or LEDGER_ADMIN_LISTEN)
@@ -126,7 +135,7 @@ cat <<EOF
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/metrics | grep ^ledger_
 
 The auditor's pages (plain HTTP here, so the session cookie is not Secure: LEDGER_INSECURE_COOKIES=true):
-  open $BASE/audit and sign in with $AUDITOR_TOKEN
+  open $BASE/audit and sign in with $AUDITOR_TOKEN; the charts are at $BASE/audit/reports
 
 Check the whole log (hash chain and every signature) and keep an anchor:
   LEDGER_APPLE_ROOT_CERTS=$STATE/simulator-root.der $LEDGER verify --anchor

@@ -23,6 +23,7 @@ public final class LedgerApp: Sendable {
     let wechat: WeChatPushDesk
     let queries: SubscriptionQueries
     let refunds: RefundDesk
+    let reports: ReportDesk
     let ties: CustomerTies
     let admin: AdminActions
     let catalogKeeper: CatalogKeeper
@@ -65,6 +66,7 @@ public final class LedgerApp: Sendable {
         wechatConfig = WeChatConfigKeeper(configuration: configuration.wechat, desk: wechat, store: store, log: log)
         queries = SubscriptionQueries(store: store, catalog: catalog)
         refunds = RefundDesk(store: store, catalogDigest: CatalogRecord.digest(catalog))
+        reports = ReportDesk(store: store, catalogDigest: CatalogRecord.digest(catalog))
         ties = CustomerTies(store: store)
         admin = AdminActions(store: store, log: log)
         catalogKeeper = CatalogKeeper(store: store, catalog: catalog, log: log)

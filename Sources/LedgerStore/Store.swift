@@ -68,6 +68,8 @@ public final class Store: Sendable {
     public let chain: ChainStore
     /// The refund-case projection: pages, exports at a position, single cases.
     public let refundCases: RefundCaseQueries
+    /// The reports' daily rollups (`ReportQueries.rollup(asOfPosition:)`).
+    public let reports: ReportQueries
     /// The primary's read side.
     public let primaryReads: Reads
     let replica: ReadReplica?
@@ -98,6 +100,7 @@ public final class Store: Sendable {
         facts = deriver
         chain = ChainStore(pool: pool)
         refundCases = RefundCaseQueries(pool: pool, conninfo: configuration.databaseURL)
+        reports = ReportQueries(conninfo: configuration.databaseURL)
         primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
         replica = configuration.readDatabaseURL.map {
             ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,

@@ -74,7 +74,8 @@ public struct SubscriptionFold: Sendable {
     private var ties: [Fact] = []
     /// WeChat order ids known to name one order (undirected).
     private var aliasEdges: [String: Set<String>] = [:]
-    private(set) var isWeChat = false
+    /// True once a WeChat fact was folded (the reports split figures by source).
+    public private(set) var isWeChat = false
     /// Every customer id any fact of this subscription named (for the customer → subscriptions index).
     public private(set) var customersNamed: Set<String> = []
     /// The customer id inserted last: a subscription's facts name the same customer over and

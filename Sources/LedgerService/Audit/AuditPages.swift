@@ -4,12 +4,13 @@ import LedgerStore
 
 /// The navigation of the auditor's pages.
 enum AuditNavigation: String, CaseIterable {
-    case search, refunds, projections, drift
+    case search, refunds, reports, projections, drift
 
     var title: String {
         switch self {
         case .search: "Search"
         case .refunds: "Refund cases"
+        case .reports: "Charts"
         case .projections: "Projection status"
         case .drift: "Drift report"
         }
@@ -19,6 +20,7 @@ enum AuditNavigation: String, CaseIterable {
         switch self {
         case .search: AuditURL("search")
         case .refunds: AuditURL("refunds")
+        case .reports: AuditURL("reports")
         case .projections: AuditURL("projections")
         case .drift: AuditURL("drift")
         }

@@ -118,6 +118,7 @@ extension LedgerApp {
             group.add("GET", "/audit/refunds/{caseId}") { [self] request in
                 try await page(request) { csrf in try await casePage(request.pathParameters["caseId"] ?? "", csrf: csrf) }
             }
+            addReportPages(to: &group)
             group.add("GET", "/audit/drift") { [self] request in
                 try await page(request) { csrf in
                     AuditPages.drift(DriftPageModel(view: try await appleAPI.drift.latest(),

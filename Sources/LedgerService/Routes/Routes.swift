@@ -35,6 +35,7 @@ extension LedgerApp {
             addAuditorRoutes(to: &auditor)
             addReconciliationAuditorRoutes(to: &auditor)
             addWeChatAuditorRoutes(to: &auditor)
+            addReportRoutes(to: &auditor)
         }
         router.group(logFailures, tokens.require(.admin), deadline: deadline) { admin in
             addReconciliationAdminRoutes(to: &admin)
