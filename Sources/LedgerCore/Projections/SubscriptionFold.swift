@@ -745,11 +745,13 @@ public struct SubscriptionFold: Sendable {
             revocationType: winning?.revocationType,
             revocationPercentage: winning?.revocationPercentage,
             refundSignedDate: mine.map(\.signedAt).max(),
-            // An App Store API snapshot states a reversal whenever the transaction is not revoked:
-            // only reversals after a revocation reverse anything.
-            refundReversedSignedDate: reversals.filter {
-                names.contain($0.transactionId) && $0.signedAt >= (mine.map(\.signedAt).min() ?? .max)
-            }.map(\.signedAt).max(),
+            // Every snapshot without revocationDate states a reversal (V2 and App Store API alike),
+            // so later snapshots repeat that the transaction is not revoked: a refund's reversal is
+            // the first reversal signed at or after it; the record names the latest refund's that was.
+            refundReversedSignedDate: {
+                let mineReversals = reversals.filter { names.contain($0.transactionId) }.map(\.signedAt).sorted()
+                return mine.map(\.signedAt).compactMap { refund in mineReversals.first { $0 >= refund } }.max()
+            }(),
             isUpgraded: slot.upgraded,
             price: tx.price,
             currency: tx.currency,
