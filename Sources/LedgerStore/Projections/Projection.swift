@@ -17,8 +17,10 @@ internal import Postgres
 ///    kept in the append transaction (advance your checkpoint only when it is exactly before
 ///    the batch, as `RefundCaseHook` does; otherwise leave the gap to the catch-up).
 /// 4. Add it to `Projections.registered` below — the one list Store, the worker and the
-///    rebuild read. Rebuild: `Rebuilder.run(projections:)` calls `rebuild` (blue/green into
-///    `<table>_next`, swap under the event-head lock).
+///    rebuild read. Rebuild: `Rebuilder.run(projections:)` calls `rebuild`: bulk-load your
+///    `<table>_next` tables inside `Rebuilder.withRebuildLock`, then hand them to
+///    `Rebuilder.catchUpAndSwap` (RebuildSwap.swift: the tail catch-up, checkpoints and the
+///    swap under the event-head lock, once for every projection) with how to fold a range.
 protocol Projection: Sendable {
     /// The checkpoint rows it owns (the subscription cuts, folded together, own three).
     var names: [ProjectionName] { get }

@@ -134,14 +134,8 @@ public struct Rebuilder: Sendable {
         while try FactStore.derive(limit: 5_000, outbox: outbox, on: connection) != nil {}
     }
 
-    /// Drops the tables a swap retired (also those a crash left between swap and drop).
     static func dropRetired(_ tables: [ProjectionTable], on connection: Connection) throws {
-        try connection.transaction { connection in
-            try connection.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            for table in tables {
-                try connection.query("DROP TABLE IF EXISTS \(table.qualified())\(oldSuffix)", name: "drop retired table")
-            }
-        }
+        try dropRetired(tables.map(\.swapTable), on: connection)
     }
 
     static let advisoryLockKey: Int64 = 0x6C65_6467_7262_6C64  // "ledgrbld"
@@ -180,11 +174,13 @@ public struct Rebuilder: Sendable {
         let names = projections.sorted()
         let tables = names.flatMap(\.tables)
         let writer = try Connection.unbounded(conninfo: conninfo)
-        guard try writer.query("SELECT pg_try_advisory_lock($1) AS locked", [.int64(Self.advisoryLockKey)], name: "rebuild lock")
-            .first?.decode(Bool.self, "locked") == true else { throw ProjectionError.rebuildInProgress }
-        // Closing the connection releases the session lock even when unlocking fails.
-        defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
+        return try withRebuildLock(on: writer) { try rebuildLocked(projections: projections, names: names, tables: tables, started: started, writer: writer, progress: progress) }
+    }
 
+    private func rebuildLocked(
+        projections: Set<ProjectionName>, names: [ProjectionName], tables: [ProjectionTable], started: ContinuousClock.Instant,
+        writer: Connection, progress: @escaping @Sendable (Int, Int) -> Void
+    ) throws -> RebuildReport {
         try deriveMissingFacts(on: writer)
         try Self.dropRetired(tables, on: writer)
 
@@ -246,43 +242,12 @@ public struct Rebuilder: Sendable {
         progress(events, totalFacts)
         let bulkDone = bulkEnd.withLock { $0 }
 
-        // Catch up without blocking appends first, so the locked swap only has to fold what
-        // arrived during this pass: after a long rebuild under heavy ingestion that can be a lot.
-        let nearHead = try writer.transaction { writer -> Int64 in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            let nearHead = try FactStore.derivedUpTo(on: writer)
-            try projector.refold(subscriptions: try Self.subscriptions(after: head, upTo: nearHead, on: writer),
-                                 projections: projections, next: true, on: writer)
-            return nearHead
+        let swap = try catchUpAndSwap(names, tables: tables.map(\.swapTable), from: head, on: writer) { after, upTo, writer in
+            let keys = try Self.subscriptions(after: after, upTo: upTo, on: writer)
+            try projector.refold(subscriptions: keys, projections: projections, next: true, on: writer)
+            return keys.count
         }
-
-        let indexDone = ContinuousClock.now
-        beforeSwap?()
-        let swapStart = ContinuousClock.now
-        let (swapHead, caughtUp) = try writer.transaction { writer -> (Int64, Int) in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            let eventHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
-                .first?.decode(Int64.self, "head") ?? 0
-            // Appends record their facts in their own transaction, so under the head lock the facts
-            // are at the head unless the catch-up is behind: then the worker carries on from there.
-            let swapHead = min(eventHead, try FactStore.derivedUpTo(on: writer))
-            let late = try Self.subscriptions(after: nearHead, upTo: swapHead, on: writer)
-            try projector.refold(subscriptions: late, projections: projections, next: true, on: writer)
-            try writer.query(
-                """
-                UPDATE projection_checkpoints
-                SET position = $1, status = 'running', last_error = NULL, failed_position = NULL, updated_at = now()
-                WHERE projection = ANY($2)
-                """,
-                [.int64(swapHead), .array(names.map { .text($0.rawValue) }, of: .text)], name: "checkpoints to head")
-            // Renames only: dropping a large table here would keep appends waiting longer.
-            for table in tables {
-                try writer.query("ALTER TABLE \(table.qualified()) RENAME TO \(table.rawValue)\(Self.oldSuffix)", name: "retire live table")
-                try writer.query("ALTER TABLE \(table.qualified(next: true)) RENAME TO \(table.rawValue)", name: "swap table")
-            }
-            return (swapHead, late.count)
-        }
-        try Self.dropRetired(tables, on: writer)
+        let (swapHead, caughtUp, indexDone, swapStart) = (swap.swapHead, swap.caughtUp, swap.caughtUpAt, swap.swapStart)
 
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
         var report = RebuildReport(

@@ -10,9 +10,12 @@ extension Rebuilder {
     func rebuildRefundCases(progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
         let started = ContinuousClock.now
         let writer = try Connection.unbounded(conninfo: conninfo)
-        guard try writer.query("SELECT pg_try_advisory_lock($1) AS locked", [.int64(Self.advisoryLockKey)], name: "rebuild lock")
-            .first?.decode(Bool.self, "locked") == true else { throw ProjectionError.rebuildInProgress }
-        defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
+        return try withRebuildLock(on: writer) { try rebuildRefundCasesLocked(started: started, writer: writer, progress: progress) }
+    }
+
+    private func rebuildRefundCasesLocked(
+        started: ContinuousClock.Instant, writer: Connection, progress: @escaping @Sendable (Int, Int) -> Void
+    ) throws -> RebuildReport {
         try deriveMissingFacts(on: writer)
 
         let live = RefundCaseProjection.tables(next: false), next = RefundCaseProjection.tables(next: true)
@@ -47,39 +50,12 @@ extension Rebuilder {
             try writer.query("ANALYZE \(next.cases)", name: "analyze next refund cases")
         }
 
-        // Catch up without blocking appends, then under the head lock.
-        let nearHead = try writer.transaction { writer -> Int64 in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            let nearHead = try FactStore.derivedUpTo(on: writer)
-            if nearHead > head { try RefundCaseProjection.apply((head + 1)...nearHead, next: true, on: writer) }
-            return nearHead
+        let swapTables = [Rebuilder.SwapTable(live: live.cases, next: next.cases), Rebuilder.SwapTable(live: live.orders, next: next.orders)]
+        let swap = try catchUpAndSwap([RefundCaseProjection.name], tables: swapTables, from: head, on: writer) { after, upTo, writer in
+            try RefundCaseProjection.apply((after + 1)...upTo, next: true, on: writer)
+            return 0
         }
-        let bulkDone = ContinuousClock.now
-        beforeSwap?()
-        let swapStart = ContinuousClock.now
-        let swapHead = try writer.transaction { writer -> Int64 in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            let eventHead = try writer.query("SELECT projections.lock_event_head() AS head", name: "lock event head")
-                .first?.decode(Int64.self, "head") ?? 0
-            let swapHead = min(eventHead, try FactStore.derivedUpTo(on: writer))
-            if swapHead > nearHead { try RefundCaseProjection.apply((nearHead + 1)...swapHead, next: true, on: writer) }
-            try writer.query(
-                """
-                UPDATE projection_checkpoints
-                SET position = $1, status = 'running', last_error = NULL, failed_position = NULL, updated_at = now()
-                WHERE projection = $2
-                """, [.int64(swapHead), .text(RefundCaseProjection.name.rawValue)], name: "refund cases checkpoint to head")
-            for (from, to) in [(live.cases, next.cases), (live.orders, next.orders)] {
-                let bare = { (qualified: String) in String(qualified.dropFirst("projections.".count)) }
-                try writer.query("ALTER TABLE \(from) RENAME TO \(bare(from))\(Self.oldSuffix)", name: "retire live refund table")
-                try writer.query("ALTER TABLE \(to) RENAME TO \(bare(from))", name: "swap refund table")
-            }
-            return swapHead
-        }
-        try writer.transaction { writer in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            try writer.query("DROP TABLE IF EXISTS \(retired.0), \(retired.1)", name: "drop retired refund tables")
-        }
+        let (swapHead, bulkDone, swapStart) = (swap.swapHead, swap.caughtUpAt, swap.swapStart)
         progress(facts.count, facts.count)
         let seconds = max(started.duration(to: .now).seconds, 1e-9)
         var report = RebuildReport(
