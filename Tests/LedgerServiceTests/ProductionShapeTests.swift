@@ -30,9 +30,12 @@ final class ProductionShapeTests: XCTestCase {
         XCTAssertEqual(http.perIPConnectionLimit, 64)
         XCTAssertEqual(http.handlerTimeout, .seconds(10))
         // The admin rebuild and the refund exports (a whole export may be folded at an old position)
-        // have their own, longer deadline; every other route the request deadline.
+        // and the reports (folded from the facts at a position on their first read) have their own,
+        // longer deadline; every other route the request deadline.
         let routes = app.makeRouter().routes
-        let long: Set<String> = ["/v1/admin/rebuild", "/v1/refunds", "/audit/refunds.csv"]
+        let long: Set<String> = ["/v1/admin/rebuild", "/v1/refunds", "/audit/refunds.csv",
+                                 "/v1/reports/{name}", "/v1/reports/{name}/subscriptions",
+                                 "/audit/reports", "/audit/reports/{name}", "/audit/reports/{name}/subscriptions"]
         for route in routes where long.contains(route.pattern) { XCTAssertEqual(route.deadline, .seconds(3600), route.pattern) }
         for route in routes where !long.contains(route.pattern) {
             XCTAssertEqual(route.deadline, .seconds(10), "\(route.method) \(route.pattern)")
