@@ -181,6 +181,7 @@ final class WeChatRuleTests: XCTestCase {
         var env = WeChatSide.environment
         env["LEDGER_WECHAT_APP_SECRET"] = fake.appSecret
         env["LEDGER_WECHAT_API_BASE_URL"] = fake.baseURL.absoluteString
+        env["LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK"] = "true"
         do {
             try await withService(environment: env) { h in try await body(fake, h) }
         } catch {
