@@ -328,7 +328,8 @@ final class HostileV2Tests: XCTestCase {
         let p = try jsonObject(event.payload)
         XCTAssertNotNil((p["transactionInfo"] as? [String: Any])?["newTransactionField"], "unknown members are kept")
         let facts = FactDecoder.facts(of: event)
-        XCTAssertEqual(Set(facts.map(\.kind)), [.transaction, .renewal], "\(facts)")
+        // Fact schema 5: every transaction snapshot also states its revocation or, as here, a reversal.
+        XCTAssertEqual(Set(facts.map(\.kind)), [.transaction, .renewal, .reversal], "\(facts)")
         // An unknown notification without nested data is accepted too.
         var bare = AppleTestAuthority.sample(type: "PRICE_CHANGE", subtype: nil).notification
         bare.data?.status = nil
