@@ -108,7 +108,7 @@ enum Scenarios {
         let notOnce = keys.filter { after[$0] != 1 }
         report.check("failed requests re-posted after the kill answered 200", !failed.isEmpty && answers.keys.allSatisfy { $0 == 200 },
                      failed.isEmpty ? "no request failed during the kills: nothing re-posted, so nothing shown (the kill missed the load)"
-                        : "\(failed.count) re-posted: answers \(answers.sorted { $0.key < $1.key }); \(wereStored) had been stored before (duplicates), \(failed.count - wereStored) stored by the re-post" + (notOK.isEmpty ? "" : "; not 200: \(notOK)"))
+                        : "\(failed.count) re-posted: answers \(answers.sorted { $0.key < $1.key }); \(wereStored) had been stored before (duplicates), \(failed.count - wereStored) not stored before the re-post" + (notOK.isEmpty ? "" : "; not 200: \(notOK)"))
         report.check("re-posted notifications stored exactly once", notOnce.isEmpty,
                      notOnce.isEmpty ? "each of the \(keys.count) in the log once" : "\(notOnce.count) not stored exactly once, e.g. \(notOnce.prefix(3)) (rows \(notOnce.prefix(3).map { after[$0] ?? 0 }))")
     }
