@@ -31,12 +31,18 @@ let package = Package(
         // libmicrohttpd behind Swift types.
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
 
+        // The one metrics registry: every Prometheus family is registered here and rendered once.
+        .target(name: "LedgerMetrics", swiftSettings: swiftSettings),
+        // The one outbound HTTP client (FoundationNetworking): https only, no redirects, typed
+        // timeouts, capped answers, Retry-After, one metrics family per target.
+        .target(name: "Outbound", dependencies: ["LedgerMetrics"], swiftSettings: swiftSettings),
+
         .target(name: "LedgerStore", dependencies: ["LedgerCore", "Postgres", "Crypto"], swiftSettings: swiftSettings),
-        .target(name: "AppStore", dependencies: ["LedgerCore", "Crypto"], swiftSettings: swiftSettings),
-        .target(name: "WeChatPay", dependencies: ["LedgerCore", "Crypto"], swiftSettings: swiftSettings),
+        .target(name: "AppStore", dependencies: ["LedgerCore", "Crypto", "Outbound"], swiftSettings: swiftSettings),
+        .target(name: "WeChatPay", dependencies: ["LedgerCore", "Crypto", "Outbound"], swiftSettings: swiftSettings),
         .target(
             name: "LedgerService",
-            dependencies: ["LedgerCore", "LedgerStore", "AppStore", "WeChatPay", "HTTPServer", "Crypto"],
+            dependencies: ["LedgerCore", "LedgerStore", "AppStore", "WeChatPay", "HTTPServer", "Crypto", "LedgerMetrics", "Outbound"],
             swiftSettings: swiftSettings
         ),
         // Option parsing, failures with exit codes and progress bars, shared by both executables
@@ -71,6 +77,7 @@ let package = Package(
         .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "WeChatPayTests", dependencies: ["WeChatPay", "LedgerTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "OutboundTests", dependencies: ["Outbound", "LedgerMetrics", "HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerServiceTests", dependencies: ["LedgerService", "LedgerTesting", "CryptoTesting"], swiftSettings: swiftSettings),
         // Reads the package graph (`swift package dump-package`): `ledger` links no test support.

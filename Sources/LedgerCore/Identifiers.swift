@@ -41,6 +41,8 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
         case ledgerConsent
         /// Reconciliation with Apple: the drift reports.
         case ledgerReconciliation
+        /// One outbox consumer's attempts and answers (`outbox/*` events).
+        case ledgerOutbox(consumer: String)
         /// A namespaced stream this build does not know (written by a newer build).
         case unknown(namespace: String)
     }
@@ -52,6 +54,7 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     private static let wechatOrderPrefix = "wechat:order:"
     private static let wechatOtherPrefix = "wechat:other:"
     private static let wechatUnreadablePrefix = "wechat:unreadable:"
+    private static let ledgerOutboxPrefix = "ledger:outbox:"
     private static let namespaces = ["apple:", "wechat:", "ledger:"]
 
     public static func subscription(_ originalTransactionId: String) -> StreamId { StreamId(originalTransactionId) }
@@ -71,6 +74,8 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     public static let ledgerConfig = StreamId("ledger:config")
     public static let ledgerConsent = StreamId("ledger:consent")
     public static let ledgerReconciliation = StreamId("ledger:reconciliation")
+    /// The attempts and answers of one outbox consumer (Sources/LedgerStore/Outbox).
+    public static func ledgerOutbox(consumer: String) -> StreamId { StreamId(ledgerOutboxPrefix + consumer) }
 
     public var kind: Kind {
         func rest(_ prefix: String) -> String? { text.hasPrefix(prefix) ? String(text.dropFirst(prefix.count)) : nil }
@@ -85,6 +90,7 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
         if let id = rest(Self.wechatOrderPrefix) { return .wechatOrder(orderId: id) }
         if let name = rest(Self.wechatOtherPrefix) { return .wechatOther(name: name) }
         if let name = rest(Self.wechatUnreadablePrefix) { return .wechatUnreadable(name: name) }
+        if let consumer = rest(Self.ledgerOutboxPrefix) { return .ledgerOutbox(consumer: consumer) }
         if let namespace = Self.namespaces.first(where: text.hasPrefix) { return .unknown(namespace: namespace) }
         return .subscription(originalTransactionId: text)
     }
@@ -129,6 +135,11 @@ public enum DedupeKey {
     /// The ledger's one answer to the CONSUMPTION_REQUEST stored at `requestPosition` (sent, refused
     /// or not sent): two senders racing store it once.
     public static func consumptionAnswer(requestPosition: Int64) -> String { "consumption:\(requestPosition)" }
+    /// Attempt `attempt` of generation `generation` (replays start a new one) of an outbox item,
+    /// or its requeue: an attempt recorded twice (two writers racing) is one event.
+    public static func outbox(consumer: String, item: String, generation: Int, step: String) -> String {
+        "outbox:\(consumer):\(item):g\(generation):\(step)"
+    }
     /// The drift report of one reconciliation run.
     public static func reconciliationReport(runId: String) -> String { "reconcile-report:" + runId }
 }

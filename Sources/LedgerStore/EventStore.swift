@@ -98,6 +98,8 @@ public final class EventStore: Sendable {
     let pool: ConnectionPool
     public let maxBatch: Int
     private let hooks: [any AppendHook]
+    /// Outbox items the batch's facts cause (and `outbox/*` steps), written with the facts.
+    private let outbox: OutboxDerivation
     private let onHookFailure: (@Sendable (HookFailure) -> Void)?
     private let queue: Mutex<PendingAppends>
     private let counters = Mutex(EventStoreMetrics())
@@ -126,7 +128,7 @@ public final class EventStore: Sendable {
     }
 
     init(
-        pool: ConnectionPool, hooks: [any AppendHook] = [], maxBatch: Int = 512, writers: Int = 1,
+        pool: ConnectionPool, hooks: [any AppendHook] = [], outbox: OutboxDerivation = .none, maxBatch: Int = 512, writers: Int = 1,
         linger: Duration = .microseconds(500),
         onHookFailure: (@Sendable (HookFailure) -> Void)? = nil
     ) {
@@ -138,6 +140,7 @@ public final class EventStore: Sendable {
         queue = Mutex(PendingAppends(idleWriters: Array((0..<writers).reversed())))
         self.pool = pool
         self.hooks = hooks
+        self.outbox = outbox
         self.maxBatch = maxBatch
         self.onHookFailure = onHookFailure
     }
@@ -342,8 +345,13 @@ public final class EventStore: Sendable {
             do {
                 // In a savepoint: facts that cannot be stored must not cost the events (verified
                 // evidence); the catch-up then stops on them with the error recorded.
+                // The outbox's items are written with the facts they derive from: both commit
+                // or neither (then the catch-up derives both), so an item exists iff its cause did.
+                let outbox = self.outbox
                 recorded = try connection.savepoint { connection in
-                    try FactStore.recordAppended(facts, first: first.position, last: last.position, on: connection)
+                    guard try FactStore.recordAppended(facts, first: first.position, last: last.position, on: connection) else { return false }
+                    try outbox.apply(fresh.map(\.0), facts: facts, on: connection)
+                    return true
                 }
             } catch {
                 if connection.isBroken { throw error }

@@ -17,6 +17,9 @@ public final class Store: Sendable {
         public var acquireTimeout: Duration
         /// Product → entitlements for the projections.
         public var catalog: ProductCatalog
+        /// The outbox's consumers (`OutboxConsumer`): their items are derived in the append
+        /// transaction whether or not `liveProjections` is set (an item exists iff its cause did).
+        public var outboxConsumers: [OutboxConsumer] = OutboxConsumer.registered
         /// The projections' evaluation time (tests fix it).
         public var clock: @Sendable () -> EpochMillis
         /// Fold live projections in the append transaction (the service does; a store used only to
@@ -72,19 +75,25 @@ public final class Store: Sendable {
     public let reconciliation: ReconciliationStore
     /// WeChat: the order alias index, refund-decision reads, plaintext nonces, orphans.
     public let wechat: WeChatQueries
+    /// The one outbox (Outbox/Outbox.swift): claim, record attempts, replay, statuses.
+    public let outbox: Outbox
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
         pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize,
                               acquireTimeout: configuration.acquireTimeout)
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
+        let derivation = OutboxDerivation(consumers: configuration.outboxConsumers)
         events = EventStore(
-            pool: pool, hooks: configuration.liveProjections ? [LiveProjectionHook(projector: projector, snapshots: foldSnapshots), RefundCaseHook()] : [],
-            onHookFailure: configuration.onProjectionFailure)
+            pool: pool, hooks: configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).compactMap(\.liveHook) : [],
+            outbox: derivation, onHookFailure: configuration.onProjectionFailure)
+        outbox = Outbox(pool: pool, events: events, consumers: configuration.outboxConsumers)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
         refunds = RefundFactQueries(pool: pool)
-        worker = ProjectionWorker(pool: pool, projector: projector)
-        facts = FactDeriver(conninfo: configuration.databaseURL)
+        worker = ProjectionWorker(pool: pool, projector: projector, outbox: derivation)
+        var deriver = FactDeriver(conninfo: configuration.databaseURL)
+        deriver.outbox = derivation
+        facts = deriver
         chain = ChainStore(pool: pool)
         refundCases = RefundCaseQueries(pool: pool, conninfo: configuration.databaseURL)
         primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
@@ -128,7 +137,9 @@ public final class Store: Sendable {
 
     /// A rebuild of the projections under this store's catalog (each run opens its own connections).
     public func rebuilder() -> Rebuilder {
-        Rebuilder(conninfo: configuration.databaseURL, projector: projector)
+        var rebuilder = Rebuilder(conninfo: configuration.databaseURL, projector: projector)
+        rebuilder.outbox = OutboxDerivation(consumers: configuration.outboxConsumers)
+        return rebuilder
     }
 
     /// Migrations from `directory` (run them as the database owner, not the service role).

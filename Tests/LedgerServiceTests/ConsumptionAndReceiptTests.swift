@@ -49,8 +49,11 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             let token = "aaaaaaaa-0000-4000-8000-000000000901"
             try await consent(h, token.uppercased(), true)   // the app's UUID spelling; Apple's is lowercase
             let tx = try await subscriptionWithConsumptionRequest(h, fake, otid: "1000000000000901", token: token)
+            // In the outbox from the transaction that stored the notification, before any pass.
+            let queued = try await h.app.store.reconciliation.consumptionOutbox()
+            XCTAssertEqual(queued.map(\.status), ["pending"])
+            XCTAssertEqual(queued.first?.transactionId, tx)
             let pass = try await h.app.appleAPI.consumption.pass()
-            XCTAssertEqual(pass.enqueued, 1)
             XCTAssertEqual(pass.answered, 1)
             let sent = try XCTUnwrap(fake.consumptionRequests.first)
             XCTAssertEqual(fake.consumptionRequests.count, 1)
@@ -116,6 +119,8 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             XCTAssertTrue((withdrawn.payload["message"] as? String ?? "").contains("withdrew"))
             let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
             XCTAssertTrue(metrics.contains(#"ledger_consumption_answers_total{outcome="not_sent",reason="no_consent"} 1"#), metrics)
+            XCTAssertTrue(metrics.contains(#"ledger_outbox_items{consumer="apple.consumption",status="done"} 2"#), metrics)
+            XCTAssertTrue(metrics.contains(#"ledger_outbox_items{consumer="apple.consumption",status="pending"} 0"#), metrics)
         }
     }
 
@@ -154,7 +159,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             XCTAssertGreaterThan(row.nextAttemptAt, F.now, "backoff: not due at once")
             XCTAssertTrue(row.lastError?.contains("5000001") ?? false, "\(row)")
             // Due again: Apple refuses (a final 400): refused, with Apple's answer on record.
-            _ = try h.admin.query("UPDATE consumption_outbox SET next_attempt_at = 0", name: "due now")
+            _ = try h.admin.query("UPDATE outbox_items SET next_attempt_at = 0 WHERE consumer = 'apple.consumption'", name: "due now")
             fake.enqueueFailure(FakeAppStoreServer.Failure(status: 400, errorCode: 4_000_036), endpoint: .consumption)
             pass = try await h.app.appleAPI.consumption.pass()
             XCTAssertEqual(pass.answered, 1)
@@ -165,7 +170,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             // A request whose window closed while it waited: not sent, window_expired.
             try await subscriptionWithConsumptionRequest(h, fake, otid: "1000000000001401", token: token)
             _ = try await h.app.store.reconciliation.enqueueConsumptionRequests(signedSince: 0, now: F.now)
-            _ = try h.admin.query("UPDATE consumption_outbox SET deadline = 1, next_attempt_at = 0 WHERE status = 'pending'", name: "expire")
+            _ = try h.admin.query("UPDATE outbox_items SET payload = jsonb_set(payload, '{deadline}', '1'), next_attempt_at = 0 WHERE consumer = 'apple.consumption' AND status = 'pending'", name: "expire")
             _ = try await h.app.appleAPI.consumption.pass()
             XCTAssertEqual(try answers(h).last?.payload["reason"] as? String, "window_expired")
             XCTAssertEqual(fake.consumptionRequests.count, 0)
@@ -214,7 +219,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         XCTAssertEqual(fake.consumptionRequests.count, 0)
 
         let admin = try Connection(conninfo: database.adminConninfo)
-        _ = try admin.query("UPDATE consumption_outbox SET next_attempt_at = 0", name: "backoff over")
+        _ = try admin.query("UPDATE outbox_items SET next_attempt_at = 0 WHERE consumer = 'apple.consumption'", name: "backoff over")
         let b = try ServiceInstance(database: database, rootFile: rootFile, environment: api.environment)
         // B's sender service runs as `ledger serve` runs it, until both are answered.
         let service = ConsumptionSenderService(responder: b.app.appleAPI.consumption, interval: .milliseconds(50), log: Log(minimum: .error))
@@ -227,7 +232,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         let sent = try admin.query("SELECT stream_id FROM events WHERE type = $1 ORDER BY stream_id", [.text(LedgerEventType.consumptionSent)],
                                    name: "sent").rows.map { try $0.decode(String.self, "stream_id") }
         XCTAssertEqual(sent, ["1000000000001501", "1000000000001601"])
-        XCTAssertEqual(try admin.query("SELECT count(*) AS n FROM consumption_outbox WHERE status = 'pending'", name: "pending")
+        XCTAssertEqual(try admin.query("SELECT count(*) AS n FROM outbox_items WHERE consumer = 'apple.consumption' AND status = 'pending'", name: "pending")
             .first!.decode(Int64.self, "n"), 0)
         await b.stop()
         await api.stop()

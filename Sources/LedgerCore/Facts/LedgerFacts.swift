@@ -10,6 +10,17 @@ public enum LedgerEventType {
     public static let customerUntied = "customer/untied"
     /// `{"digest", "catalog", "instance"}`: a service started with this product catalog.
     public static let catalog = "config/catalog"
+    /// Outbox (Sources/LedgerStore/Outbox) steps, stream `ledger:outbox:<consumer>`, payload
+    /// `{"consumer", "item", "generation", "attempt", …}`. They have no facts: the append
+    /// transaction applies them to `outbox_items`, whose rows they are the history of.
+    /// A failed attempt that will be retried: `"error"`, `"nextAttemptAt"` (ms), optional `"retryAfter"`.
+    public static let outboxAttemptFailed = "outbox/attempt-failed"
+    /// The attempt succeeded: `"answer"` (what the receiver said, JSON).
+    public static let outboxDelivered = "outbox/delivered"
+    /// The last attempt of the schedule failed (or the consumer gave up): `"error"`.
+    public static let outboxExhausted = "outbox/exhausted"
+    /// An operator replayed the item: a new generation starts pending, `"requestedBy"`, `"at"`.
+    public static let outboxRequeued = "outbox/requeued"
 }
 
 /// Facts of the ledger's own events.
@@ -22,6 +33,7 @@ public enum LedgerEventType {
 /// | `ledger_wechat_order_linked` | `order_alias` of the linked subscription: the stream's order ~ the order it was matched through (`linked_via`) | the event's signed_at |
 /// | `customer/consent` | `consent` of `customerId` (`detail.consented`), no subscription | recording time (the latest recorded wins) |
 /// | `consumption/sent`, `consumption/refused`, `consumption/not-sent` | `consumption_answer` of the subscription and `transactionId` (`detail`: outcome, reason, requestPosition, request, answer) | the event's signed_at |
+/// | `outbox/attempt-failed`, `outbox/delivered`, `outbox/exhausted`, `outbox/requeued` | none (applied to `outbox_items` in the append transaction) | |
 /// | `reconcile/report` | none (the report is read back whole: `GET /v1/admin/drift`) | |
 /// | anything else (admin actions) | none | |
 enum LedgerFacts {

@@ -6,11 +6,11 @@ import LedgerStore
 /// Use case: answering Apple's CONSUMPTION_REQUEST notifications from the ledger's facts, within
 /// Apple's 12-hour window, through a durable outbox.
 ///
-/// The outbox is the requests themselves: each pass takes up every `consumption_request` fact
-/// (the stored V2 notification) the outbox does not hold yet (`consumption_outbox`, Migrations/0007),
-/// so a request stored while no sender ran — the service was down, or stopped between storing the
-/// notification and answering it — is answered by the next sender on any instance. One sender at a
-/// time across instances (an advisory lock). For each due request:
+/// The requests are items of the kernel's outbox (consumer `apple.consumption`, `ConsumptionOutbox`,
+/// Migrations/0011), written by the transaction that stores the notification, so a request stored
+/// while no sender ran — the service was down, or stopped between storing the notification and
+/// answering it — is answered by the next sender on any instance. Each item is leased to one
+/// instance (FOR UPDATE SKIP LOCKED). Failed attempts are `outbox/attempt-failed` events. For each due request:
 ///
 /// - no API credentials → `consumption/not-sent` reason `no_credentials`;
 /// - Apple's window passed → `not-sent` `window_expired` (with the last error);
@@ -33,9 +33,6 @@ public final class ConsumptionResponder: Sendable {
     let metrics: Metrics
     let log: Log
     let clock: @Sendable () -> EpochMillis
-    /// Requests signed longer ago than this when first seen are not taken up (a fresh deployment
-    /// does not answer years of history); Apple's window is 12 hours.
-    static let lookback: EpochMillis = 7 * 86_400_000
 
     init(store: Store, clients: [String: AppStoreServerAPIClient], assessment: ConsumptionAssessment, metrics: Metrics, log: Log,
          clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis) {
@@ -51,42 +48,35 @@ public final class ConsumptionResponder: Sendable {
 
     /// What one pass did.
     public struct PassResult: Sendable, Equatable {
-        /// Requests newly taken up from the facts.
-        public var enqueued = 0
         /// Answer events stored (sent, refused or not sent).
         public var answered = 0
         /// Attempts that failed for a reason that may pass (retried later).
         public var retrying = 0
-        /// True when another instance's sender held the lock (nothing was done).
-        public var busy = false
     }
 
-    /// One pass: take up new requests, answer every due one. Cheap when there is nothing to do
-    /// (two small queries; the lock is taken only when a request is due).
+    /// One pass: answer every due request. The requests are in the outbox from the transaction
+    /// that stored them (`ConsumptionOutbox`); claiming leases each to one instance (FOR UPDATE
+    /// SKIP LOCKED), so senders on several instances never answer one twice. Cheap when there is
+    /// nothing to do (one small query).
     @discardableResult
     public func pass() async throws(StoreError) -> PassResult {
         var result = PassResult()
-        let now = clock()
-        result.enqueued = try await store.reconciliation.enqueueConsumptionRequests(signedSince: now - Self.lookback, now: now)
-        guard !(try await store.reconciliation.dueConsumptionRequests(now: now, limit: 1)).isEmpty else { return result }
-        guard let lock = try await store.reconciliation.tryLock(.consumptionSender) else {
-            result.busy = true
-            return result
-        }
-        do {
-            // Read again under the lock: another sender may have answered them meanwhile.
-            for item in try await store.reconciliation.dueConsumptionRequests(now: clock()) {
+        while !Task.isCancelled {
+            let claimed = try await store.outbox.claim(ConsumptionOutbox.consumer, limit: 50, now: clock())
+            if claimed.isEmpty { break }
+            for outboxItem in claimed {
                 if Task.isCancelled { break }
+                guard let item = ReconciliationStore.OutboxItem(outboxItem) else {
+                    try await store.outbox.record(outboxItem, .gaveUp(error: "the item's payload names no subscription, transactionId, requestedAt and deadline"),
+                                                  now: clock())
+                    continue
+                }
                 switch try await answer(item) {
                 case .answered: result.answered += 1
                 case .retrying: result.retrying += 1
                 }
             }
-        } catch {
-            await lock.release()
-            throw error
         }
-        await lock.release()
         return result
     }
 
@@ -135,8 +125,7 @@ public final class ConsumptionResponder: Sendable {
                                      request: information.requestJSON, answer: Self.answer(error), basis: information.basis, attempted: true)
                     return .answered
                 }
-                try await store.reconciliation.recordConsumptionAttempt(requestPosition: item.requestPosition, error: error.message,
-                                                                        nextAttemptAt: now + wait)
+                try await store.outbox.record(item.item, .retry(error: error.message, at: now + wait), now: now)
                 log.warn("consumption information not sent yet; will retry", ["transactionId": item.transactionId, "error": error.message])
                 return .retrying
             }
@@ -176,8 +165,9 @@ public final class ConsumptionResponder: Sendable {
             streamId: StreamId.subscription(item.subscription.originalTransactionId).text,
             dedupeKey: DedupeKey.consumptionAnswer(requestPosition: item.requestPosition), source: .ledger,
             type: outcome.eventType, environment: item.subscription.environment, signedAt: now, payload: payload, raw: payload))
-        try await store.reconciliation.markConsumptionAnswered(requestPosition: item.requestPosition, answerPosition: stored.position,
-                                                               attempted: attempted)
+        // The answer event settles the item in its own append transaction; a duplicate (answered
+        // before) settles it here.
+        try await store.outbox.record(item.item, .answered(position: stored.position), now: now)
         metrics.increment("ledger_consumption_answers_total", ["outcome": outcome.rawValue, "reason": reason?.rawValue ?? ""])
         log.info("consumption request answered", [
             "transactionId": item.transactionId, "outcome": outcome.rawValue, "reason": reason?.rawValue ?? "-", "position": stored.position,

@@ -47,6 +47,14 @@ struct Readiness: Sendable {
         if let failed = health.projections.first(where: \.isFailed), body["reason"] == nil {
             body["reason"] = .string("projection \(failed.name) is stopped on a failing event: \(failed.lastError ?? "?")")
         }
+        if let outbox = try? await store.outbox.statuses(now: Clock.nowMillis()) {
+            // Operators see a backlog here; it does not make the instance unready (the work waits durably).
+            body["outbox"] = .array(outbox.map { s in
+                ["consumer": .string(s.consumer), "pending": .integer(Int64(s.counts[.pending] ?? 0)),
+                 "done": .integer(Int64(s.counts[.done] ?? 0)), "exhausted": .integer(Int64(s.counts[.exhausted] ?? 0)),
+                 "oldestPendingSeconds": .number(Double(s.oldestPendingAgeMillis) / 1000)]
+            })
+        }
         body["catalog"] = await catalog.health()
         if store.configuration.readDatabaseURL != nil {
             var replica: [String: JSONValue] = ["status": health.replica == nil ? "unavailable" : "ok"]
@@ -75,6 +83,16 @@ struct Readiness: Sendable {
             for s in statuses { out += "ledger_projection_failed{projection=\"\(s.name)\"} \(s.isFailed ? 1 : 0)\n" }
         } else {
             out += "# projection status unavailable: the database did not answer\n"
+        }
+        if let outbox = try? await store.outbox.statuses(now: Clock.nowMillis()) {
+            out += "# HELP ledger_outbox_items Outbox items per consumer and status\n# TYPE ledger_outbox_items gauge\n"
+            for s in outbox {
+                for status in OutboxItemStatus.allCases {
+                    out += "ledger_outbox_items{consumer=\"\(s.consumer)\",status=\"\(status.rawValue)\"} \(s.counts[status] ?? 0)\n"
+                }
+            }
+            out += "# HELP ledger_outbox_oldest_pending_seconds Age of the oldest undelivered item per consumer (0: none)\n# TYPE ledger_outbox_oldest_pending_seconds gauge\n"
+            for s in outbox { out += "ledger_outbox_oldest_pending_seconds{consumer=\"\(s.consumer)\"} \(Double(s.oldestPendingAgeMillis) / 1000)\n" }
         }
         if let head = try? await store.chain.head() {
             // The value to compare with an anchor kept elsewhere (`ledger verify --anchor-file`).

@@ -7,6 +7,8 @@ internal import Postgres
 /// their facts themselves once the version has caught up to the head.
 public struct FactDeriver: Sendable {
     public let conninfo: String
+    /// Outbox items of the facts it derives (the item of a cause exists once: re-deriving is a no-op).
+    var outbox = OutboxDerivation(consumers: OutboxConsumer.registered)
 
     public init(conninfo: String) { self.conninfo = conninfo }
 
@@ -51,7 +53,7 @@ public struct FactDeriver: Sendable {
     public func run(batch: Int = 2_000, progress: @escaping @Sendable (Int64, Int64) -> Void = { _, _ in }) async throws(ProjectionError) -> Status {
         try await Rebuilder.offThread {
             let connection = try Connection.unbounded(conninfo: conninfo)
-            while let range = try FactStore.derive(limit: batch, on: connection) {
+            while let range = try FactStore.derive(limit: batch, outbox: outbox, on: connection) {
                 let head = try connection.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? 0
                 progress(range.upperBound, head)
             }

@@ -52,14 +52,14 @@ enum FactStore {
     /// Derives the facts of up to `limit` events after the checkpoint, in one transaction holding
     /// the checkpoint row (SKIP LOCKED: another process deriving is left alone). Returns the
     /// positions derived, nil when nothing was to do or the row was busy.
-    static func derive(limit: Int, on connection: Connection) throws -> ClosedRange<Int64>? {
+    static func derive(limit: Int, outbox: OutboxDerivation, on connection: Connection) throws -> ClosedRange<Int64>? {
         try ensureCheckpoint(on: connection)
         let peek = try connection.query(
             "SELECT c.position, h.position AS head FROM projection_checkpoints c CROSS JOIN event_head h WHERE c.projection = $1",
             [.text(checkpoint)], name: "facts behind head?")
         if let row = peek.first, try row.decode(Int64.self, "position") >= row.decode(Int64.self, "head") { return nil }
         do {
-            let derived = try deriveBatch(limit: limit, on: connection)
+            let derived = try deriveBatch(limit: limit, outbox: outbox, on: connection)
             if derived != nil {
                 try connection.query(
                     "UPDATE projection_checkpoints SET status = 'running', last_error = NULL, failed_position = NULL WHERE projection = $1 AND status <> 'running'",
@@ -78,7 +78,7 @@ enum FactStore {
         }
     }
 
-    private static func deriveBatch(limit: Int, on connection: Connection) throws -> ClosedRange<Int64>? {
+    private static func deriveBatch(limit: Int, outbox: OutboxDerivation, on connection: Connection) throws -> ClosedRange<Int64>? {
         try connection.transaction { connection -> ClosedRange<Int64>? in
             guard let row = try connection.query(
                 "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
@@ -94,7 +94,10 @@ enum FactStore {
             for (offset, event) in events.enumerated() where event.position != from + 1 + Int64(offset) {
                 throw ProjectionError.gap(projection: .subscriptions, checkpoint: from + Int64(offset), found: event.position)
             }
-            try copy(events.flatMap(FactDecoder.facts(of:)), on: connection)
+            let facts = events.flatMap(FactDecoder.facts(of:))
+            try copy(facts, on: connection)
+            // The outbox items these events cause, as the append would have written them.
+            try outbox.apply(events, facts: facts, on: connection)
             try connection.query(
                 "UPDATE projection_checkpoints SET position = $2, updated_at = now() WHERE projection = $1",
                 [.text(checkpoint), .int64(last)], name: "facts checkpoint forward")

@@ -11,8 +11,8 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
     case transactions
     /// Grants per customer, through the product catalog.
     case entitlements
-    /// Refund cases (`RefundCaseFold`): not cut from subscription folds; kept by
-    /// `RefundCaseProjection` (Refunds/RefundCaseProjection.swift) with the same checkpoint protocol.
+    /// Refund cases (`RefundCaseFold`): not cut from subscription folds; `RefundCasesProjection`
+    /// (Projection.swift) applies them, the same runner keeps them.
     case refundCases = "refund_cases"
 
     /// The projections cut from one fold of a subscription's facts (`Projector`).

@@ -28,7 +28,7 @@ public struct ProjectionPass: Sendable, Equatable {
 /// Each pass per projection is one transaction: lock the checkpoint row with
 /// `FOR UPDATE SKIP LOCKED` (no row: another process has it), read the next events in position
 /// order, require them to start right after the checkpoint (never skip), refold the subscriptions their facts
-/// touch, advance the checkpoint, commit — so any number of workers can run without a leader and
+/// touch (each projection's `apply`, Projection.swift), advance the checkpoint, commit — so any number of workers can run without a leader and
 /// none double-applies. A failing event stops its projection with `status = 'failed'`, the error
 /// and its position recorded; every later pass retries it (never skipping it), so fixing the cause
 /// resumes the projection.
@@ -37,10 +37,17 @@ public final class ProjectionWorker: Sendable {
     public let projector: Projector
     public let batchSize: Int
     public let projections: [ProjectionName]
+    /// The registered projections (`Projections.registered`), each applied through its `apply`.
+    let registered: [any Projection]
+    /// Outbox items of the facts the catch-up derives.
+    let outbox: OutboxDerivation
     private let stopped = Atomic<Bool>(false)
     private let waiter = DispatchQueue(label: "ledger.projection.worker.wait")
 
-    init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases) {
+    init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases,
+         outbox: OutboxDerivation = OutboxDerivation(consumers: OutboxConsumer.registered), registered: [any Projection]? = nil) {
+        self.outbox = outbox
+        self.registered = registered ?? Projections.registered(projector: projector)
         precondition(batchSize > 0, "batchSize must be positive")
         self.pool = pool
         self.projector = projector
@@ -53,7 +60,7 @@ public final class ProjectionWorker: Sendable {
     public func runOnce() async throws(ProjectionError) -> [ProjectionPass] {
         var passes: [ProjectionPass] = []
         do {
-            let derived = try await pool.withConnection { connection in try FactStore.derive(limit: self.batchSize, on: connection) }
+            let derived = try await pool.withConnection { connection in try FactStore.derive(limit: self.batchSize, outbox: self.outbox, on: connection) }
             if let derived { passes.append(ProjectionPass(projection: nil, outcome: .advanced(from: derived.lowerBound, to: derived.upperBound))) }
         } catch {
             throw ProjectionError(error)
@@ -113,8 +120,9 @@ public final class ProjectionWorker: Sendable {
 
     // MARK: one pass
 
+    /// The one catch-up pass, for every registered projection.
     func pass(_ projection: ProjectionName, on connection: Connection) throws -> ProjectionPass.Outcome {
-        if projection == .refundCases { return try RefundCaseProjection.pass(batchSize: batchSize, on: connection) }
+        guard let owner = registered.first(where: { $0.names.contains(projection) }) else { throw ProjectionError.unknownProjection(projection.rawValue) }
         // Look before locking: the live hook keeps a running projection at the head, and every
         // append's NOTIFY wakes this worker. Taking the checkpoint row FOR UPDATE just to find
         // nothing to do made each append batch's hook wait for this transaction (measured: 5
@@ -149,10 +157,7 @@ public final class ProjectionWorker: Sendable {
                 return .failed(error)
             }
             do {
-                try connection.savepoint { connection in
-                    let keys = try FactStore.subscriptions(touchedByPositions: first.position...last.position, on: connection)
-                    try projector.refold(subscriptions: keys, projections: [projection], upTo: last.position, on: connection)
-                }
+                try connection.savepoint { connection in try owner.apply(first.position...last.position, to: projection, on: connection) }
                 try Self.record(projection, position: last.position, failure: nil, failedAt: nil, on: connection)
                 return .advanced(from: first.position, to: last.position)
             } catch {
@@ -162,10 +167,7 @@ public final class ProjectionWorker: Sendable {
             var applied = checkpoint
             for event in batch {
                 do {
-                    try connection.savepoint { connection in
-                        let keys = try FactStore.subscriptions(touchedByPositions: event.position...event.position, on: connection)
-                        try projector.refold(subscriptions: keys, projections: [projection], upTo: event.position, on: connection)
-                    }
+                    try connection.savepoint { connection in try owner.apply(event.position...event.position, to: projection, on: connection) }
                     applied = event.position
                 } catch {
                     if connection.isBroken { throw error }

@@ -113,6 +113,8 @@ public struct Rebuilder: Sendable {
     public var partitions = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
     /// Called between the bulk pass and the swap (tests append here to exercise the catch-up).
     var beforeSwap: (@Sendable () -> Void)?
+    /// Outbox items of the facts it derives on the way (step 0).
+    var outbox = OutboxDerivation(consumers: OutboxConsumer.registered)
 
     public init(conninfo: String, projector: Projector) {
         self.conninfo = conninfo
@@ -128,8 +130,8 @@ public struct Rebuilder: Sendable {
     }
 
     /// Derives every missing fact first: projections are folded from facts only.
-    static func deriveMissingFacts(on connection: Connection) throws {
-        while try FactStore.derive(limit: 5_000, on: connection) != nil {}
+    func deriveMissingFacts(on connection: Connection) throws {
+        while try FactStore.derive(limit: 5_000, outbox: outbox, on: connection) != nil {}
     }
 
     /// Drops the tables a swap retired (also those a crash left between swap and drop).
@@ -149,11 +151,13 @@ public struct Rebuilder: Sendable {
         projections: Set<ProjectionName> = Set(ProjectionName.subscriptionCuts),
         progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(ProjectionError) -> RebuildReport {
-        // Refund cases are not cut from subscription folds: their own rebuild (Refunds/RefundCaseRebuild.swift).
-        let folded = projections.subtracting([.refundCases])
-        var report = folded.isEmpty ? nil : try await Self.offThread { try self.rebuild(projections: folded, progress: progress) }
-        if projections.contains(.refundCases) {
-            report = RebuildReport.combined(report, try await Self.offThread { try self.rebuildRefundCases(progress: progress) })
+        // Each registered projection rebuilds the names it owns (Projection.rebuild).
+        var report: RebuildReport?
+        for projection in Projections.registered(projector: projector) {
+            let mine = projections.intersection(projection.names)
+            guard !mine.isEmpty else { continue }
+            let part = try await Self.offThread { try projection.rebuild(mine, with: self, progress: progress) }
+            report = RebuildReport.combined(report, part)
         }
         guard let report else { throw ProjectionError.refused("nothing to rebuild: name at least one projection") }
         return report
@@ -181,7 +185,7 @@ public struct Rebuilder: Sendable {
         // Closing the connection releases the session lock even when unlocking fails.
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
 
-        try Self.deriveMissingFacts(on: writer)
+        try deriveMissingFacts(on: writer)
         try Self.dropRetired(tables, on: writer)
 
         // One snapshot shared by every partition: exported here, imported by each reader.
@@ -298,7 +302,7 @@ public struct Rebuilder: Sendable {
         let started = ContinuousClock.now
         let now = projector.clock()
         let connection = try Connection.unbounded(conninfo: conninfo)
-        try Self.deriveMissingFacts(on: connection)
+        try deriveMissingFacts(on: connection)
         var stored: [String: Set<EntitlementChange>] = [:]
         let rows = try connection.query(
             """

@@ -2,8 +2,8 @@ import Foundation
 import LedgerCore
 internal import Postgres
 
-/// The SQL of reconciliation with Apple and of the consumption outbox (Migrations/0007): run
-/// bookkeeping, the locks that let exactly one instance run each job, the subscriptions to ask
+/// The SQL of reconciliation with Apple (Migrations/0007) and of the consumption items of the
+/// outbox (Migrations/0011): run bookkeeping, the locks that let exactly one instance run each job, the subscriptions to ask
 /// Apple about, and the reads that turn facts into work. Nothing here reads an event payload.
 public struct ReconciliationStore: Sendable {
     let pool: ConnectionPool
@@ -20,15 +20,12 @@ public struct ReconciliationStore: Sendable {
     public enum Job: String, Sendable, CaseIterable {
         /// A reconciliation run (periodic, admin or command line).
         case reconciliation
-        /// The consumption outbox sender.
-        case consumptionSender
 
         /// The advisory lock key: "LEDG" in the high bytes, the job's number in the low ones, so
         /// it cannot collide with the small keys applications tend to pick.
         var lockKey: Int64 {
             switch self {
             case .reconciliation: 0x4C45_4447_0000_0701
-            case .consumptionSender: 0x4C45_4447_0000_0702
             }
         }
     }
@@ -270,7 +267,8 @@ public struct ReconciliationStore: Sendable {
 
     // MARK: - Consumption outbox
 
-    /// A consumption request waiting for (or given) an answer.
+    /// A consumption request waiting for (or given) an answer: an `apple.consumption` item of the
+    /// outbox (`ConsumptionOutbox`, Migrations/0011) read as the responder needs it.
     public struct OutboxItem: Sendable, Equatable {
         public var requestPosition: Int64
         public var subscription: SubscriptionKey
@@ -282,66 +280,69 @@ public struct ReconciliationStore: Sendable {
         public var nextAttemptAt: EpochMillis
         public var lastError: String?
         public var answerPosition: Int64?
+        /// The outbox's item, to record attempts with (`Store.outbox.record`).
+        public var item: LedgerStore.OutboxItem
+
+        public init?(_ item: LedgerStore.OutboxItem) {
+            guard let key = item.payload.text("subscription").flatMap(SubscriptionKey.init(text:)),
+                  let tx = item.payload.text("transactionId"), let requestedAt = item.payload.int64("requestedAt"),
+                  let deadline = item.payload.int64("deadline") else { return nil }
+            self.item = item
+            requestPosition = item.causePosition
+            subscription = key
+            transactionId = tx
+            self.requestedAt = requestedAt
+            self.deadline = deadline
+            status = item.status.rawValue
+            attempts = item.attempts
+            nextAttemptAt = item.nextAttemptAt
+            lastError = item.lastError
+            answerPosition = item.answerPosition
+        }
     }
 
-    static let outboxColumns = """
-        request_position, subscription, transaction_id, requested_at, deadline, status, attempts, next_attempt_at, last_error, answer_position
-        """
-
     /// Takes up every CONSUMPTION_REQUEST (an `apple.v2` `consumption_request` fact) signed at or
-    /// after `since` that the outbox does not hold yet; the deadline is Apple's 12 hours after
-    /// the request was signed. Returns how many were added.
+    /// after `since` that the outbox does not hold: the append transaction already enqueues each
+    /// request recorded within `ConsumptionOutbox.lookback` of its signing, so this is for
+    /// operators answering older ones (a history import). Returns how many were added.
     @discardableResult
-    public func enqueueConsumptionRequests(signedSince since: EpochMillis, now: EpochMillis,
-                                           window: EpochMillis = 12 * 3_600_000) async throws(StoreError) -> Int {
+    public func enqueueConsumptionRequests(signedSince since: EpochMillis, now: EpochMillis) async throws(StoreError) -> Int {
         do {
             return try await pool.withConnection { connection in
-                Int(try connection.query(
+                let facts = try connection.query(
                     """
-                    WITH added AS (
-                        INSERT INTO consumption_outbox (request_position, subscription, transaction_id, requested_at, deadline, next_attempt_at, enqueued_at)
-                        SELECT f.position, f.subscription, f.transaction_id, f.signed_at, f.signed_at + $3, $4, $4
-                        FROM public.facts f
-                        WHERE f.schema_version = $1 AND f.kind = 'consumption_request' AND f.origin = 'apple.v2'
-                          AND f.signed_at >= $2 AND f.subscription IS NOT NULL AND f.transaction_id IS NOT NULL
-                          AND NOT EXISTS (SELECT 1 FROM consumption_outbox o WHERE o.request_position = f.position)
-                        ON CONFLICT (request_position) DO NOTHING
-                        RETURNING 1
-                    ) SELECT count(*) AS n FROM added
-                    """, [.int64(Int64(FactStore.version)), .int64(since), .int64(window), .int64(now)], name: "enqueue consumption requests")
-                    .first?.decode(Int64.self, "n") ?? 0)
+                    SELECT \(FactRows.columns) FROM public.facts f
+                    WHERE f.schema_version = $1 AND f.kind = 'consumption_request' AND f.origin = 'apple.v2'
+                      AND f.signed_at >= $2 AND f.subscription IS NOT NULL AND f.transaction_id IS NOT NULL
+                      AND NOT EXISTS (SELECT 1 FROM outbox_items o WHERE o.consumer = $3 AND o.cause_position = f.position)
+                    ORDER BY f.position
+                    """, [.int64(Int64(FactStore.version)), .int64(since), .text(ConsumptionOutbox.name)],
+                    name: "consumption requests not in the outbox").rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                // The same drafts the append derives, but aged from now (they are taken up now).
+                let drafts = facts.compactMap { f -> OutboxItemDraft? in
+                    guard let key = f.subscription, let tx = f.transactionId else { return nil }
+                    return ConsumptionOutbox.draft(position: f.position, subscription: key.text, transactionId: tx,
+                                                   requestedAt: f.signedAt, recordedAt: now)
+                }
+                try OutboxDerivation.insert(drafts, consumer: ConsumptionOutbox.consumer, on: connection)
+                return drafts.count
             }
         } catch {
             throw StoreError(error)
         }
     }
 
-    /// Pending requests whose next attempt is due at `now`, oldest first.
-    public func dueConsumptionRequests(now: EpochMillis, limit: Int = 50) async throws(StoreError) -> [OutboxItem] {
-        try await outbox(
-            "SELECT \(Self.outboxColumns) FROM consumption_outbox WHERE status = 'pending' AND next_attempt_at <= $1 ORDER BY next_attempt_at, request_position LIMIT $2",
-            [.int64(now), .int64(Int64(limit))])
-    }
-
-    /// Every row (tests, operators), by request position.
+    /// Every consumption item (tests, operators), by request position.
     public func consumptionOutbox() async throws(StoreError) -> [OutboxItem] {
-        try await outbox("SELECT \(Self.outboxColumns) FROM consumption_outbox ORDER BY request_position", [])
-    }
-
-    /// A failed attempt: count it, remember why, and when to try again.
-    public func recordConsumptionAttempt(requestPosition: Int64, error: String, nextAttemptAt: EpochMillis) async throws(StoreError) {
-        try await execute(
-            "UPDATE consumption_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3 WHERE request_position = $1 AND status = 'pending'",
-            [.int64(requestPosition), .text(String(error.prefix(2000))), .int64(nextAttemptAt)], name: "consumption attempt")
-    }
-
-    /// The request is answered: its answer event is at `answerPosition`.
-    public func markConsumptionAnswered(requestPosition: Int64, answerPosition: Int64, attempted: Bool) async throws(StoreError) {
-        try await execute(
-            """
-            UPDATE consumption_outbox SET status = 'done', answer_position = $2, attempts = attempts + $3
-            WHERE request_position = $1
-            """, [.int64(requestPosition), .int64(answerPosition), .int32(attempted ? 1 : 0)], name: "consumption answered")
+        do {
+            return try await pool.withConnection { connection in
+                try connection.query(
+                    "SELECT \(Outbox.columns) FROM outbox_items WHERE consumer = $1 ORDER BY cause_position, id",
+                    [.text(ConsumptionOutbox.name)], name: "consumption outbox").rows.compactMap { OutboxItem(try Outbox.decode($0)) }
+            }
+        } catch {
+            throw StoreError(error)
+        }
     }
 
     /// The `consumption_request` fact stored at `position` (nil when there is none).
@@ -354,25 +355,6 @@ public struct ReconciliationStore: Sendable {
                     WHERE schema_version = $1 AND position = $2 AND kind = 'consumption_request' ORDER BY ordinal LIMIT 1
                     """, [.int64(Int64(FactStore.version)), .int64(position)], name: "consumption request fact")
                     .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }.first
-            }
-        } catch {
-            throw StoreError(error)
-        }
-    }
-
-    private func outbox(_ sql: String, _ parameters: [PostgresValue]) async throws(StoreError) -> [OutboxItem] {
-        do {
-            return try await pool.withConnection { connection in
-                try connection.query(sql, parameters, name: "consumption outbox").rows.compactMap { row in
-                    guard let key = SubscriptionKey(text: try row.decode(String.self, "subscription")) else { return nil }
-                    return OutboxItem(
-                        requestPosition: try row.decode(Int64.self, "request_position"), subscription: key,
-                        transactionId: try row.decode(String.self, "transaction_id"),
-                        requestedAt: try row.decode(Int64.self, "requested_at"), deadline: try row.decode(Int64.self, "deadline"),
-                        status: try row.decode(String.self, "status"), attempts: Int(try row.decode(Int32.self, "attempts")),
-                        nextAttemptAt: try row.decode(Int64.self, "next_attempt_at"), lastError: try row.decode(String?.self, "last_error"),
-                        answerPosition: try row.decode(Int64?.self, "answer_position"))
-                }
             }
         } catch {
             throw StoreError(error)

@@ -161,60 +161,7 @@ enum RefundCaseProjection {
             name: "index refund case orders")
     }
 
-    // MARK: the catch-up worker's pass (ProjectionWorker delegates here)
-
-    /// One pass: the same protocol as the subscription projections (`ProjectionWorker.pass`):
-    /// peek, lock the checkpoint row SKIP LOCKED, take the next events up to the facts, require
-    /// them gapless, refold the cases their facts touch, advance; on failure, event by event to
-    /// stop right before the failing one.
-    static func pass(batchSize: Int, on connection: Connection) throws -> ProjectionPass.Outcome {
-        let peek = try connection.query(
-            """
-            SELECT c.position, coalesce(f.position, 0) AS head FROM projection_checkpoints c
-            LEFT JOIN projection_checkpoints f ON f.projection = $2 WHERE c.projection = $1
-            """, [.text(name.rawValue), .text(FactStore.checkpoint)], name: "refund cases behind facts?")
-        guard let peeked = peek.first else { return .idle }
-        let factsHead = try peeked.decode(Int64.self, "head")
-        if try peeked.decode(Int64.self, "position") >= factsHead { return .idle }
-        return try connection.transaction { connection -> ProjectionPass.Outcome in
-            let locked = try connection.query(
-                "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
-                [.text(name.rawValue)], name: "lock checkpoint")
-            guard let row = locked.first else { return .busy }
-            let checkpoint = try row.decode(Int64.self, "position")
-            let positions = try connection.query(
-                "SELECT position FROM events WHERE position > $1 AND position <= $3 ORDER BY position LIMIT $2",
-                [.int64(checkpoint), .int64(Int64(batchSize)), .int64(factsHead)], name: "events after checkpoint")
-                .rows.map { try $0.decode(Int64.self, "position") }
-            guard let first = positions.first, let last = positions.last else { return .idle }
-            for (offset, position) in positions.enumerated() where position != checkpoint + 1 + Int64(offset) {
-                let error = ProjectionError.gap(projection: name, checkpoint: checkpoint + Int64(offset), found: position)
-                try ProjectionWorker.record(name, position: checkpoint + Int64(offset), failure: error, failedAt: position, on: connection)
-                return .failed(error)
-            }
-            do {
-                try connection.savepoint { connection in try apply(first...last, on: connection) }
-                try ProjectionWorker.record(name, position: last, failure: nil, failedAt: nil, on: connection)
-                return .advanced(from: first, to: last)
-            } catch {
-                if connection.isBroken { throw error }
-            }
-            var applied = checkpoint
-            for position in positions {
-                do {
-                    try connection.savepoint { connection in try apply(position...position, on: connection) }
-                    applied = position
-                } catch {
-                    if connection.isBroken { throw error }
-                    let failure = ProjectionError.eventFailed(projection: name, position: position, message: String(describing: error))
-                    try ProjectionWorker.record(name, position: applied, failure: failure, failedAt: position, on: connection)
-                    return .failed(failure)
-                }
-            }
-            try ProjectionWorker.record(name, position: applied, failure: nil, failedAt: nil, on: connection)
-            return .advanced(from: first, to: applied)
-        }
-    }
+    // MARK: applying committed facts (the worker's pass and the rebuild's catch-up)
 
     /// Refolds what the facts at `range` touch, as known at the range's end.
     static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws {

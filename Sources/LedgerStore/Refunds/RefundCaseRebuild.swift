@@ -13,7 +13,7 @@ extension Rebuilder {
         guard try writer.query("SELECT pg_try_advisory_lock($1) AS locked", [.int64(Self.advisoryLockKey)], name: "rebuild lock")
             .first?.decode(Bool.self, "locked") == true else { throw ProjectionError.rebuildInProgress }
         defer { _ = try? writer.query("SELECT pg_advisory_unlock($1)", [.int64(Self.advisoryLockKey)], name: "rebuild unlock") }
-        try Self.deriveMissingFacts(on: writer)
+        try deriveMissingFacts(on: writer)
 
         let live = RefundCaseProjection.tables(next: false), next = RefundCaseProjection.tables(next: true)
         let retired = (live.cases + Self.oldSuffix, live.orders + Self.oldSuffix)
