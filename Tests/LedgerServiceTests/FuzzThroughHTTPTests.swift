@@ -28,7 +28,7 @@ final class FuzzThroughHTTPTests: XCTestCase {
 
         func violation(_ iteration: Int, _ input: [UInt8], _ what: String) {
             if violations.count < 10 {
-                violations.append("\(label) seed=\(String(seed, radix: 16)) iteration=\(iteration): \(what); input \(MutationFuzzer.hex(input, limit: 96))")
+                violations.append("\(label) seed=\(String(seed, radix: 16)) input #\(iteration) (seeds first, then mutation iteration #-seeds): \(what); input \(MutationFuzzer.hex(input, limit: 96))")
             }
         }
     }
@@ -47,8 +47,9 @@ final class FuzzThroughHTTPTests: XCTestCase {
     /// `key` names the dedupe key an accepted input must be stored under, when it can be read.
     func drive(_ h: ServiceHarness, _ audit: Audit, corpus: [[UInt8]],
                request: ([UInt8]) throws -> (path: String, body: Data), key: ([UInt8]) -> String? = { _ in nil }) async throws {
-        for i in 0..<Self.iterations {
-            let input = MutationFuzzer.input(corpus: corpus, seed: audit.seed, iteration: i, maxLength: 16 * 1024)
+        // The seeds themselves first (the 200 path is always exercised), then the mutations.
+        let inputs = corpus + (0..<Self.iterations).map { MutationFuzzer.input(corpus: corpus, seed: audit.seed, iteration: $0, maxLength: 16 * 1024) }
+        for (i, input) in inputs.enumerated() {
             let (path, body) = try request(input)
             let before = try count(h)
             let answer = try await h.post(path, body)
@@ -87,7 +88,7 @@ final class FuzzThroughHTTPTests: XCTestCase {
             SELECT dedupe_key, count(*) AS n FROM events WHERE dedupe_key NOT LIKE 'link:%' GROUP BY dedupe_key HAVING count(*) > 1
             """, name: "fuzz: keys stored twice").rows.map { try $0.decode(String.self, "dedupe_key") }
         if !twice.isEmpty { audit.violations.append("\(audit.label): stored under more than one stream: \(twice.prefix(5))") }
-        print("\(audit.label): \(Self.iterations) inputs, statuses \(audit.statuses.sorted { $0.key < $1.key }), \(audit.stored) stored, \(audit.duplicates) duplicates")
+        print("\(audit.label): \(inputs.count) inputs (\(corpus.count) seeds first), statuses \(audit.statuses.sorted { $0.key < $1.key }), \(audit.stored) stored, \(audit.duplicates) duplicates")
         XCTAssertEqual(audit.violations, [], audit.violations.joined(separator: "\n"))
     }
 
