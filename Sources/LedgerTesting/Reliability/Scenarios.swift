@@ -66,6 +66,7 @@ enum Scenarios {
         let load = await running.value
         if let killFailure { throw killFailure }
         try h.tally(&report, outcomes: load.outcomes, mint: mint)
+        try repostFailed(h, &report, outcomes: load.outcomes, mint: mint)
         report.check("service killed and restarted", restarted == kills, "\(restarted) of \(kills) kill -9 / restart cycles")
         report.check("answers", unexpectedStatuses(load).isEmpty, statusDetail(load))
         report.check("load acknowledged", report.acknowledged > 0, "\(report.acknowledged) notifications acknowledged")
@@ -77,6 +78,39 @@ enum Scenarios {
             report.notes.append("projection-vs-rebuild check not wired (ReliabilityOptions.projectionCheck)")
         }
         return report
+    }
+
+    /// What a sender does after a crash (README: "re-posted, they are answered as duplicates"):
+    /// every request that got no answer (connection reset or refused mid-request by the kill) or
+    /// a 503 is posted again to the restarted service, one at a time. Each must be answered 200 —
+    /// as a duplicate when the killed process had committed it, stored now otherwise — and
+    /// afterwards each of those notifications is in the log exactly once.
+    static func repostFailed(_ h: Harness, _ report: inout ReliabilityReport, outcomes: [RequestOutcome], mint: NotificationMint) throws {
+        let failed = outcomes.indices.filter { outcomes[$0] == .transportError || outcomes[$0] == .status(503) }
+        let before = try h.storedKeys()
+        var answers: [Int: Int] = [:]
+        var notOK: [String] = []
+        for i in failed {
+            let request = try mint.notification(i).request
+            var status = -1
+            // A fresh connection each, with a bounded wait, like a sender's retry.
+            if let c = try? LoopbackConnection(h.service.target, timeout: .seconds(15)) {
+                if (try? c.send(request.encoded(authority: h.service.target.authority))) != nil,
+                   let answer = try? c.readResponse() { status = answer.status }
+                c.close()
+            }
+            answers[status, default: 0] += 1
+            if status != 200, notOK.count < 5 { notOK.append("\(mint.dedupeKey(i)) → \(status)") }
+        }
+        let after = try h.storedKeys()
+        let keys = failed.map { mint.dedupeKey($0) }
+        let wereStored = keys.filter { before[$0] != nil }.count
+        let notOnce = keys.filter { after[$0] != 1 }
+        report.check("failed requests re-posted after the kill answered 200", !failed.isEmpty && answers.keys.allSatisfy { $0 == 200 },
+                     failed.isEmpty ? "no request failed during the kills: nothing re-posted, so nothing shown (the kill missed the load)"
+                        : "\(failed.count) re-posted: answers \(answers.sorted { $0.key < $1.key }); \(wereStored) had been stored before (duplicates), \(failed.count - wereStored) not stored before the re-post" + (notOK.isEmpty ? "" : "; not 200: \(notOK)"))
+        report.check("re-posted notifications stored exactly once", notOnce.isEmpty,
+                     notOnce.isEmpty ? "each of the \(keys.count) in the log once" : "\(notOnce.count) not stored exactly once, e.g. \(notOnce.prefix(3)) (rows \(notOnce.prefix(3).map { after[$0] ?? 0 }))")
     }
 
     // MARK: PostgreSQL outage
@@ -295,6 +329,9 @@ enum Scenarios {
 
     // MARK: graceful shutdown
 
+    /// The held request's notification: far beyond what the load reaches in a scenario.
+    static let heldIndex = 10_000_000
+
     static func gracefulShutdown(_ h: Harness) async throws -> ReliabilityReport {
         var report = ReliabilityReport(scenario: "graceful-shutdown")
         let mint = NotificationMint(authority: h.authority)
@@ -304,10 +341,15 @@ enum Scenarios {
         let running = Task { await generator.run() }
         var exit: (status: Int32, seconds: Double)?
         var failure: (any Error)?
+        var held: HeldRequest?
         do {
             try await Task.sleep(for: h.options.loadDuration / 2)
             _ = try await waitForAcknowledgements(generator, atLeast: 1, within: .seconds(15))
             let inFlightOK = generator.progress.ok
+            // One request held in flight across the SIGTERM: its head and all but the last bytes
+            // of its body are written before the signal, the rest 300 ms after it.
+            held = try HeldRequest(h.service.target, request: mint.notification(Self.heldIndex).request)
+            held!.finishLater(after: .milliseconds(300))
             exit = try h.service.terminate(timeout: .seconds(25))
             h.options.log("graceful-shutdown: SIGTERM with \(inFlightOK) acknowledged; exited after \(exit!.seconds) s")
         } catch {
@@ -316,7 +358,19 @@ enum Scenarios {
         generator.stop()
         let load = await running.value
         if let failure { throw failure }
-        try h.tally(&report, outcomes: load.outcomes, mint: mint)
+        try h.tally(&report, outcomes: load.outcomes, mint: mint, alsoPosted: [mint.dedupeKey(Self.heldIndex)])
+        // The held request: 200 and stored, or 503 (or refused before it was read) and not
+        // stored — never 200 and lost.
+        let stored = try h.storedKeys()
+        if let held {
+            let status = held.waitForAnswer()
+            let rows = stored[mint.dedupeKey(Self.heldIndex)] ?? 0
+            let ok = (status == 200 && rows == 1) || (status != 200 && rows == 0)
+            report.check("request in flight at SIGTERM: 200 and stored, or not 200 and not stored", ok,
+                         "answer \(status.map(String.init) ?? "none (connection closed)"), \(rows) event(s) stored for it")
+        }
+        let unanswered503Stored = load.outcomes.indices.filter { load.outcomes[$0] == .status(503) && stored[mint.dedupeKey($0)] != nil }.count
+        report.notes.append("load answered 503 ×\(load.count(503)); of those stored anyway (a retry is then a duplicate): \(unanswered503Stored)")
         report.check("exited cleanly", exit?.status == 0,
                      "exit status \(exit.map { "\($0.status)" } ?? "-")" + (exit?.status == 0 ? "" : "; log:\n\(h.service.logTail())"))
         report.check("within its grace period", (exit?.seconds ?? 99) < 12, String(format: "%.2f s after SIGTERM (grace 10 s)", exit?.seconds ?? -1))
@@ -324,6 +378,40 @@ enum Scenarios {
         let hung = load.transportErrorKinds["timeout", default: 0]
         report.check("nothing hung", hung == 0, "\(hung) requests timed out; transport errors: \(load.transportErrorKinds)")
         return report
+    }
+}
+
+/// A request written up to its last 16 body bytes and finished later from its own thread, so
+/// it is in flight (read by the server, not yet complete) when the service is signalled.
+final class HeldRequest: @unchecked Sendable {
+    // `answer` is written by the finishing thread before `done` is signalled, read after the wait.
+    private let connection: LoopbackConnection
+    private let tail: [UInt8]
+    private var answer: Int?
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ target: LoopbackTarget, request: LoadRequest) throws {
+        let bytes = request.encoded(authority: target.authority)
+        connection = try LoopbackConnection(target, timeout: .seconds(20))
+        try connection.send(Array(bytes.dropLast(16)))
+        tail = Array(bytes.suffix(16))
+        // Give the server a moment to read what was sent.
+        Thread.sleep(forTimeInterval: 0.1)
+    }
+
+    func finishLater(after delay: Duration) {
+        Thread { [self] in
+            Thread.sleep(forTimeInterval: Double(nanos(delay)) / 1e9)
+            if (try? connection.send(tail)) != nil { answer = (try? connection.readResponse())?.status }
+            connection.close()
+            done.signal()
+        }.start()
+    }
+
+    /// The status the server answered, nil when it closed the connection without one.
+    func waitForAnswer() -> Int? {
+        done.wait()
+        return answer
     }
 }
 

@@ -248,6 +248,9 @@ public enum ScaleSuite {
                      regressions.isEmpty ? "\(sampler.samples) samples of every projection checkpoint" : "went back: \(regressions.prefix(3))")
         let difference = try await ProjectionConsistency.compareWithRebuild(conninfo: database.adminConninfo)
         report.check("projections equal a fresh rebuild", difference == nil, difference ?? "every subscription's state and transactions equal")
+        // The auditor's proof over everything two instances and a rebuild wrote (issue 25 item 6).
+        let verified = ChainVerification.run(binary: options.ledgerBinary, environment: environment)
+        report.check("ledger verify: hash chain and every signature", verified.passed, verified.detail)
         report.check("reads see their own writes", ryw.violations == 0 && ryw.checked > 0,
                      "\(ryw.checked) posts each read back at once with ?minPosition= from the other instance; \(ryw.violations) missed")
 
