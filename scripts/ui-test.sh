@@ -7,7 +7,8 @@
 # signs in, searches, opens a timeline and a refund case, downloads the CSV and compares it with
 # the API's, opens projection status and the drift report, signs out, checks that an app token gets
 # a refusal page, that the CSP header is there and that the browser reported no console errors or
-# CSP violations. Screenshots: .build/ui/; the README's two (timeline, refund case at 1280 px) are
+# CSP violations, opens the charts overview and one report page (each chart's points and table
+# against the reports API's CSV). Screenshots: .build/ui/; the README's two (timeline, refund case at 1280 px) are
 # copied to docs/screenshots/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

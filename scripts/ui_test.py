@@ -76,6 +76,41 @@ def inquiry(order, at, reason="UNINTENDED_PURCHASE"):
     return message
 
 
+def report_csv(name, link):
+    """The reports API's CSV for the query a page's CSV link carries (the same parameters)."""
+    query = urllib.parse.urlsplit(link).query
+    status, _, body = http(f"/v1/reports/{name}?{query}&format=csv", token=AUDITOR)
+    check(status == 200, f"/v1/reports/{name} CSV answered {status}: {body[:200]!r}")
+    return [line.split(",") for line in body.decode().split("\r\n") if line and not line.startswith("#")]
+
+
+def check_chart(b, section, name):
+    """One chart: its points are the CSV's rows (per series, one currency), its table is the CSV."""
+    link = section.find_element(By.CSS_SELECTOR, "a[href*='.csv']").get_attribute("href")
+    csv = report_csv(name, link)
+    table = b.driver.execute_script(
+        "return Array.from(arguments[0].querySelectorAll('table tr')).map(r => Array.from(r.children).map(c => c.textContent.trim()))",
+        section)
+    check(table == csv, f"{name}: the table differs from the API's CSV: {table[:3]} vs {csv[:3]}")
+    check(len(csv) > 1, f"{name}: the report has no rows")
+    points = b.driver.execute_script(
+        "return Array.from(arguments[0].querySelectorAll('svg.chart circle.point')).map(c => [c.dataset.series, c.dataset.value])",
+        section)
+    header, rows = csv[0], csv[1:]
+    series = sorted({s for s, _ in points})
+    check(series, f"{name}: the chart has no points")
+    for label in series:
+        check(label in header, f"{name}: chart series {label} is not a CSV column {header}")
+        values = [v for s, v in points if s == label]
+        column = header.index(label)
+        groups = {}
+        for r in rows:
+            groups.setdefault(r[1] if "currency" in header else "", []).append(r[column])
+        check(any(values == g for g in groups.values()),
+              f"{name}: series {label} has {len(values)} points {values[:4]}, the CSV's {[len(g) for g in groups.values()]} rows")
+    return len(points)
+
+
 def seed_wechat():
     delivery = header("xpay_goods_deliver_notify", 1775226066)
     delivery.update({"OpenId": "oUIcustomer", "OutTradeNo": "ORDER-UI-1", "Env": 0,
@@ -241,6 +276,18 @@ def main():
         check(b.driver.find_element(By.CSS_SELECTOR, "nav a[aria-current]").text == "Drift report", "drift is the current page")
         b.shot("drift")
         b.shot("drift", 390)
+
+        # The charts: the overview's four and one report's page, each against the API's CSV.
+        b.open("/audit/reports")
+        counts = {}
+        for name in ["subscriptions", "movements", "refunds", "revenue"]:
+            counts[name] = check_chart(b, b.driver.find_element(By.ID, f"chart-{name}"), name)
+        b.shot("reports")
+        b.shot("reports", 390)
+        b.open("/audit/reports/subscriptions?interval=month")
+        check_chart(b, b.driver.find_element(By.ID, "chart-subscriptions"), "subscriptions")
+        b.shot("report-subscriptions")
+        print(f"ui-test: chart points {counts}")
 
         # Sign out: the pages are closed again.
         b.click(b.driver.find_element(By.ID, "logout"), "sign-out")
