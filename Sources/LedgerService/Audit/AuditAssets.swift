@@ -37,6 +37,8 @@ enum AuditAssets {
     h2 { font-size: 1.1rem; margin: 1.6rem 0 .6rem; }
     .card { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 1rem; margin-bottom: 1rem; }
     .muted { color: var(--muted); }
+    .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(11rem, 1fr)); gap: 0 1rem; }
+    .cards .figure { display: block; font-size: 1.6rem; font-weight: 600; }
     .ok { color: var(--ok); font-weight: 600; }
     .bad { color: var(--bad); font-weight: 600; }
     .warn { color: var(--warn); font-weight: 600; }

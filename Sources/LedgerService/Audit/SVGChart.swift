@@ -42,7 +42,10 @@ struct SVGChart: Sendable {
         }
         let labelled = periods.isEmpty ? [] : Array(Set([0, periods.count / 2, periods.count - 1])).sorted()
         for i in labelled {
-            parts.append("<text class=\"xlabel\" x=\"\(n(x(i)))\" y=\"\(n(Double(Self.height - Self.bottom + 16)))\" text-anchor=\"middle\" font-size=\"11\">\(periods[i])</text>")
+            // The last label ends at its point and the first starts at it, so neither is clipped
+            // by the plot's edge (a centred "2026-11" overran the right margin).
+            let anchor = periods.count > 1 && i == periods.count - 1 ? "end" : (periods.count > 1 && i == 0 ? "start" : "middle")
+            parts.append("<text class=\"xlabel\" x=\"\(n(x(i)))\" y=\"\(n(Double(Self.height - Self.bottom + 16)))\" text-anchor=\"\(anchor)\" font-size=\"11\">\(periods[i])</text>")
         }
         for (s, line) in series.enumerated() {
             let colour = Self.colours[s % Self.colours.count]
