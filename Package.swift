@@ -75,7 +75,7 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "CryptoTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "LedgerTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "LedgerTesting", "CryptoTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "WeChatPayTests", dependencies: ["WeChatPay", "LedgerTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "OutboundTests", dependencies: ["Outbound", "LedgerMetrics", "HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTesting"], swiftSettings: swiftSettings),

@@ -192,6 +192,13 @@ public final class SignedDataVerifier: Sendable {
             case .untrusted, .invalid: throw .untrustedChain("\(error)")
             }
         }
+        // A valid path is not enough: OpenSSL may build leaf → root directly (a leaf a trusted root
+        // signed itself), ignoring the x5c[1] whose marker OID was checked above. Apple's chain is
+        // exactly the leaf, x5c[1], and one of the configured roots.
+        let path = window.pathDER
+        guard path.count == 3, path[0] == leafDER, path[1] == intDER, trustedRoots.contains(where: { $0.der == path[2] }) else {
+            throw .untrustedChain("the verified path is not leaf → x5c[1] → a trusted root (\(path.count) certificates; the leaf must be issued by x5c[1], and x5c[1] by a configured root)")
+        }
         let entry = ChainCache.Entry(leafKey: leafKey, leafSubject: leafCert.subject, window: window)
         cache.withLock { $0.insert(key, entry) }
         return (leafKey, leafCert.subject, true)

@@ -137,6 +137,9 @@ public enum CertificateChainError: Error, Equatable, CustomStringConvertible {
 public struct VerifiedChainWindow: Sendable, Equatable {
     public var notBefore: Int64
     public var notAfter: Int64
+    /// The DER of each certificate of the path OpenSSL built, leaf first, trust anchor last: the
+    /// caller asserts its shape (a valid path may skip a certificate the sender put in the chain).
+    public var pathDER: [[UInt8]] = []
     public func contains(epochSeconds t: Int64) -> Bool { t >= notBefore && t <= notAfter }
 }
 
@@ -193,6 +196,14 @@ public enum X509ChainVerifier {
             for i in 0..<OPENSSL_sk_num(chain) {
                 guard let c = OPENSSL_sk_value(chain, i) else { continue }
                 let x = OpaquePointer(c)
+                var out: UnsafeMutablePointer<UInt8>? = nil
+                let n = i2d_X509(x, &out)
+                if n > 0, let p = out {
+                    window.pathDER.append(Array(UnsafeBufferPointer(start: p, count: Int(n))))
+                    CRYPTO_free(p, #file, #line)
+                } else {
+                    window.pathDER.append([])
+                }
                 window.notBefore = max(window.notBefore, X509Certificate.epochSeconds(X509_get0_notBefore(x)))
                 window.notAfter = min(window.notAfter, X509Certificate.epochSeconds(X509_get0_notAfter(x)))
             }
