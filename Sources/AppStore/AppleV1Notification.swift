@@ -46,7 +46,11 @@ extension AppleNotificationIngestor {
         guard let sharedSecret, !sharedSecret.isEmpty else { throw .sharedSecretNotConfigured }
         var object = try JSONGuard.object(body, what: "V1 notification body")
         guard let password = object["password"] as? String else { throw .badSharedSecret }
-        guard ConstantTime.equals(Array(password.utf8), Array(sharedSecret.utf8)) else { throw .badSharedSecret }
+        // Compared as SHA-256 digests: equal lengths always, so neither the time taken nor an early
+        // length check tells a guesser how long the secret is.
+        guard ConstantTime.equals(Digest.sha256(Array(password.utf8)), Digest.sha256(Array(sharedSecret.utf8))) else {
+            throw .badSharedSecret
+        }
         // Only the top-level password is redacted; the secret anywhere else (a nested "password",
         // any other value or name, however escaped) would be stored in the payload, or force the
         // raw evidence down to a stub (found by the fuzz tests: a nested copy reached the payload).
