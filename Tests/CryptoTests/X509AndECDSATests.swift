@@ -101,7 +101,10 @@ final class X509AndECDSATests: XCTestCase {
         XCTAssertEqual(leaf.issuer, int.subject)
         XCTAssertEqual(leaf.notBefore, 1_700_000_000)
         let w = try X509ChainVerifier.verify(leaf: leaf, intermediates: [int], roots: [root], atEpochSeconds: 1_750_000_000)
-        XCTAssertEqual(w, VerifiedChainWindow(notBefore: 1_700_000_000, notAfter: 1_800_000_000))
+        XCTAssertEqual(w.notBefore, 1_700_000_000)
+        XCTAssertEqual(w.notAfter, 1_800_000_000)
+        // The path OpenSSL built, leaf first, anchor last (the verifier asserts its shape).
+        XCTAssertEqual(w.pathDER, [leaf.der, int.der, root.der])
         XCTAssertThrowsError(try X509ChainVerifier.verify(leaf: leaf, intermediates: [int], roots: [root], atEpochSeconds: 1_650_000_000))
         // The root sent along as an "intermediate" is not a trust anchor.
         XCTAssertThrowsError(try X509ChainVerifier.verify(leaf: leaf, intermediates: [int, root], roots: [], atEpochSeconds: 1_750_000_000))
