@@ -159,17 +159,6 @@ public final class Store: Sendable {
     }
 
     /// What `/readyz` reports: the database answers, migrations are current, no projection stopped.
-    public func health(migrationsDirectory: URL) async -> StoreHealth {
-        do {
-            let migrations = try Migrator(conninfo: configuration.databaseURL, directory: migrationsDirectory).loadMigrations()
-            return await health(migrations: migrations)
-        } catch {
-            var health = StoreHealth()
-            health.problem = "\(error)"
-            return health
-        }
-    }
-
     /// Health against the migrations this build expects, loaded once by the caller.
     public func health(migrations: [Migration]) async -> StoreHealth {
         var health = StoreHealth()
