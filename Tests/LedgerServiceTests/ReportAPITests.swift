@@ -54,7 +54,17 @@ final class ReportAPITests: XCTestCase {
             XCTAssertEqual(month.status, 200, month.text)
             let retention = try await h.request("GET", "/v1/reports/retention?to=\(to.text)", token: "auditor-token")
             XCTAssertEqual(retention.status, 200, retention.text)
-            XCTAssertNotNil(retention.json["cohorts"] as? [Any], retention.text)
+            let cohorts = try XCTUnwrap(retention.json["cohorts"] as? [[String: Any]], retention.text)
+            XCTAssertFalse(cohorts.isEmpty)
+            for c in cohorts {
+                // The share beside each count: retained / members, four decimals.
+                let members = try XCTUnwrap(c["members"] as? Int), retained = try XCTUnwrap(c["retained"] as? [Int])
+                let shares = try XCTUnwrap(c["retainedShare"] as? [String], "\(c)")
+                XCTAssertEqual(shares, retained.map { ReportModel.share(Int64($0), of: Int64(members)) }, "\(c)")
+            }
+            let retentionCSV = try await h.request("GET", "/v1/reports/retention?to=\(to.text)&format=csv", token: "auditor-token")
+            XCTAssertTrue(retentionCSV.text.components(separatedBy: "\r\n")[1].hasPrefix("cohort,members,month_0,"), retentionCSV.text)
+            XCTAssertTrue(retentionCSV.text.contains(",share_0,"), retentionCSV.text)
             let position = try h.eventCount()
 
             // The subscriptions behind a point: every active one on the range's last day.

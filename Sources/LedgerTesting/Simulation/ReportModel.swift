@@ -51,7 +51,7 @@ public enum ReportModel {
 
     /// `part / whole` to four decimals, rounded half up (with Foundation's decimal arithmetic, not
     /// the ledger's integer rule).
-    static func share(_ part: Int64, of whole: Int64) -> String {
+    public static func share(_ part: Int64, of whole: Int64) -> String {
         var value = Decimal(part) / Decimal(whole)
         var rounded = Decimal()
         NSDecimalRound(&rounded, &value, 4, .plain)
