@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-ui clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-ui test-demo clean
 
 deps:
 	@$(DB) deps
@@ -50,6 +50,11 @@ test: db-start
 # Real data in the API within a minute: serve in the background and post a simulated population.
 demo: deps
 	@scripts/demo.sh
+
+# `make demo` on a scratch database and port (Production, then Sandbox), and every command it
+# prints run as printed and checked (scripts/demo_check.py).
+test-demo: deps
+	@scripts/demo-test.sh
 
 # schemathesis (PyPI, in a git-ignored .venv) against the running service and docs/openapi.yaml.
 test-api: deps

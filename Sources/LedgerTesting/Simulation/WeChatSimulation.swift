@@ -83,6 +83,11 @@ public struct WeChatSimulatedLifecycle: Sendable {
     public var pushes: [WeChatSimulatedPush]
     /// Where the simulated span ends: nothing after it is observed.
     public var end: EpochMillis
+
+    /// A paid order, not refunded by `t`, covers `t`.
+    public func isEntitled(at t: EpochMillis) -> Bool {
+        orders.contains { $0.paid <= t && t < $0.renewalDate && $0.paid < end && ($0.refundedAt.map { $0 > t } ?? true) }
+    }
 }
 
 /// One push as WeChat sends it: the decrypted message, when it happened and when it is delivered.
