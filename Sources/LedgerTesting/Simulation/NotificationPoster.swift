@@ -31,7 +31,7 @@ public struct SimulatedDelivery: Sendable, Equatable {
     }
 
     /// A WeChat push (answered with WeChat's own reply, not the ledger's JSON).
-    public var isWeChat: Bool { !path.hasPrefix(NotificationPoster.path + "?") && path != NotificationPoster.path }
+    public var isWeChat: Bool { path.hasPrefix("/v1/wechat/") }
 }
 
 /// What the service answered, counted the way an operator reads it.
