@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-ui clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-ui test-demo clean
 
 deps:
 	@$(DB) deps
@@ -51,6 +51,11 @@ test: db-start
 demo: deps
 	@scripts/demo.sh
 
+# `make demo` on a scratch database and port (Production, then Sandbox), and every command it
+# prints run as printed and checked (scripts/demo_check.py).
+test-demo: deps
+	@scripts/demo-test.sh
+
 # schemathesis (PyPI, in a git-ignored .venv) against the running service and docs/openapi.yaml.
 test-api: deps
 	@scripts/api-test.sh
@@ -73,7 +78,7 @@ test-scale: deps
 # same-run baseline and one `ratio:` line, and records them in .build/bench.json; README's
 # performance table is then rewritten from that file (scripts/bench-table.py).
 # (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry.)
-BENCHMARKS ?= verify fold append ingest read rebuild refund-inquiry refunds
+BENCHMARKS ?= verify fold append ingest read rebuild refund-inquiry refunds reports
 bench: release db-start
 	swift build -c release --product ledger-dev
 	@rm -f .build/bench.json

@@ -2,18 +2,22 @@
 # make demo: real data in the API within a minute of the build.
 #
 # Builds `ledger` and `ledger-dev`, starts the project-local PostgreSQL (scripts/db.sh), migrates,
-# starts `ledger serve` in the background trusting the simulator's seeded test root (Sandbox only:
-# a service accepting Production refuses a test root), posts a simulated population of subscribers
-# with `ledger-dev simulate`, prints curl commands to look at it, and leaves the server running
-# (its PID and how to stop it are printed at the end).
+# starts `ledger serve` in the background trusting the simulator's seeded test root and the
+# simulated WeChat's push settings, posts a simulated population with `ledger-dev simulate`
+# (App Store customers and WeChat mini-program xpay subscribers), prints commands to look at it,
+# and leaves the server running (its PID and how to stop it are printed at the end).
 #
-#   DEMO_CUSTOMERS (120), DEMO_DAYS (365), DEMO_SEED (42)  the simulated population: a year, so the
-#                                                          charts at /audit/reports have twelve months
+#   DEMO_CUSTOMERS (120), DEMO_WECHAT (40), DEMO_DAYS (365), DEMO_SEED (42)
+#       the simulated population: a year, so the charts at /audit/reports have twelve months
+#   DEMO_ENVIRONMENT (Production)
+#       where the App Store notifications are signed for. Production needs the service to trust
+#       a test root, which it does only with LEDGER_APPLE_ALLOW_TEST_ROOTS=true (set here, for
+#       the demo only: never in a real deployment). With Sandbox every printed command names
+#       ?environment=Sandbox, because without it the API answers for Production. WeChat's Apple
+#       subscriptions are Production either way (WeChat has no sandbox for them).
+#   LEDGER_LISTEN (127.0.0.1:8080)   where the demo server listens
 #
-# The data is Sandbox (the service refuses a test root for Production), so every printed command
-# names ?environment=Sandbox: without it the API answers for Production, where there is nothing.
-#   LEDGER_LISTEN (127.0.0.1:8080)                          where the demo server listens
-#
+# Every command printed at the end is run and checked by scripts/demo-test.sh (make test-demo).
 # The demo tokens below are for this local demo only; never use them for a real deployment.
 set -euo pipefail
 
@@ -22,13 +26,18 @@ cd "$ROOT"
 [ -d /opt/swift/usr/bin ] && export PATH="/opt/swift/usr/bin:$PATH"
 
 CUSTOMERS="${DEMO_CUSTOMERS:-120}"
+WECHAT="${DEMO_WECHAT:-40}"
 DAYS="${DEMO_DAYS:-365}"
-ENVIRONMENT=Sandbox
-ENVQ="environment=$ENVIRONMENT"
+ENVIRONMENT="${DEMO_ENVIRONMENT:-Production}"
+case "$ENVIRONMENT" in
+  Production) ENVQ="" ;;
+  Sandbox) ENVQ="environment=Sandbox" ;;
+  *) echo "demo: DEMO_ENVIRONMENT must be Production or Sandbox, not '$ENVIRONMENT'" >&2; exit 2 ;;
+esac
 SEED="${DEMO_SEED:-42}"
 LISTEN="${LEDGER_LISTEN:-127.0.0.1:8080}"
 BASE="http://$LISTEN"
-STATE="$ROOT/.build/demo"          # git-ignored, survives between demos
+STATE="${DEMO_STATE:-$ROOT/.build/demo}"   # git-ignored, survives between demos
 PIDFILE="$STATE/serve.pid"
 LOG="$STATE/serve.log"
 APP_TOKEN=demo-app-token
@@ -64,6 +73,14 @@ fi
 say "starting PostgreSQL and migrating"
 scripts/db.sh start
 eval "$(scripts/db.sh env)"
+if [ -n "${DEMO_DATABASE:-}" ]; then
+  # A fresh database of its own (scripts/demo-test.sh), beside the demo's `ledger`.
+  [[ "$DEMO_DATABASE" =~ ^[a-z_][a-z0-9_]*$ ]] || fail "DEMO_DATABASE must be a plain lower-case name"
+  "$LEDGER_PG_BIN/psql" "$LEDGER_TEST_DATABASE_URL" -Xq -c "DROP DATABASE IF EXISTS $DEMO_DATABASE WITH (FORCE)" -c "CREATE DATABASE $DEMO_DATABASE"
+  LEDGER_ADMIN_DATABASE_URL="${LEDGER_ADMIN_DATABASE_URL/dbname=ledger/dbname=$DEMO_DATABASE}"
+  LEDGER_DATABASE_URL="${LEDGER_DATABASE_URL/dbname=ledger/dbname=$DEMO_DATABASE}"
+  export LEDGER_DATABASE_URL
+fi
 LEDGER_DATABASE_URL="$LEDGER_ADMIN_DATABASE_URL" "$LEDGER" migrate
 
 # Which entitlement each simulated product grants (the service's product catalog).
@@ -73,14 +90,16 @@ cat > "$STATE/config.json" <<'JSON'
     "com.example.monthly": {"entitlements": ["pro"]},
     "com.example.yearly": {"entitlements": ["pro"]},
     "com.example.premium.monthly": {"entitlements": ["pro", "premium"]},
-    "com.example.premium.yearly": {"entitlements": ["pro", "premium"]}
+    "com.example.premium.yearly": {"entitlements": ["pro", "premium"]},
+    "wx_vip_monthly": {"entitlements": ["pro"]},
+    "wx_vip_weekly": {"entitlements": ["pro"]}
   }
 }
 JSON
 
 say "minting the simulator's test root (seed $SEED)"
 # One line of NAME=value words (paths and ids without spaces): the service's Apple settings.
-ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/simulator-root.der" --seed "$SEED")"
+ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/simulator-root.der" --seed "$SEED" --environment "$ENVIRONMENT" --wechat "$WECHAT")"
 read -r -a APPLE_ENV <<<"$ENV_LINE"
 
 say "starting ledger serve on $LISTEN (log: $LOG)"
@@ -99,36 +118,66 @@ for _ in $(seq 1 150); do
 done
 curl -fs -o /dev/null --max-time 1 "$BASE/readyz" || { tail -n 20 "$LOG" >&2; fail "ledger serve is not ready after 30 s (log above)"; }
 
-say "posting $CUSTOMERS simulated customers over $DAYS days"
+say "posting $CUSTOMERS App Store customers and $WECHAT WeChat subscribers over $DAYS days ($ENVIRONMENT)"
 OUT="$STATE/simulate.txt"
-"$LEDGER_DEV" simulate --customers "$CUSTOMERS" --days "$DAYS" --seed "$SEED" --url "$BASE" --environment "$ENVIRONMENT" \
-  --root-file "$STATE/simulator-root.der" | tee "$OUT"
+"$LEDGER_DEV" simulate --customers "$CUSTOMERS" --wechat "$WECHAT" --days "$DAYS" --seed "$SEED" --url "$BASE" \
+  --environment "$ENVIRONMENT" --root-file "$STATE/simulator-root.der" | tee "$OUT"
 
-# The sample table's rows: appAccountToken, originalTransactionId, events, last notification.
+# The reports are kept by the projection worker after each commit: wait until it has caught up,
+# so the printed reports show the whole year.
+HEAD_POSITION="$("$LEDGER_PG_BIN/psql" "$LEDGER_ADMIN_DATABASE_URL" -XAtc "SELECT position FROM event_head")"
+for _ in $(seq 1 300); do
+  at="$("$LEDGER_PG_BIN/psql" "$LEDGER_ADMIN_DATABASE_URL" -XAtc "SELECT position FROM projection_checkpoints WHERE projection = 'reports'")"
+  [ "${at:-0}" -ge "$HEAD_POSITION" ] && break
+  sleep 0.2
+done
+
+# The sample tables' rows: appAccountToken (or openid) and originalTransactionId.
 mapfile -t SAMPLE < <(awk '/^  [0-9a-f]+-[0-9a-f]+-[0-9a-f]+-/ {print $1 " " $2}' "$OUT" | head -n 3)
 [ "${#SAMPLE[@]}" -gt 0 ] || fail "the simulator printed no sample customers"
 read -r TOKEN OTID <<<"${SAMPLE[0]}"
+mapfile -t WX_SAMPLE < <(awk '/^  oSim/ {print $1 " " $2}' "$OUT" | head -n 1)
+
+# A URL with the demo's environment parameter (if any) and the given ones.
+q() {
+  local path="$1"; shift
+  local params=()
+  [ -n "$ENVQ" ] && params+=("$ENVQ")
+  params+=("$@")
+  if [ "${#params[@]}" -gt 0 ]; then local IFS='&'; echo "$BASE$path?${params[*]}"; else echo "$BASE$path"; fi
+}
+SIXTY_DAYS_AGO=$(( ($(date +%s) - 60 * 86400) * 1000 ))
 
 cat <<EOF
 
-The ledger is running with real (simulated, signed) data. Try:
+The ledger is running with real (simulated, signed) data in $ENVIRONMENT$([ -n "$ENVQ" ] && echo " (every command names ?$ENVQ)"). Try:
 
   # a subscription's state (role app)
-  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/subscriptions/$OTID?$ENVQ"
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$(q "/v1/subscriptions/$OTID")"
   # its history with the raw signed evidence (role auditor)
-  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/subscriptions/$OTID/events?$ENVQ"
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$(q "/v1/subscriptions/$OTID/events")"
   # the customer's active entitlements, now and 60 days ago (?at= is business time in ms)
-  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/customers/$TOKEN/entitlements?$ENVQ"
-  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/customers/$TOKEN/entitlements?$ENVQ&at=$(( ($(date +%s) - 60 * 86400) * 1000 ))"
-  # the business: active subscriptions per month, revenue recognised vs deferred as CSV (role auditor)
-  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/reports/subscriptions?$ENVQ&interval=month"
-  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/reports/revenue?$ENVQ&interval=month&format=csv"
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$(q "/v1/customers/$TOKEN/entitlements")"
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$(q "/v1/customers/$TOKEN/entitlements" "at=$SIXTY_DAYS_AGO")"
 EOF
 for row in "${SAMPLE[@]:1}"; do
   read -r t o <<<"$row"
-  echo "  curl -s -H \"Authorization: Bearer $APP_TOKEN\" \"$BASE/v1/customers/$t/entitlements?$ENVQ\"   # subscription $o"
+  echo "  curl -s -H \"Authorization: Bearer $APP_TOKEN\" \"$(q "/v1/customers/$t/entitlements")\"   # subscription $o"
 done
+if [ "${#WX_SAMPLE[@]}" -gt 0 ]; then
+  read -r WX_OPENID WX_OTID <<<"${WX_SAMPLE[0]}"
+  cat <<EOF
+  # a WeChat xpay subscriber: its subscription and the entitlements of its openid (WeChat's are Production)
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/subscriptions/$WX_OTID"
+  curl -s -H "Authorization: Bearer $APP_TOKEN" "$BASE/v1/customers/$WX_OPENID/entitlements"
+EOF
+fi
 cat <<EOF
+  # the business, App Store and WeChat together (role auditor): active subscriptions per month,
+  # revenue recognised vs deferred as CSV, and cohort retention
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/reports/subscriptions?interval=month"
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/reports/revenue?interval=month&format=csv"
+  curl -s -H "Authorization: Bearer $AUDITOR_TOKEN" "$BASE/v1/reports/retention"
   # readiness (status for anyone; the detail and /metrics need the admin token, or LEDGER_ADMIN_LISTEN)
   curl -s $BASE/readyz
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/readyz
@@ -138,7 +187,7 @@ The auditor's pages (plain HTTP here, so the session cookie is not Secure: LEDGE
   open $BASE/audit and sign in with $AUDITOR_TOKEN; the charts are at $BASE/audit/reports
 
 Check the whole log (hash chain and every signature) and keep an anchor:
-  LEDGER_APPLE_ROOT_CERTS=$STATE/simulator-root.der $LEDGER verify --anchor
+  LEDGER_DATABASE_URL="$LEDGER_DATABASE_URL" $ENV_LINE $LEDGER verify --anchor
 
 Re-verify a stored notification's raw evidence offline, as an auditor would:
   $LEDGER_PG_BIN/psql "$LEDGER_DATABASE_URL" -XAtc "SELECT convert_from(raw, 'UTF8') FROM events WHERE stream_id = '$OTID' ORDER BY position LIMIT 1" \\

@@ -24,6 +24,7 @@ SHOTS = os.environ["LEDGER_UI_SHOTS"]
 WECHAT_TOKEN = os.environ["LEDGER_UI_WECHAT_TOKEN"]
 APP = os.environ["LEDGER_UI_APP_TOKEN"]
 AUDITOR = os.environ["LEDGER_UI_AUDITOR_TOKEN"]
+ADMIN = os.environ["LEDGER_UI_ADMIN_TOKEN"]
 HOSTILE = "<img src=x onerror=alert(1)>"
 OTID = "2000001147420001"
 
@@ -111,6 +112,19 @@ def check_chart(b, section, name):
     return len(points)
 
 
+def reports_caught_up():
+    """Waits until the reports projection (kept after each commit by the worker) is at the head."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        status, _, body = http("/readyz", token=ADMIN)
+        projections = {p["name"]: p for p in json.loads(body).get("projections", [])} if status == 200 else {}
+        reports = projections.get("reports")
+        if reports and reports["lag"] == 0 and reports["status"] == "running":
+            return reports["position"]
+        time.sleep(0.2)
+    fail(f"the reports projection did not catch up within 60 s: {body[:400]!r}")
+
+
 def seed_wechat():
     delivery = header("xpay_goods_deliver_notify", 1775226066)
     delivery.update({"OpenId": "oUIcustomer", "OutTradeNo": "ORDER-UI-1", "Env": 0,
@@ -173,6 +187,17 @@ class Browser:
         overflow = self.driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
         check(overflow <= 1, f"{name} at {width} px: the page is {overflow} px wider than the window")
         self.driver.save_screenshot(os.path.join(SHOTS, f"{name}-{width}.png"))
+        self.driver.set_window_size(1280, 900)
+
+    def shot_overview(self):
+        """The README's charts overview: the top of the page (navigation, headline cards, the first
+        charts) in a 1280 × 1180 window, without the provenance line — its chain hash covers the
+        events' recording times, so it differs on every run while the figures do not. The file is
+        then the same on every run until the page changes."""
+        self.driver.set_window_size(1280, 1180)
+        self.driver.execute_script("window.scrollTo(0, 0); document.getElementById('report-position').style.display = 'none'")
+        self.driver.save_screenshot(os.path.join(SHOTS, "charts-overview-1280.png"))
+        self.driver.execute_script("document.getElementById('report-position').style.display = ''")
         self.driver.set_window_size(1280, 900)
 
     def sign_in(self, token, expected_status=None):
@@ -278,15 +303,20 @@ def main():
         b.shot("drift", 390)
 
         # The charts: the overview's four and one report's page, each against the API's CSV.
+        position = reports_caught_up()
         b.open("/audit/reports")
+        check(f"As of log position {position}," in b.text(), f"the overview is read at the projection's position {position}")
         counts = {}
         for name in ["subscriptions", "movements", "refunds", "revenue"]:
             counts[name] = check_chart(b, b.driver.find_element(By.ID, f"chart-{name}"), name)
+            check(counts[name] >= 12, f"{name}: a year of months, {counts[name]} points")
         b.shot("reports")
         b.shot("reports", 390)
+        b.shot_overview()
         b.open("/audit/reports/subscriptions?interval=month")
         check_chart(b, b.driver.find_element(By.ID, "chart-subscriptions"), "subscriptions")
         b.shot("report-subscriptions")
+        b.shot("report-subscriptions", 390)
         print(f"ui-test: chart points {counts}")
 
         # Sign out: the pages are closed again.

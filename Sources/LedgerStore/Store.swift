@@ -68,7 +68,7 @@ public final class Store: Sendable {
     public let chain: ChainStore
     /// The refund-case projection: pages, exports at a position, single cases.
     public let refundCases: RefundCaseQueries
-    /// The reports' daily rollups (`ReportQueries.rollup(asOfPosition:)`).
+    /// The reports: the reporting projection at its checkpoint, folds of the facts at other positions.
     public let reports: ReportQueries
     /// The primary's read side.
     public let primaryReads: Reads
@@ -100,7 +100,7 @@ public final class Store: Sendable {
         facts = deriver
         chain = ChainStore(pool: pool)
         refundCases = RefundCaseQueries(pool: pool, conninfo: configuration.databaseURL)
-        reports = ReportQueries(conninfo: configuration.databaseURL)
+        reports = ReportQueries(pool: pool, conninfo: configuration.databaseURL)
         primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
         replica = configuration.readDatabaseURL.map {
             ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,

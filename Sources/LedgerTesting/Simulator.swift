@@ -23,6 +23,9 @@ public struct SimulationOptions: Sendable, Equatable {
     public var shuffle = false
     /// Extra deliveries of every notification (identical bytes, as an App Store retry).
     public var duplicates = 0
+    /// WeChat mini-program xpay subscribers simulated beside the App Store customers
+    /// (`WeChatSimulation`, pushed to /v1/wechat/notifications with its push settings).
+    public var wechatSubscribers = 0
 
     public init(customers: Int, days: Int, start: EpochMillis) {
         self.customers = customers
@@ -46,6 +49,7 @@ public struct SimulationOptions: Sendable, Equatable {
         }
         guard !bundleId.isEmpty else { throw .invalidOption("--bundle-id must not be empty") }
         guard (0...100).contains(duplicates) else { throw .invalidOption("--duplicates must be between 0 and 100") }
+        guard wechatSubscribers >= 0 else { throw .invalidOption("--wechat must be 0 or more") }
         // The seeded chain is valid 2020-01-01 → 2045-01-01 and the service checks it at each signedDate.
         let validity = AppleTestAuthority.ChainOptions().leafValidity
         let end = start.addingReportingOverflow(EpochMillis(days) * 86_400_000)
@@ -92,6 +96,11 @@ public struct Simulator: Sendable {
 
     public func lifecycles() -> [SimulatedLifecycle] { generator.lifecycles() }
 
+    /// The WeChat subscribers (none unless `wechatSubscribers`).
+    public var wechat: WeChatSimulation {
+        WeChatSimulation(subscribers: options.wechatSubscribers, days: options.days, start: options.start, seed: options.seed)
+    }
+
     /// The environment a `ledger serve` needs to accept this simulation, given where the root was
     /// written (`writeRoot`). A simulated Production also needs LEDGER_APPLE_ALLOW_TEST_ROOTS,
     /// because the service refuses a non-Apple root for Production without it.
@@ -101,6 +110,9 @@ public struct Simulator: Sendable {
                            ("LEDGER_APPLE_ENVIRONMENTS", options.environment),
                            ("LEDGER_APPLE_APP_APPLE_IDS", String(options.appAppleId))]
         if options.environment == "Production" { environment.append(("LEDGER_APPLE_ALLOW_TEST_ROOTS", "true")) }
+        if options.wechatSubscribers > 0 {
+            environment += WeChatSimulation.environment.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+        }
         return environment
     }
 
@@ -130,9 +142,18 @@ public struct Simulator: Sendable {
             ($0.deliveredAt, $0.signedDate, $0.notificationUUID) < ($1.deliveredAt, $1.signedDate, $1.notificationUUID)
         }
         let signed = try sign(notifications, progress: progress)
+        // WeChat's pushes join the App Store's notifications in delivery order.
+        var timed = zip(notifications.map(\.deliveredAt), signed).map { (at: $0, delivery: $1) }
+        for push in wechat.pushesInDeliveryOrder() {
+            let (path, body, contentType) = try push.request()
+            timed.append((push.deliveredAt, SimulatedDelivery(
+                notificationUUID: push.label, originalTransactionId: String(push.label.prefix { $0 != " " }),
+                type: push.message.text("Event") ?? "wechat", signedDate: push.at, body: body, path: path, contentType: contentType)))
+        }
+        let ordered = timed.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element.delivery)
         var out: [SimulatedDelivery] = []
-        out.reserveCapacity(signed.count * (1 + options.duplicates))
-        for d in signed {
+        out.reserveCapacity(ordered.count * (1 + options.duplicates))
+        for d in ordered {
             for _ in 0...options.duplicates { out.append(d) }
         }
         if options.shuffle { Self.shuffle(&out, seed: options.seed) }
@@ -175,9 +196,18 @@ public struct Simulator: Sendable {
         }
     }
 
-    /// The customers to look up afterwards, first `limit` by index.
-    public static func customers(_ lifecycles: [SimulatedLifecycle], limit: Int = 5) -> [SimulatedCustomer] {
-        lifecycles.prefix(limit).map { l in
+    /// The customers to look up afterwards, first `limit` by index; with `entitledAt`, those whose
+    /// latest transaction is unexpired and not refunded then come first (their entitlements show).
+    public static func customers(_ lifecycles: [SimulatedLifecycle], limit: Int = 5, entitledAt: EpochMillis? = nil) -> [SimulatedCustomer] {
+        var chosen = lifecycles
+        if let t = entitledAt {
+            func entitled(_ l: SimulatedLifecycle) -> Bool {
+                guard let last = l.notifications.max(by: { $0.signedDate < $1.signedDate })?.transaction else { return false }
+                return last.revocationDate == nil && (last.expiresDate?.millis ?? .min) > t
+            }
+            chosen = lifecycles.filter(entitled) + lifecycles.filter { !entitled($0) }
+        }
+        return chosen.prefix(limit).map { l in
             let last = l.notifications.max { ($0.signedDate, $0.notificationUUID) < ($1.signedDate, $1.notificationUUID) }
             return SimulatedCustomer(
                 appAccountToken: l.appAccountToken, originalTransactionId: l.originalTransactionId,

@@ -6,7 +6,7 @@ import LedgerTesting
 /// same run, and the ratio, so a result means something on any machine.
 enum BenchCommand {
     static let help = """
-    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|verify|fold> [options]
+    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|reports|verify|fold> [options]
 
       append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
                       inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
@@ -24,6 +24,11 @@ enum BenchCommand {
                       --inquiries N (2000) --connections C (16) --runs R (3)
       refunds         the refund-case list (projection, pages of 100 by cursor) at N cases vs folding every
                       refund fact per request, as the list did before      --cases N (100000)
+      reports         a year of N App Store subscribers appended (EventStore, 8 appenders) while the catch-up worker
+                      keeps the reports projection: its events/s against the ingest's of the same run (keeps up: ≥ 0.9);
+                      then `ledger serve` over it: every report × interval × filter, p99 against /healthz's (target
+                      p99 < 100 ms)      --subscribers N (100000) --days D (365) --requests R per run (300)
+                      --connections C (4) --runs R (3: ingest segments and answer runs)
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
       fold            pure projection folds: facts/s vs JSON decoding of the same payloads
 
@@ -44,7 +49,7 @@ enum BenchCommand {
         }
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
-                                      "seconds", "inquiries", "runs", "cases", "priors"],
+                                      "seconds", "inquiries", "runs", "cases", "priors", "subscribers", "days", "requests"],
                              boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
@@ -129,6 +134,20 @@ enum BenchCommand {
                                                            log: progress)
             print(result)
             try report(result.summary)
+        case "reports":
+            var options = ReportBenchmark.Options()
+            options.subscribers = try args.int("subscribers", default: options.subscribers)
+            options.days = try args.int("days", default: options.days)
+            options.requests = try args.int("requests", default: options.requests)
+            options.connections = try args.int("connections", default: options.connections)
+            options.runs = runs
+            guard options.subscribers >= runs, options.days >= 1, options.requests >= 1, options.connections >= 1 else {
+                throw CommandFailure(message: "--subscribers must be at least --runs, --days, --requests and --connections at least 1", exitCode: 2)
+            }
+            let command = "ledger-dev bench reports" + (raw.count > 1 ? " " + raw.dropFirst().joined(separator: " ") : "")
+            let result = try await ReportBenchmark.run(serverConninfo: try needServer(), options: options, command: command, log: progress)
+            print(result)
+            for summary in result.summaries { try report(summary) }
         case "verify":
             let result = try VerifierBenchmark.run(seconds: Double(try args.int("seconds", default: 3)), runs: runs)
             print(result)

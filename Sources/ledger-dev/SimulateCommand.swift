@@ -13,11 +13,16 @@ enum SimulateCommand {
     Generates realistic subscription lifecycles (monthly and yearly products, trials, renewals,
     billing failures with grace and recovery, voluntary churn, refunds and reversals, upgrades and
     downgrades, price increases), signs each App Store Server Notification V2 with a test authority
-    derived from the seed, and POSTs them to URL/v1/apple/notifications. The service must trust the
-    authority's root: this command writes it to a file and prints the environment line to start
-    `ledger serve` with. Everything is deterministic from the seed and the start day.
+    derived from the seed, and POSTs them to URL/v1/apple/notifications. With --wechat, WeChat
+    mini-program xpay subscribers too (signing, a goods-deliver push per paid order with its price,
+    unsigning, refunds, re-signing), sealed in secure mode and POSTed to URL/v1/wechat/notifications.
+    The service must trust the authority's root (and know the simulated WeChat's push settings):
+    this command writes the root to a file and prints the environment line to start `ledger serve`
+    with. Everything is deterministic from the seed and the start day.
 
-      --customers N        subscribers to simulate (default 50)
+      --customers N        App Store subscribers to simulate (default 50)
+      --wechat N           WeChat xpay subscribers to simulate besides (default 0; the environment
+                           line then names the simulated WeChat's push settings, a demo's only)
       --days D             length of the simulated span, ending at today's midnight UTC (default 120)
       --start MS           start of the span in epoch milliseconds instead (reproduces a run exactly)
       --seed S             seed of the lifecycles, the order and the authority's keys (default 42)
@@ -41,7 +46,7 @@ enum SimulateCommand {
     static func run(_ raw: [String]) async throws {
         let args = try parse(
             raw, command: "simulate",
-            valued: ["customers", "days", "start", "seed", "url", "duplicates", "concurrency", "bundle-id",
+            valued: ["customers", "wechat", "days", "start", "seed", "url", "duplicates", "concurrency", "bundle-id",
                      "environment", "app-apple-id", "root-file", "mint-root"],
             boolean: ["shuffle", "allow-remote", "dry-run"], help: help)
         guard args.positionals.isEmpty else {
@@ -63,6 +68,7 @@ enum SimulateCommand {
         options.appAppleId = try int64(args, "app-apple-id", default: options.appAppleId)
         options.shuffle = args.has("shuffle")
         options.duplicates = try int("duplicates", 0)
+        options.wechatSubscribers = try int("wechat", 0)
         let simulator: Simulator
         do { simulator = try Simulator(options: options) } catch {
             throw CommandFailure(message: "\(error)", exitCode: 2)
@@ -90,7 +96,9 @@ enum SimulateCommand {
         try writeRoot(simulator, rootPath)
 
         let lifecycles = simulator.lifecycles()
-        let notificationCount = lifecycles.reduce(0) { $0 + $1.notifications.count }
+        let wechat = simulator.wechat.lifecycles()
+        let pushCount = wechat.reduce(0) { $0 + $1.pushes.count }
+        let notificationCount = lifecycles.reduce(0) { $0 + $1.notifications.count } + pushCount
         // Signed bodies are held in memory until posted (about 13 KB each; retries share them).
         guard notificationCount <= maxNotifications else {
             throw CommandFailure(
@@ -118,7 +126,9 @@ enum SimulateCommand {
         }
         printSummary(options: options, notifications: notificationCount, deliveries: deliveries.count,
                      signSeconds: signSeconds, postSeconds: postSeconds, tally: tally, posted: poster != nil,
-                     customers: Simulator.customers(lifecycles), baseURL: baseURL)
+                     customers: Simulator.customers(lifecycles, entitledAt: simulator.wechat.end),
+                     wechat: Array((wechat.filter { $0.isEntitled(at: $0.end - 1) } + wechat.filter { !$0.isEntitled(at: $0.end - 1) && !$0.pushes.isEmpty }).prefix(3)),
+                     pushes: pushCount, baseURL: baseURL)
         if poster != nil, tally.failures > 0 || tally.sent != deliveries.count {
             var message = "\(tally.failures) of \(tally.sent) requests were not answered 200 (first errors in the table)"
             if tally.otherStatuses[401] != nil {
@@ -131,11 +141,13 @@ enum SimulateCommand {
     static let maxNotifications = 100_000
 
     static func printSummary(options: SimulationOptions, notifications: Int, deliveries: Int, signSeconds: Double,
-                             postSeconds: Double, tally: DeliveryTally, posted: Bool, customers: [SimulatedCustomer], baseURL: String) {
+                             postSeconds: Double, tally: DeliveryTally, posted: Bool, customers: [SimulatedCustomer],
+                             wechat: [WeChatSimulatedLifecycle] = [], pushes: Int = 0, baseURL: String) {
         func row(_ name: String, _ value: String) { print(name.padding(toLength: 26, withPad: " ", startingAt: 0) + value) }
         let startDay = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(options.start) / 1000))
         print("")
         row("customers", "\(options.customers) over \(options.days) days from \(startDay) (seed \(options.seed))")
+        if options.wechatSubscribers > 0 { row("WeChat subscribers", "\(options.wechatSubscribers) (\(pushes) pushes)") }
         row("notifications", "\(notifications) signed in \(String(format: "%.2f", signSeconds)) s")
         row("order", options.shuffle ? "shuffled (seeded)" : "App Store delivery order")
         row("deliveries", "\(deliveries) (each notification \(1 + options.duplicates)×)")
@@ -143,6 +155,7 @@ enum SimulateCommand {
             row("sent", "\(tally.sent) in \(String(format: "%.2f", postSeconds)) s (\(String(format: "%.0f", Double(tally.sent) / max(postSeconds, 0.001))) req/s)")
             row("200 stored", "\(tally.stored)")
             row("200 duplicate", "\(tally.duplicate)")
+            if tally.wechatAccepted > 0 { row("200 WeChat push", "\(tally.wechatAccepted)") }
             if tally.otherSuccess > 0 { row("200 other body", "\(tally.otherSuccess)") }
             for (status, count) in tally.otherStatuses.sorted(by: { $0.key < $1.key }) { row("HTTP \(status)", "\(count)") }
             if tally.transportErrors > 0 { row("no answer", "\(tally.transportErrors)") }
@@ -158,6 +171,14 @@ enum SimulateCommand {
         for c in customers {
             print("  \(c.appAccountToken)  \(c.originalTransactionId.padding(toLength: 21, withPad: " ", startingAt: 0))  "
                   + "\(String(c.notifications).padding(toLength: 6, withPad: " ", startingAt: 0))  \(c.lastType)")
+        }
+        if !wechat.isEmpty {
+            print("\nsample WeChat subscribers (openid = customerId of the entitlements API):")
+            print("  openid                                originalTransactionId  orders")
+            for l in wechat {
+                print("  \(l.openId.padding(toLength: 36, withPad: " ", startingAt: 0))  "
+                      + "\(l.originalTransactionId.padding(toLength: 21, withPad: " ", startingAt: 0))  \(l.orders.filter { $0.paid < l.end }.count)")
+            }
         }
         if let c = customers.first {
             print("\ntry (with a token of role app or auditor from LEDGER_TOKENS):")

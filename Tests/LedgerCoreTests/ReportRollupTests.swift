@@ -97,39 +97,130 @@ final class ReportRollupTests: XCTestCase {
 
     // MARK: The model
 
-    /// Every daily figure of a generated population, from the ledger (decoder → fold → rollup),
-    /// equals the same figure computed from the generator's own statements (`ReportModel`).
+    /// Every daily figure and cohort of a generated population — Apple lifecycles (some
+    /// transactions without a price) and WeChat xpay subscribers — from the ledger (decoder → fold
+    /// → rollup) equals the same figure computed from the generators' own statements
+    /// (`ReportModel`), and so does the retention report's share of each cohort.
     func testEveryDailyFigureMatchesTheGeneratorsModel() throws {
         for seed: UInt64 in [0xC4A2_7523, 0x5EED_0023] { try checkAgainstModel(seed: seed) }
     }
 
     private func checkAgainstModel(seed: UInt64) throws {
-        let generator = LifecycleGenerator(customers: 160, days: 400, start: 1_735_689_600_000, seed: seed,
+        var generator = LifecycleGenerator(customers: 160, days: 400, start: 1_735_689_600_000, seed: seed,
                                            environment: "Production")
+        generator.noPriceRate = 0.03
         let lifecycles = generator.lifecycles()
+        let wechat = WeChatSimulation(subscribers: 60, days: 400, start: 1_735_689_600_000, seed: seed).lifecycles()
         var facts: [Fact] = []
-        for (i, n) in lifecycles.flatMap(\.notifications).enumerated() {
-            facts += try n.facts(position: Int64(i + 1), recordedAt: n.deliveredAt)
+        var position: Int64 = 0
+        for n in lifecycles.flatMap(\.notifications) {
+            position += 1
+            facts += try n.facts(position: position, recordedAt: n.deliveredAt)
         }
-        let ledger = ReportRollup(facts: facts).cells
-        let model = ReportModel.cells(of: lifecycles)
+        for p in wechat.flatMap(\.pushes).sorted(by: { $0.deliveredAt < $1.deliveredAt }) {
+            position += 1
+            let event = RecordedEvent(position: position, recordedAt: p.deliveredAt, event: try p.event())
+            let derived = FactDecoder.facts(of: event)
+            XCTAssertFalse(derived.contains { $0.kind == .unreadable }, "\(p.label): \(derived)")
+            facts += derived
+        }
+        let rollup = ReportRollup(facts: facts)
+        let ledger = rollup.cells
+        let model = ReportModel.figures(of: lifecycles, wechat: wechat)
         var mismatches: [String] = []
-        for cell in Set(ledger.keys).union(model.keys).sorted() {
-            let a = ledger[cell] ?? ReportValues(), b = model[cell] ?? ReportValues()
+        for cell in Set(ledger.keys).union(model.cells.keys).sorted() {
+            let a = ledger[cell] ?? ReportValues(), b = model.cells[cell] ?? ReportValues()
             for m in ReportMetric.allCases where a[m] != b[m] {
-                mismatches.append("\(cell.day) \(cell.dimensions.product)/\(cell.dimensions.currency) \(m.rawValue): ledger \(a[m]), model \(b[m])")
+                mismatches.append("\(cell.day) \(cell.dimensions.source)/\(cell.dimensions.product)/\(cell.dimensions.currency) \(m.rawValue): ledger \(a[m]), model \(b[m])")
             }
         }
         XCTAssert(mismatches.isEmpty, "seed \(seed): \(mismatches.count) mismatches, first: \(mismatches.prefix(60).joined(separator: "\n"))")
-        XCTAssertEqual(ledger.values.reduce(0) { $0 + $1[.reversals] }, model.values.reduce(0) { $0 + $1[.reversals] }, "seed \(seed): reversals in total")
-        // The population exercises every figure (a model that is never asked proves nothing).
-        var totals = ReportValues()
-        for v in model.values { totals.add(v) }
-        for m in ReportMetric.allCases where m != .noPrice {
+        XCTAssertEqual(ledger.values.reduce(0) { $0 + $1[.reversals] }, model.cells.values.reduce(0) { $0 + $1[.reversals] }, "seed \(seed): reversals in total")
+        // Cohorts: membership and retention per month, then the report's shares.
+        let cohortMismatches = Set(rollup.cohorts.keys).union(model.cohorts.keys).sorted().filter { rollup.cohorts[$0] != model.cohorts[$0] }
+        XCTAssert(cohortMismatches.isEmpty, "seed \(seed): cohorts differ at \(cohortMismatches.prefix(10).map { "\($0.cohort) +\($0.monthsLater) \($0.dimensions.product): ledger \(String(describing: rollup.cohorts[$0])), model \(String(describing: model.cohorts[$0]))" })")
+        let to = try XCTUnwrap(ReportDay(text: "2026-02-28"))
+        let retention = rollup.table(ReportQuery(name: .retention, from: to.monthStart(adding: -14), to: to))
+        let expected = ReportModel.retention(model.cohorts, to: to)
+        XCTAssertEqual(retention.cohorts.count, expected.count)
+        XCTAssertGreaterThan(retention.cohorts.count, 4)
+        for row in retention.cohorts {
+            let e = try XCTUnwrap(expected[row.cohort.monthText], row.cohort.monthText)
+            XCTAssertEqual(row.members, e.members, row.cohort.monthText)
+            XCTAssertEqual(row.shares, e.shares, row.cohort.monthText)
+        }
+        // The population exercises every figure, from both sources (a model never asked proves nothing).
+        var totals = ReportValues(), wechatTotals = ReportValues()
+        for (cell, v) in model.cells {
+            totals.add(v)
+            if cell.dimensions.source == .wechat { wechatTotals.add(v) }
+        }
+        for m in ReportMetric.allCases {
             XCTAssertGreaterThan(totals[m], 0, "the generated population never produced \(m.rawValue)")
+        }
+        for m in [ReportMetric.active, .new, .renewed, .reactivated, .churnedVoluntary, .churnedRefund, .refunds, .grossRevenue, .recognisedRevenue, .deferredRevenue] {
+            XCTAssertGreaterThan(wechatTotals[m], 0, "the WeChat subscribers never produced \(m.rawValue)")
         }
         // Order-independent: the same facts shuffled give the same rollup.
         var rng = SystemRandomNumberGenerator()
         XCTAssertEqual(ReportRollup(facts: facts.shuffled(using: &rng)).cells, ledger)
+    }
+
+    func testASharesTextIsExact() {
+        XCTAssertEqual(CohortRow.share(1, of: 3), "0.3333")
+        XCTAssertEqual(CohortRow.share(2, of: 3), "0.6667")
+        XCTAssertEqual(CohortRow.share(1, of: 8), "0.1250")
+        XCTAssertEqual(CohortRow.share(1, of: 20_000), "0.0001", "half up")
+        XCTAssertEqual(CohortRow.share(7, of: 7), "1.0000")
+        XCTAssertEqual(CohortRow.share(0, of: 7), "0.0000")
+        XCTAssertEqual(CohortRow.share(3, of: 0), "")
+        XCTAssertEqual(CohortRow.share(Int64.max / 2, of: Int64.max), "0.5000", "no overflow")
+    }
+
+    /// Two transactions bought at the same instant are ordered as the fold orders them: by
+    /// transactionId as a number ("9" before "10"; as text "10" would come first), so the later one
+    /// is the upgrade.
+    func testSameInstantTransactionsAreOrderedAsNumbers() throws {
+        let t: EpochMillis = 1_767_225_600_000 + 3_600_000
+        func tx(_ id: String, _ product: String, price: Int64) -> AppleTransaction {
+            var tx = AppleTransaction()
+            tx.transactionId = id
+            tx.originalTransactionId = "1"
+            tx.bundleId = "com.example"
+            tx.productId = product
+            tx.purchaseDate = AppleTime(t)
+            tx.originalPurchaseDate = AppleTime(t)
+            tx.expiresDate = AppleTime(t + 30 * ReportDay.millis)
+            tx.type = ProductType.autoRenewable
+            tx.environment = "Production"
+            tx.price = price
+            tx.currency = "USD"
+            tx.signedDate = AppleTime(t)
+            return tx
+        }
+        var facts: [Fact] = []
+        for (position, (type, subtype, transaction)) in [("SUBSCRIBED", "INITIAL_BUY", tx("9", "basic", price: 1_000)),
+                                                         ("DID_CHANGE_RENEWAL_PREF", "UPGRADE", tx("10", "premium", price: 2_000))].enumerated() {
+            var p = AppleEventPayload()
+            p.notificationType = type
+            p.subtype = subtype
+            p.notificationUUID = "uuid-\(position)"
+            p.signedDate = AppleTime(t + Int64(position))
+            var data = AppleNotification.NotificationData()
+            data.bundleId = "com.example"
+            data.environment = "Production"
+            data.status = 1
+            p.data = data
+            p.transactionInfo = transaction
+            let json = try JSONEncoder().encode(p)
+            facts += FactDecoder.facts(of: RecordedEvent(position: Int64(position + 1), recordedAt: t, event: NewEvent(
+                streamId: "1", dedupeKey: "uuid-\(position)", source: .apple, type: "\(type)/\(subtype)", environment: "Production",
+                signedAt: t + Int64(position), expiresAt: transaction.expiresDate?.millis, payload: json, raw: json)))
+        }
+        let rollup = ReportRollup(facts: facts)
+        let upgrades = rollup.cells.filter { $0.value[.upgrades] != 0 }.map(\.key.dimensions.product)
+        XCTAssertEqual(upgrades, ["premium"], "the upgrade is transaction 10, bought with 9 and ordered after it")
+        let active = rollup.cells.filter { $0.key.day == ReportDay(containing: t) && $0.value[.active] != 0 }.map(\.key.dimensions.product)
+        XCTAssertEqual(active, ["premium"], "the transaction in effect is 10, as the fold says")
     }
 }

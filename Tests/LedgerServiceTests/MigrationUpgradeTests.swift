@@ -51,9 +51,13 @@ final class MigrationUpgradeTests: XCTestCase {
     }
 
     /// Every table of the `projections` schema, each as its rows' JSON (minus `drop` columns), sorted.
+    /// The reports' tables are left out: A's are kept by the catch-up worker, which no test service
+    /// runs, and their dimension ids depend on the order rows were first written;
+    /// ReportProjectionTests compares them with the fold, a catch-up from 0 and a rebuild.
     func projectionTables(_ c: Connection, drop: [String: [String]]) throws -> [String: [String]] {
         let tables = try c.query("""
             SELECT tablename FROM pg_tables WHERE schemaname = 'projections' AND tablename NOT LIKE '%\\_next' AND tablename NOT LIKE '%\\_old'
+              AND tablename NOT LIKE 'report\\_%'
             ORDER BY tablename
             """, name: "projection tables").rows.map { try $0.decode(String.self, "tablename") }
         var out: [String: [String]] = [:]

@@ -26,6 +26,9 @@ final class ReportAPITests: XCTestCase {
             let all = generator.lifecycles()
             let early = Array(all.prefix(7)), late = Array(all.suffix(3))
             try await post(h, early.flatMap(\.notifications).sorted { $0.deliveredAt < $1.deliveredAt })
+            // The reporting projection is kept after the commit by the catch-up worker (the service
+            // runs it; the harness drives it): until then reports name the projection's position.
+            _ = try await h.app.store.worker.catchUp()
 
             let from = ReportDay(containing: Self.start), to = from.adding(days: 149)
             var model = ReportRollup()
@@ -51,7 +54,17 @@ final class ReportAPITests: XCTestCase {
             XCTAssertEqual(month.status, 200, month.text)
             let retention = try await h.request("GET", "/v1/reports/retention?to=\(to.text)", token: "auditor-token")
             XCTAssertEqual(retention.status, 200, retention.text)
-            XCTAssertNotNil(retention.json["cohorts"] as? [Any], retention.text)
+            let cohorts = try XCTUnwrap(retention.json["cohorts"] as? [[String: Any]], retention.text)
+            XCTAssertFalse(cohorts.isEmpty)
+            for c in cohorts {
+                // The share beside each count: retained / members, four decimals.
+                let members = try XCTUnwrap(c["members"] as? Int), retained = try XCTUnwrap(c["retained"] as? [Int])
+                let shares = try XCTUnwrap(c["retainedShare"] as? [String], "\(c)")
+                XCTAssertEqual(shares, retained.map { ReportModel.share(Int64($0), of: Int64(members)) }, "\(c)")
+            }
+            let retentionCSV = try await h.request("GET", "/v1/reports/retention?to=\(to.text)&format=csv", token: "auditor-token")
+            XCTAssertTrue(retentionCSV.text.components(separatedBy: "\r\n")[1].hasPrefix("cohort,members,month_0,"), retentionCSV.text)
+            XCTAssertTrue(retentionCSV.text.contains(",share_0,"), retentionCSV.text)
             let position = try h.eventCount()
 
             // The subscriptions behind a point: every active one on the range's last day.
@@ -65,6 +78,7 @@ final class ReportAPITests: XCTestCase {
 
             // More happens; the old answers come back byte for byte at their position.
             try await post(h, late.flatMap(\.notifications))
+            _ = try await h.app.store.worker.catchUp()
             for name in ReportName.allCases where name != .retention {
                 let q = "from=\(from.text)&to=\(to.text)&interval=day"
                 let now = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&format=csv", token: "auditor-token")
@@ -127,6 +141,7 @@ final class ReportPageTests: XCTestCase {
                 let a = try await h.post("/v1/apple/notifications", try h.authority.signNotification(n.notification, transaction: n.transaction, renewal: n.renewal))
                 XCTAssertEqual(a.status, 200, a.text)
             }
+            _ = try await h.app.store.worker.catchUp()
             let cookie = try signIn(h)
             let overview = try get(h, "/audit/reports", cookie: cookie)
             XCTAssertEqual(overview.status, 200, String(decoding: overview.body, as: UTF8.self).prefix(300).description)

@@ -41,8 +41,8 @@ final class ProjectionScratchDatabase {
 
     func checkpoints() throws -> [String: Int64] {
         var out: [String: Int64] = [:]
-        // Refund cases are a projection of their own, tested in RefundCaseProjectionTests.
-        for row in try adminQuery("SELECT projection, position FROM projection_checkpoints WHERE projection <> 'refund_cases'").rows {
+        // Refund cases and reports are projections of their own (RefundCaseProjectionTests, ReportProjectionTests).
+        for row in try adminQuery("SELECT projection, position FROM projection_checkpoints WHERE projection NOT IN ('refund_cases', 'reports')").rows {
             out[try row.decode(String.self, "projection")] = try row.decode(Int64.self, "position")
         }
         return out

@@ -155,6 +155,17 @@ public struct CohortRow: Sendable, Hashable {
     public var cohort: ReportDay
     public var members: Int64
     public var retained: [Int64]
+
+    /// Each month's retention as a share of the cohort: `retained / members` with four decimals,
+    /// rounded half up in integers (the same text on every machine); empty for an empty cohort.
+    public var shares: [String] { retained.map { Self.share($0, of: members) } }
+
+    public static func share(_ part: Int64, of whole: Int64) -> String {
+        guard whole > 0, part >= 0 else { return "" }
+        let (high, low) = part.multipliedFullWidth(by: 20_000)
+        let scaled = (whole.dividingFullWidth((high, low)).quotient + 1) / 2
+        return "\(scaled / 10_000).\(CivilTime.padded(scaled % 10_000, 4))"
+    }
 }
 
 /// A report's answer, without where it was computed from (the service adds position, chain hash,
@@ -166,15 +177,18 @@ public struct ReportTable: Sendable, Hashable {
     public var cohorts: [CohortRow]
 
     /// The CSV body (after the service's comment line): `period[,currency],metric…` then one line
-    /// per row; retention: `cohort,members,month_0…`. CRLF line ends, as the refund export.
+    /// per row; retention: `cohort,members,month_0…,share_0…` (counts, then the same as shares of
+    /// the cohort). CRLF line ends, as the refund export.
     public var csv: String {
         var out = ""
         if query.name == .retention {
             let width = cohorts.map(\.retained.count).max() ?? 0
-            out += (["cohort", "members"] + (0..<width).map { "month_\($0)" }).joined(separator: ",") + "\r\n"
+            out += (["cohort", "members"] + (0..<width).map { "month_\($0)" } + (0..<width).map { "share_\($0)" })
+                .joined(separator: ",") + "\r\n"
             for c in cohorts {
-                out += ([c.cohort.monthText, String(c.members)] + c.retained.map(String.init)
-                        + Array(repeating: "", count: width - c.retained.count)).joined(separator: ",") + "\r\n"
+                let pad = Array(repeating: "", count: width - c.retained.count)
+                out += ([c.cohort.monthText, String(c.members)] + c.retained.map(String.init) + pad + c.shares + pad)
+                    .joined(separator: ",") + "\r\n"
             }
             return out
         }
@@ -249,13 +263,18 @@ extension ReportRollup {
 }
 
 extension ReportQuery {
+    /// The days of the range that the period starting `period` covers: a point's flows are summed
+    /// over them, its levels read on the last.
+    public func span(of period: ReportDay) -> (start: ReportDay, last: ReportDay) {
+        (max(interval.start(of: period), from), min(interval.end(of: period), to))
+    }
+
     /// The subscriptions behind one point of a chart: those whose contribution to `metric` in the
     /// period starting `period` (a level: on its last day) is not zero, ordered by key. A chart's
     /// point drills down to these.
     public func members(of contributions: [SubscriptionKey: SubscriptionContribution], period: ReportDay,
                         metric: ReportMetric) -> [SubscriptionKey] {
-        let start = max(interval.start(of: period), from)
-        let last = min(interval.end(of: period), to)
+        let (start, last) = span(of: period)
         return contributions.compactMap { key, c -> SubscriptionKey? in
             for (cell, v) in c.cells where cell.day >= start && cell.day <= last && filter.matches(cell.dimensions) {
                 if metric.isLevel && cell.day != last { continue }

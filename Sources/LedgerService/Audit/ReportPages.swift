@@ -23,7 +23,7 @@ enum ReportPages {
         return AuditURL("reports", q.name.rawValue, "subscriptions", query: [
             ("period", period.text), ("metric", metric.rawValue), ("from", q.from.text), ("to", q.to.text),
             ("interval", q.interval.rawValue), ("environment", q.filter.environment), ("source", q.filter.source?.rawValue),
-            ("product", q.filter.product), ("currency", q.filter.currency), ("asOfPosition", String(answer.snapshot.position)),
+            ("product", q.filter.product), ("currency", q.filter.currency), ("asOfPosition", String(answer.position)),
         ])
     }
 
@@ -49,12 +49,13 @@ enum ReportPages {
     static func table(_ answer: ReportAnswer, id: String) -> HTML {
         let t = answer.table
         if t.query.name == .retention {
+            // The CSV's columns: counts, then the same months as shares of the cohort.
             let width = t.cohorts.map(\.retained.count).max() ?? 0
-            let head = HTML.join((["cohort", "members"] + (0..<width).map { "month_\($0)" }).map { "<th scope=\"col\">\($0)</th>" })
+            let head = HTML.join((["cohort", "members"] + (0..<width).map { "month_\($0)" } + (0..<width).map { "share_\($0)" })
+                .map { "<th scope=\"col\">\($0)</th>" })
             let body = HTML.join(t.cohorts.map { c in
-                let cells = HTML.join(c.retained.map { r -> HTML in
-                    "<td title=\"\(c.members == 0 ? "—" : String(format: "%.1f %%", Double(r) * 100 / Double(c.members)))\">\(r)</td>"
-                })
+                let pad = Array(repeating: "", count: width - c.retained.count)
+                let cells = HTML.join((c.retained.map(String.init) + pad + c.shares + pad).map { "<td>\($0)</td>" })
                 return "<tr><th scope=\"row\">\(c.cohort.monthText)</th><td>\(c.members)</td>\(cells)</tr>"
             })
             return "<div class=\"table-scroll\"><table id=\"\(id)\" class=\"report-table\"><thead><tr>\(head)</tr></thead><tbody>\(body)</tbody></table></div>"
@@ -70,7 +71,7 @@ enum ReportPages {
     }
 
     static func provenance(_ a: ReportAnswer) -> HTML {
-        "<p class=\"muted\" id=\"report-position\">As of log position \(a.snapshot.position), chain hash <code>\(String(a.chainHashHex.prefix(16)))…</code>, fact schema version \(Int64(a.snapshot.factSchemaVersion)), catalog <code>\(String(a.catalogDigest.prefix(12)))</code>. Amounts are gross, in each currency, before store commission; App Store Connect stays the financial record.</p>"
+        "<p class=\"muted\" id=\"report-position\">As of log position \(a.position), chain hash <code>\(String(a.chainHashHex.prefix(16)))…</code>, fact schema version \(Int64(a.reading.factSchemaVersion)), catalog <code>\(String(a.catalogDigest.prefix(12)))</code>. Amounts are gross, in each currency, before store commission; App Store Connect stays the financial record.</p>"
     }
 
     /// The overview: headline figures at `to` and four 12-month charts.
@@ -89,7 +90,7 @@ enum ReportPages {
             guard let a = answers[name] else { continue }
             let (chart, _) = chart(a, metrics: metrics, id: name.rawValue)
             let csv = AuditURL("reports", name.rawValue + ".csv", query: [("interval", "month"), ("from", a.table.query.from.text), ("to", a.table.query.to.text),
-                                                                          ("asOfPosition", String(a.snapshot.position))])
+                                                                          ("asOfPosition", String(a.position))])
             sections.append("""
             <section class="report" id="chart-\(name.rawValue)"><h2><a href="\(AuditURL("reports", name.rawValue, query: [("interval", "month")]))">\(name.title)</a></h2>
             \(chart.svg)
@@ -120,7 +121,7 @@ enum ReportPages {
         <label>Source <select name="source">\(sources)</select></label>
         <label>Product <input name="product" value="\(q.filter.product ?? "")"></label>
         <label>Currency <input name="currency" value="\(q.filter.currency ?? "")" size="5"></label>
-        <label>As of position <input name="asOfPosition" inputmode="numeric" value="\(a.snapshot.position)"></label>
+        <label>As of position <input name="asOfPosition" inputmode="numeric" value="\(a.position)"></label>
         <button type="submit">Show</button></form>
         """
     }
@@ -168,7 +169,7 @@ extension LedgerApp {
                     q["format"] = "csv"
                     let answer = try await reports.report(try ReportRequest(name: String(raw.dropLast(4)), q.filter { !$0.value.isEmpty }))
                     return HTTPResponse(status: 200, headers: [("Content-Type", "text/csv; charset=utf-8"),
-                                                               ("Content-Disposition", "attachment; filename=\"\(answer.table.query.name.rawValue)-at-\(answer.snapshot.position).csv\"")]
+                                                               ("Content-Disposition", "attachment; filename=\"\(answer.table.query.name.rawValue)-at-\(answer.position).csv\"")]
                                             + answer.headers + AuditAssets.securityHeaders, body: Data(answer.csv.utf8))
                 }
             }
@@ -177,7 +178,7 @@ extension LedgerApp {
                 let answer = try await reports.report(try ReportRequest(name: raw, query))
                 var csvQuery = query.map { ($0.key, Optional($0.value)) }.sorted { $0.0 < $1.0 }
                 csvQuery.removeAll { $0.0 == "asOfPosition" }
-                csvQuery.append(("asOfPosition", String(answer.snapshot.position)))
+                csvQuery.append(("asOfPosition", String(answer.position)))
                 return ReportPages.report(answer, csrf: csrf, csv: AuditURL("reports", raw + ".csv", query: csvQuery))
             }
         }

@@ -14,7 +14,7 @@ extension LedgerApp {
             let query = try ReportRequest(name: request.pathParameters["name"] ?? "", request.query)
             let answer = try await reports.report(query)
             if query.format == "csv" {
-                let file = "\(answer.table.query.name.rawValue)-at-\(answer.snapshot.position).csv"
+                let file = "\(answer.table.query.name.rawValue)-at-\(answer.position).csv"
                 return HTTPResponse(status: 200, headers: [("Content-Type", "text/csv; charset=utf-8"),
                                                            ("Content-Disposition", "attachment; filename=\"\(file)\"")] + answer.headers,
                                     body: Data(answer.csv.utf8))
@@ -26,7 +26,7 @@ extension LedgerApp {
             let (answer, period, metric, keys) = try await reports.members(query, period: request.query["period"],
                                                                            metric: request.query["metric"])
             let body: JSONValue = [
-                "report": .string(query.name.rawValue), "position": .integer(answer.snapshot.position),
+                "report": .string(query.name.rawValue), "position": .integer(answer.position),
                 "chainHash": .string(answer.chainHashHex), "period": .string(period.text), "metric": .string(metric.rawValue),
                 "interval": .string(answer.table.query.interval.rawValue),
                 "subscriptions": .array(keys.map { ["environment": .string($0.environment), "originalTransactionId": .string($0.originalTransactionId)] }),

@@ -85,25 +85,26 @@ struct ReportRequest: Sendable {
 /// One report as of one log position, with what reproduces it: the position, the hash chain's
 /// value there, the fact schema version and the catalog digest.
 struct ReportAnswer: Sendable {
-    var snapshot: ReportSnapshot
-    var table: ReportTable
+    var reading: ReportReading
     var catalogDigest: String
 
-    var chainHashHex: String { Hex.encode(snapshot.chainHash) }
+    var table: ReportTable { reading.table }
+    var position: Int64 { reading.position }
+    var chainHashHex: String { Hex.encode(reading.chainHash) }
 
     var headers: [(String, String)] {
-        [("Ledger-Position", String(snapshot.position)), ("Ledger-Chain-Hash", chainHashHex),
-         ("Ledger-Fact-Schema-Version", String(snapshot.factSchemaVersion)), ("Ledger-Catalog-Digest", catalogDigest)]
+        [("Ledger-Position", String(reading.position)), ("Ledger-Chain-Hash", chainHashHex),
+         ("Ledger-Fact-Schema-Version", String(reading.factSchemaVersion)), ("Ledger-Catalog-Digest", catalogDigest)]
     }
 
-    /// Nothing here depends on when or how the report was computed, so `?asOfPosition=` gives the
-    /// same bytes (canonical JSON: sorted keys).
+    /// Nothing here depends on when or how the report was computed (the projection's tables or a
+    /// fold at `?asOfPosition=`), so the same position gives the same bytes (canonical JSON: sorted keys).
     var json: JSONValue {
         let q = table.query
         var answer: [String: JSONValue] = [
             "report": .string(q.name.rawValue), "title": .string(q.name.title),
-            "position": .integer(snapshot.position), "chainHash": .string(chainHashHex),
-            "factSchemaVersion": .integer(Int64(snapshot.factSchemaVersion)), "catalogDigest": .string(catalogDigest),
+            "position": .integer(reading.position), "chainHash": .string(chainHashHex),
+            "factSchemaVersion": .integer(Int64(reading.factSchemaVersion)), "catalogDigest": .string(catalogDigest),
             "from": .string(q.from.text), "to": .string(q.to.text), "interval": .string(q.interval.rawValue),
             "filters": ["environment": .optional(q.filter.environment), "source": .optional(q.filter.source?.rawValue),
                         "product": .optional(q.filter.product), "currency": .optional(q.filter.currency)],
@@ -111,7 +112,8 @@ struct ReportAnswer: Sendable {
         ]
         if q.name == .retention {
             answer["cohorts"] = .array(table.cohorts.map {
-                ["cohort": .string($0.cohort.monthText), "members": .integer($0.members), "retained": .array($0.retained.map(JSONValue.integer))]
+                ["cohort": .string($0.cohort.monthText), "members": .integer($0.members), "retained": .array($0.retained.map(JSONValue.integer)),
+                 "retainedShare": .array($0.shares.map(JSONValue.string))]
             })
         } else {
             answer["rows"] = .array(table.rows.map { r in
@@ -127,34 +129,34 @@ struct ReportAnswer: Sendable {
     /// One comment line naming where the figures come from (no comma in it), then `ReportTable.csv`.
     var csv: String {
         let q = table.query
-        return "# ledger report \(q.name.rawValue); position=\(snapshot.position); chain_hash=\(chainHashHex); "
-            + "fact_schema_version=\(snapshot.factSchemaVersion); catalog_digest=\(catalogDigest); "
+        return "# ledger report \(q.name.rawValue); position=\(reading.position); chain_hash=\(chainHashHex); "
+            + "fact_schema_version=\(reading.factSchemaVersion); catalog_digest=\(catalogDigest); "
             + "from=\(q.from.text); to=\(q.to.text); interval=\(q.interval.rawValue)\r\n" + table.csv
     }
 }
 
-/// Use case: the business as figures for auditors — daily rollups of the facts (`ReportRollup`),
-/// read at the latest position or at an earlier one, and the subscriptions behind any point.
+/// Use case: the business as figures for auditors — daily rollups of the facts, read from the
+/// reporting projection or folded at an earlier position, and the subscriptions behind any point.
 struct ReportDesk: Sendable {
     let store: Store
     let catalogDigest: String
 
-    func snapshot(asOfPosition: Int64?) async throws -> ReportSnapshot {
+    func read(_ request: ReportRequest, point: ReportPoint? = nil) async throws -> ReportAnswer {
         do {
-            return try await store.reports.rollup(asOfPosition: asOfPosition)
+            let reading = try await store.reports.read(asOfPosition: request.asOfPosition, point: point) { latest in
+                let query = request.query(latest: latest)
+                guard query.to.index - query.from.index < ReportQueryError.maxDays else {
+                    throw ServiceFailure.invalidParameter(ReportQueryError.rangeTooLong(days: query.to.index - query.from.index + 1).description)
+                }
+                return query
+            }
+            return ReportAnswer(reading: reading, catalogDigest: catalogDigest)
         } catch let error as ReportStoreError {
             throw ServiceFailure.invalidParameter(error.description)
         }
     }
 
-    func report(_ request: ReportRequest) async throws -> ReportAnswer {
-        let snapshot = try await snapshot(asOfPosition: request.asOfPosition)
-        let query = request.query(latest: snapshot.latestSignedAt)
-        guard query.to.index - query.from.index < ReportQueryError.maxDays else {
-            throw ServiceFailure.invalidParameter(ReportQueryError.rangeTooLong(days: query.to.index - query.from.index + 1).description)
-        }
-        return ReportAnswer(snapshot: snapshot, table: snapshot.rollup.table(query), catalogDigest: catalogDigest)
-    }
+    func report(_ request: ReportRequest) async throws -> ReportAnswer { try await read(request) }
 
     /// The subscriptions behind one point: `period` (the first day of an interval) and `metric`.
     func members(_ request: ReportRequest, period rawPeriod: String?, metric rawMetric: String?) async throws
@@ -169,8 +171,7 @@ struct ReportDesk: Sendable {
             throw ServiceFailure.invalidParameter(ReportQueryError.invalidMetric(rawMetric ?? "").description
                 + "; use one of \(request.name.metrics.map(\.rawValue).joined(separator: ", "))")
         }
-        let answer = try await report(request)
-        let keys = answer.table.query.members(of: answer.snapshot.contributions, period: period, metric: metric)
-        return (answer, period, metric, keys)
+        let answer = try await read(request, point: ReportPoint(period: period, metric: metric))
+        return (answer, period, metric, answer.reading.members ?? [])
     }
 }

@@ -14,6 +14,8 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
     /// Refund cases (`RefundCaseFold`): not cut from subscription folds; `RefundCasesProjection`
     /// (Projection.swift) applies them, the same runner keeps them.
     case refundCases = "refund_cases"
+    /// The reports' daily rollups (`ReportsProjection`, Reports/ReportProjection.swift).
+    case reports
 
     /// The projections cut from one fold of a subscription's facts (`Projector`).
     public static let subscriptionCuts: [ProjectionName] = [.subscriptions, .transactions, .entitlements]
@@ -31,7 +33,7 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
         case .subscriptions: [.subscriptions, .customerSubscriptions]
         case .transactions: [.transactions]
         case .entitlements: [.entitlements]
-        case .refundCases: []
+        case .refundCases, .reports: []
         }
     }
 }

@@ -121,6 +121,9 @@ public struct LifecycleGenerator: Sendable {
     public var products: [SimulatedProduct]
     /// Share of notifications delivered a second time (an App Store retry).
     public var duplicateRate: Double
+    /// Share of transactions signed without `price` and `currency` (the reports count them as
+    /// `no_price`). Zero draws nothing, so a seed's lifecycles are the same as without it.
+    public var noPriceRate: Double = 0
 
     public init(
         customers: Int, days: Int, start: EpochMillis, seed: UInt64, bundleId: String = "com.example.app",
@@ -331,7 +334,7 @@ private struct LifecycleRun {
         let p = product(renewal.autoRenewProductId)
         var tx = newTransaction(product: p, purchase: purchase, expires: expires)
         tx.transactionReason = "RENEWAL"
-        if renewal.priceIncreaseStatus == 1 { tx.price = (tx.price ?? 0) * 11 / 10 }
+        if renewal.priceIncreaseStatus == 1 { tx.price = tx.price.map { $0 * 11 / 10 } }
         transactions.append(tx)
         current = transactions.count - 1
         currentRevoked = false
@@ -489,6 +492,10 @@ private struct LifecycleRun {
         tx.storefrontId = "143441"
         tx.price = p.price
         tx.currency = "USD"
+        if generator.noPriceRate > 0, rng.chance(generator.noPriceRate) {
+            tx.price = nil
+            tx.currency = nil
+        }
         return tx
     }
 

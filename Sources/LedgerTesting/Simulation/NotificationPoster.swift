@@ -4,24 +4,34 @@ import FoundationNetworking
 #endif
 import Synchronization
 
-/// One request the simulator sends: a signed V2 body and what it is about, so the report can say
-/// which notification a failure belongs to.
+/// One request the simulator sends: a signed V2 body (or a sealed WeChat push) and what it is
+/// about, so the report can say which notification a failure belongs to.
 public struct SimulatedDelivery: Sendable, Equatable {
+    /// Apple's notificationUUID; for a WeChat push, what it is (`<otid> deliver <order>`).
     public var notificationUUID: String
     public var originalTransactionId: String
-    /// `TYPE` or `TYPE/SUBTYPE`.
+    /// `TYPE` or `TYPE/SUBTYPE`; WeChat: the push's Event.
     public var type: String
     public var signedDate: Int64
-    /// `{"signedPayload": …}`.
+    /// `{"signedPayload": …}`, or WeChat's secure-mode JSON envelope.
     public var body: Data
+    /// Path and query under the base URL.
+    public var path: String
+    public var contentType: String
 
-    public init(notificationUUID: String, originalTransactionId: String, type: String, signedDate: Int64, body: Data) {
+    public init(notificationUUID: String, originalTransactionId: String, type: String, signedDate: Int64, body: Data,
+                path: String = NotificationPoster.path, contentType: String = "application/json") {
         self.notificationUUID = notificationUUID
         self.originalTransactionId = originalTransactionId
         self.type = type
         self.signedDate = signedDate
         self.body = body
+        self.path = path
+        self.contentType = contentType
     }
+
+    /// A WeChat push (answered with WeChat's own reply, not the ledger's JSON).
+    public var isWeChat: Bool { path.hasPrefix("/v1/wechat/") }
 }
 
 /// What the service answered, counted the way an operator reads it.
@@ -33,6 +43,8 @@ public struct DeliveryTally: Sendable, Equatable {
     public var duplicate = 0
     /// 200 with another body (an older service, or a stub).
     public var otherSuccess = 0
+    /// WeChat pushes answered 200 (WeChat's reply says nothing of stored or duplicate).
+    public var wechatAccepted = 0
     /// Non-200 answers by status code.
     public var otherStatuses: [Int: Int] = [:]
     /// Requests that got no HTTP answer (refused connection, timeout, reset).
@@ -57,6 +69,10 @@ public struct DeliveryTally: Sendable, Equatable {
             otherStatuses[status, default: 0] += 1
             let text = String(decoding: body.prefix(400), as: UTF8.self)
             keep("HTTP \(status) for \(delivery.type) \(delivery.notificationUUID): \(text)")
+            return
+        }
+        if delivery.isWeChat {
+            wechatAccepted += 1
             return
         }
         switch (try? JSONSerialization.jsonObject(with: body) as? [String: Any])?["status"] as? String {
@@ -91,11 +107,14 @@ public enum SimulatorError: Error, CustomStringConvertible, Equatable {
     }
 }
 
-/// Posts deliveries to `/v1/apple/notifications` of a base URL with at most `concurrency` requests
-/// in flight, in the given order (each worker takes the next delivery, so the service sees them
-/// close to that order), and tallies the answers. URLSession keeps the connections alive.
+/// Posts deliveries to their path (`/v1/apple/notifications`, `/v1/wechat/notifications?…`) of a
+/// base URL with at most `concurrency` requests in flight, in the given order (each worker takes
+/// the next delivery, so the service sees them close to that order), and tallies the answers.
+/// URLSession keeps the connections alive.
 public struct NotificationPoster: Sendable {
     public let endpoint: URL
+    /// The base URL without a trailing slash.
+    public let base: String
     public let concurrency: Int
     public let timeout: TimeInterval
 
@@ -110,6 +129,7 @@ public struct NotificationPoster: Sendable {
         guard allowRemote || Self.isLoopback(host) else { throw .remoteTarget(host) }
         guard concurrency >= 1 else { throw .invalidOption("concurrency must be at least 1") }
         self.endpoint = endpoint
+        self.base = text
         self.concurrency = concurrency
         self.timeout = timeout
     }
@@ -130,7 +150,7 @@ public struct NotificationPoster: Sendable {
         let session = URLSession(configuration: configuration)
         defer { session.finishTasksAndInvalidate() }
         let state = PostingState()
-        let endpoint = self.endpoint
+        let base = self.base
         let timeout = self.timeout
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<min(concurrency, deliveries.count) {
@@ -143,9 +163,9 @@ public struct NotificationPoster: Sendable {
                         }
                         guard let index else { return }
                         let delivery = deliveries[index]
-                        var request = URLRequest(url: endpoint, timeoutInterval: timeout)
+                        var request = URLRequest(url: URL(string: base + delivery.path)!, timeoutInterval: timeout)
                         request.httpMethod = "POST"
-                        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+                        request.setValue(delivery.contentType, forHTTPHeaderField: "Content-Type")
                         var status: Int?
                         var body = Data()
                         var failure: String?

@@ -1,0 +1,219 @@
+import Foundation
+import LedgerCore
+
+/// The stored form of one subscription's `SubscriptionContribution` (`report_subscriptions.body`,
+/// Migrations/0020): exact, so applying a range can subtract what a subscription added before.
+///
+/// A contribution is mostly runs of days: a level such as `active` is 1 on every day of a paid
+/// run, a period's recognised revenue and deferred balance change a little each day. So each
+/// (dimensions, metric) series is kept as runs of consecutive days with a non-zero figure, each
+/// run as the zigzag varint deltas of its values (a run of zero deltas as one count). A year of a
+/// monthly subscriber takes about 1 KB. Dimensions and metric names are spelled once per body, by
+/// name, so a body never depends on the order of `ReportMetric.allCases`.
+///
+/// The same runs are the drill-down rows (`report_members`): a chart's point names the
+/// subscriptions with a run that meets its days.
+enum ReportRows {
+    static let version: UInt8 = 1
+
+    /// One run of consecutive days on which a series is not zero.
+    struct Run: Equatable {
+        var dimensions: ReportDimensions
+        var metric: ReportMetric
+        var first: ReportDay
+        var values: [Int64]
+        var last: ReportDay { first.adding(days: Int64(values.count - 1)) }
+    }
+
+    /// The contribution's non-zero figures as runs, ordered by dimensions, metric name, day.
+    static func runs(of c: SubscriptionContribution) -> [Run] {
+        var series: [ReportDimensions: [ReportMetric: [(ReportDay, Int64)]]] = [:]
+        for (cell, values) in c.cells {
+            for metric in ReportMetric.allCases where values[metric] != 0 {
+                series[cell.dimensions, default: [:]][metric, default: []].append((cell.day, values[metric]))
+            }
+        }
+        var out: [Run] = []
+        for dims in series.keys.sorted() {
+            let byMetric = series[dims]!
+            for metric in byMetric.keys.sorted(by: { $0.rawValue < $1.rawValue }) {
+                var run: Run?
+                for (day, value) in byMetric[metric]!.sorted(by: { $0.0 < $1.0 }) {
+                    if var r = run, r.last.adding(days: 1) == day {
+                        r.values.append(value)
+                        run = r
+                    } else {
+                        if let r = run { out.append(r) }
+                        run = Run(dimensions: dims, metric: metric, first: day, values: [value])
+                    }
+                }
+                if let r = run { out.append(r) }
+            }
+        }
+        return out
+    }
+
+    static func encode(_ c: SubscriptionContribution) -> Data {
+        let runs = runs(of: c)
+        let cohorts = c.cohorts.sorted { $0.key < $1.key }
+        let dims = Array(Set(runs.map(\.dimensions) + cohorts.map(\.key.dimensions))).sorted()
+        let metrics = Array(Set(runs.map(\.metric))).sorted { $0.rawValue < $1.rawValue }
+        let dimIndex = Dictionary(uniqueKeysWithValues: dims.enumerated().map { ($1, $0) })
+        let metricIndex = Dictionary(uniqueKeysWithValues: metrics.enumerated().map { ($1, $0) })
+        var w = Writer()
+        w.bytes.append(version)
+        w.unsigned(UInt64(dims.count))
+        for d in dims {
+            for s in [d.environment, d.source.rawValue, d.product, d.currency] { w.string(s) }
+        }
+        w.unsigned(UInt64(metrics.count))
+        for m in metrics { w.string(m.rawValue) }
+        w.unsigned(UInt64(runs.count))
+        for r in runs {
+            w.unsigned(UInt64(dimIndex[r.dimensions]!))
+            w.unsigned(UInt64(metricIndex[r.metric]!))
+            w.signed(r.first.index)
+            w.unsigned(UInt64(r.values.count))
+            var previous: Int64 = 0
+            var zeros = 0
+            func flushZeros() {
+                if zeros > 0 { w.signed(0); w.unsigned(UInt64(zeros)); zeros = 0 }
+            }
+            for v in r.values {
+                let delta = v &- previous
+                previous = v
+                if delta == 0 { zeros += 1; continue }
+                flushZeros()
+                w.signed(delta)
+            }
+            flushZeros()
+        }
+        w.unsigned(UInt64(cohorts.count))
+        for (k, v) in cohorts {
+            w.unsigned(UInt64(dimIndex[k.dimensions]!))
+            w.signed(k.cohort.index)
+            w.unsigned(UInt64(k.monthsLater))
+            w.signed(v.members)
+            w.signed(v.retained)
+        }
+        return Data(w.bytes)
+    }
+
+    static func decode(_ data: Data) throws -> SubscriptionContribution {
+        var r = Reader(bytes: [UInt8](data))
+        guard try r.byte() == version else { throw r.corrupt("unknown version") }
+        var dims: [ReportDimensions] = []
+        for _ in 0..<(try r.count()) {
+            let env = try r.string(), source = try r.string(), product = try r.string(), currency = try r.string()
+            guard let s = ReportSource(rawValue: source) else { throw r.corrupt("unknown source \(source)") }
+            dims.append(ReportDimensions(environment: env, source: s, product: product, currency: currency))
+        }
+        var metrics: [ReportMetric] = []
+        for _ in 0..<(try r.count()) {
+            let name = try r.string()
+            guard let m = ReportMetric(rawValue: name) else { throw r.corrupt("unknown metric \(name)") }
+            metrics.append(m)
+        }
+        var c = SubscriptionContribution()
+        for _ in 0..<(try r.count()) {
+            let d = try r.index(dims), m = try r.index(metrics)
+            let first = try r.signed()
+            let length = try r.count()
+            var value: Int64 = 0
+            var i = 0
+            while i < length {
+                let delta = try r.signed()
+                if delta == 0 {
+                    let zeros = try r.count()
+                    guard zeros > 0, i + zeros <= length else { throw r.corrupt("a run of \(zeros) days overflows") }
+                    for k in 0..<zeros { c.cells[ReportCell(day: ReportDay(index: first + Int64(i + k)), dimensions: d), default: ReportValues()][m] = value }
+                    i += zeros
+                    continue
+                }
+                value &+= delta
+                c.cells[ReportCell(day: ReportDay(index: first + Int64(i)), dimensions: d), default: ReportValues()][m] = value
+                i += 1
+            }
+        }
+        for _ in 0..<(try r.count()) {
+            let d = try r.index(dims)
+            let cohort = try r.signed(), months = try r.count(), members = try r.signed(), retained = try r.signed()
+            c.cohorts[CohortKey(cohort: ReportDay(index: cohort), dimensions: d, monthsLater: months)] =
+                CohortCount(members: members, retained: retained)
+        }
+        guard r.offset == r.bytes.count else { throw r.corrupt("\(r.bytes.count - r.offset) bytes after the end") }
+        return c
+    }
+
+    struct Writer {
+        var bytes: [UInt8] = []
+
+        mutating func unsigned(_ v: UInt64) {
+            var v = v
+            while v >= 0x80 {
+                bytes.append(UInt8(v & 0x7F) | 0x80)
+                v >>= 7
+            }
+            bytes.append(UInt8(v))
+        }
+
+        mutating func signed(_ v: Int64) { unsigned(UInt64(bitPattern: (v << 1) ^ (v >> 63))) }
+
+        mutating func string(_ s: String) {
+            unsigned(UInt64(s.utf8.count))
+            bytes.append(contentsOf: s.utf8)
+        }
+    }
+
+    struct Reader {
+        let bytes: [UInt8]
+        var offset = 0
+
+        func corrupt(_ why: String) -> ProjectionError {
+            .corrupt("a stored report contribution does not decode (\(why) at byte \(offset)); rebuild it: ledger rebuild --projection reports")
+        }
+
+        mutating func byte() throws -> UInt8 {
+            guard offset < bytes.count else { throw corrupt("truncated") }
+            defer { offset += 1 }
+            return bytes[offset]
+        }
+
+        mutating func unsigned() throws -> UInt64 {
+            var v: UInt64 = 0
+            var shift: UInt64 = 0
+            while true {
+                let b = try byte()
+                guard shift < 64 else { throw corrupt("varint too long") }
+                v |= UInt64(b & 0x7F) << shift
+                if b < 0x80 { return v }
+                shift += 7
+            }
+        }
+
+        mutating func signed() throws -> Int64 {
+            let u = try unsigned()
+            return Int64(bitPattern: (u >> 1) ^ (0 &- (u & 1)))
+        }
+
+        /// A count of items that follow: never more than the bytes left could hold (one byte each).
+        mutating func count() throws -> Int {
+            let n = try unsigned()
+            guard n <= UInt64(Int32.max) else { throw corrupt("count \(n) out of range") }
+            return Int(n)
+        }
+
+        mutating func index<T>(_ items: [T]) throws -> T {
+            let i = try count()
+            guard i < items.count else { throw corrupt("index \(i) of \(items.count)") }
+            return items[i]
+        }
+
+        mutating func string() throws -> String {
+            let n = try count()
+            guard n <= bytes.count - offset else { throw corrupt("truncated string") }
+            defer { offset += n }
+            return String(decoding: bytes[offset..<(offset + n)], as: UTF8.self)
+        }
+    }
+}
