@@ -29,7 +29,7 @@ ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/root.der" --seed 7)"
 read -r -a APPLE_ENV <<<"$ENV_LINE"
 echo '{"products": {"com.example.monthly": {"entitlements": ["pro"]}, "com.example.yearly": {"entitlements": ["pro"]}}}' > "$STATE/config.json"
 env "${APPLE_ENV[@]}" LEDGER_CONFIG="$STATE/config.json" LEDGER_DATABASE_URL="$SERVICE_URL" LEDGER_LISTEN="127.0.0.1:$PORT" \
-  LEDGER_TOKENS="app:api-app,auditor:api-auditor,admin:api-admin" \
+  LEDGER_TOKENS="app:api-app-0123456789abcdef0123456789abcdef,auditor:api-auditor-0123456789abcdef0123456789abcdef,admin:api-admin-0123456789abcdef0123456789abcdef" \
   LEDGER_WECHAT_APPID=wxba5fad812f8e6fb9 LEDGER_WECHAT_TOKEN=api-test-token \
   LEDGER_WECHAT_AES_KEY=kWxPEV2UEDyxWpmPdKC3F4dgPDmOvfKX1HGnEUDS1aR \
   "$LEDGER" serve >"$STATE/serve.log" 2>&1 </dev/null &
@@ -41,4 +41,4 @@ for _ in $(seq 1 150); do
   sleep 0.2
 done
 "$LEDGER_DEV" simulate --customers 20 --days 60 --seed 7 --url "$BASE" --root-file "$STATE/root.der" >/dev/null
-LEDGER_API_URL="$BASE" LEDGER_API_TOKENS="api-app api-auditor api-admin" scripts/test-api.sh
+LEDGER_API_URL="$BASE" LEDGER_API_TOKENS="api-app-0123456789abcdef0123456789abcdef api-auditor-0123456789abcdef0123456789abcdef api-admin-0123456789abcdef0123456789abcdef" scripts/test-api.sh

@@ -31,9 +31,9 @@ BASE="http://$LISTEN"
 STATE="$ROOT/.build/demo"          # git-ignored, survives between demos
 PIDFILE="$STATE/serve.pid"
 LOG="$STATE/serve.log"
-APP_TOKEN=demo-app-token
-AUDITOR_TOKEN=demo-auditor-token
-ADMIN_TOKEN=demo-admin-token
+APP_TOKEN=demo-app-token-0123456789abcdef0123456789abcdef
+AUDITOR_TOKEN=demo-auditor-token-0123456789abcdef0123456789abcdef
+ADMIN_TOKEN=demo-admin-token-0123456789abcdef0123456789abcdef
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 fail() { printf 'demo: %s\n' "$*" >&2; exit 1; }

@@ -7,7 +7,10 @@ if [ -e secrets ]; then echo "secrets/ exists; remove it first to start over" >&
 umask 077
 mkdir secrets
 rand() { head -c 24 /dev/urandom | base64 | tr -d '/+=' ; }
-pg="$(rand)"; svc="$(rand)"; app="$(rand)"; auditor="$(rand)"; admin="$(rand)"
+pg="$(rand)"; svc="$(rand)"
+# Bearer tokens: 32 random bytes in hex (the service refuses tokens under 32 bytes).
+token() { head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n" ; }
+app="$(token)"; auditor="$(token)"; admin="$(token)"
 printf '%s' "$pg" > secrets/postgres_password
 printf '%s' "$svc" > secrets/service_db_password
 printf 'postgresql://postgres:%s@db:5432/ledger' "$pg" > secrets/admin_database_url

@@ -56,8 +56,8 @@ LEDGER_DATABASE_URL="$ADMIN_URL" "$LEDGER" migrate >/dev/null
 ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/root.der" --seed 11 2>/dev/null)"
 read -r -a APPLE_ENV <<<"$ENV_LINE"
 env "${APPLE_ENV[@]}" LEDGER_DATABASE_URL="$SERVICE_URL" LEDGER_LISTEN="127.0.0.1:$PORT" \
-  LEDGER_TOKENS="app:ui-app-token,auditor:ui-auditor-token,admin:ui-admin-token" \
-  LEDGER_WECHAT_APPID=wxba5fad812f8e6fb9 LEDGER_WECHAT_TOKEN=ui-test-token LEDGER_WECHAT_ALLOW_PLAINTEXT=true \
+  LEDGER_TOKENS="app:ui-app-token-0123456789abcdef0123456789abcdef,auditor:ui-auditor-token-0123456789abcdef0123456789abcdef,admin:ui-admin-token-0123456789abcdef0123456789abcdef" \
+  LEDGER_WECHAT_APPID=wxba5fad812f8e6fb9 LEDGER_WECHAT_TOKEN=ui-test-token LEDGER_WECHAT_ALLOW_PLAINTEXT=true LEDGER_DEVELOPMENT=true \
   LEDGER_INSECURE_COOKIES=true LEDGER_SESSION_KEY=ui-test-session-key-0123456789abcdef0123 \
   "$LEDGER" serve >"$STATE/serve.log" 2>&1 </dev/null &
 PID=$!
@@ -70,7 +70,7 @@ done
 "$LEDGER_DEV" simulate --customers 12 --days 90 --seed 11 --url "$BASE" --root-file "$STATE/root.der" >/dev/null
 
 SE_OFFLINE=true LEDGER_UI_BASE="$BASE" LEDGER_UI_SHOTS="$SHOTS" LEDGER_UI_WECHAT_TOKEN=ui-test-token \
-  LEDGER_UI_APP_TOKEN=ui-app-token LEDGER_UI_AUDITOR_TOKEN=ui-auditor-token \
+  LEDGER_UI_APP_TOKEN=ui-app-token-0123456789abcdef0123456789abcdef LEDGER_UI_AUDITOR_TOKEN=ui-auditor-token-0123456789abcdef0123456789abcdef \
   "$VENV/bin/python" scripts/ui_test.py
 # The README shows these two: taken by this run, so they always show the pages as they are.
 cp "$SHOTS/timeline-1280.png" docs/screenshots/audit-timeline.png

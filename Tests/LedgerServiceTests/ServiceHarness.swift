@@ -22,8 +22,11 @@ final class ServiceHarness: @unchecked Sendable {
     let baseURL: URL
     private let rootFile: URL
 
-    static let tokens = "app:app-token,auditor:auditor-token,admin:admin-token"
-    static let adminToken = "admin-token"
+    /// Tokens of at least 32 bytes: shorter ones are refused at start.
+    static let appToken = "app-token-for-tests-0123456789abcdef"
+    static let auditorToken = "auditor-token-for-tests-0123456789abcdef"
+    static let adminToken = "admin-token-for-tests-0123456789abcdef"
+    static let tokens = "app:\(appToken),auditor:\(auditorToken),admin:\(adminToken)"
 
     /// - Parameter replica: serve app and auditor reads from the streaming replica
     ///   (LEDGER_READ_DATABASE_URL; `make test` starts it).
@@ -45,6 +48,8 @@ final class ServiceHarness: @unchecked Sendable {
             // Production under the test authority's root: refused unless a test set-up says so.
             "LEDGER_APPLE_ALLOW_TEST_ROOTS": "true",
             "LEDGER_APPLE_SHARED_SECRET": "v1-shared-secret",
+            // V1 with Production is refused at start unless the secret is trusted to set state.
+            "LEDGER_APPLE_V1_TRUSTED": "true",
             "LEDGER_TOKENS": Self.tokens,
         ]
         if let configJSON {

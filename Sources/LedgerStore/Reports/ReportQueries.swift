@@ -37,7 +37,8 @@ public enum ReportStoreError: Error, Sendable, Equatable, CustomStringConvertibl
 /// positions' rollups are kept in memory (sound: facts at a position never change for one fact
 /// schema version).
 public struct ReportQueries: Sendable {
-    let conninfo: String
+    /// A fold of every fact is a long read (LongReads.swift: limited, timed out, cancelled with its request).
+    let longReads: LongReads
     let cache = Cache()
 
     final class Cache: Sendable {
@@ -59,12 +60,11 @@ public struct ReportQueries: Sendable {
 
     /// The rollups at `asOfPosition` (nil: the latest position facts were derived for).
     public func rollup(asOfPosition: Int64? = nil) async throws -> ReportSnapshot {
-        try await BlockingWork.run { try self.computed(at: asOfPosition) }
+        try await longReads.run { connection in try self.computed(at: asOfPosition, on: connection) }
     }
 
-    private func computed(at asked: Int64?) throws -> ReportSnapshot {
-        let connection = try Connection.unbounded(conninfo: conninfo)
-        return try connection.transaction { connection in
+    private func computed(at asked: Int64?, on connection: Connection) throws -> ReportSnapshot {
+        try connection.transaction { connection in
             try connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
             let derived = try FactStore.derivedUpTo(on: connection)
             let position = asked ?? derived
