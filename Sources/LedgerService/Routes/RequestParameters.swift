@@ -63,11 +63,21 @@ extension HTTPRequest {
         return CustomerId.normalised(raw)
     }
 
-    /// The body as a JSON object; an empty body is `[:]` when `allowEmpty`.
+    /// The body as a JSON object; an empty body is `[:]` when `allowEmpty`. Every app and admin
+    /// body passes `JSONGuard` first (nesting beyond 32, the NUL escape, trailing commas, huge
+    /// numbers, a member name twice → 400 `malformed`), so the decoder never recurses into a
+    /// hostile `[[[[…` and what is stored is what every JSON reader reads.
     func jsonObject(allowEmpty: Bool = false, example: String) throws -> [String: JSONValue] {
         if body.isEmpty && allowEmpty { return [:] }
+        let finding = JSONGuard.scan(body)
+        if let refusal = JSONGuard.refusal(finding, what: "the body") {
+            throw ServiceFailure.malformed("\(refusal); send a JSON object like \(example)")
+        }
         guard let value = try? JSONValue(json: body), let object = value.objectValue else {
             throw ServiceFailure.malformed("the body must be a JSON object like \(example)")
+        }
+        guard case .ok(let members) = finding, JSONGuard.memberCount(value) == members else {
+            throw ServiceFailure.malformed("\(JSONGuard.duplicateMemberRefusal(what: "the body")); send a JSON object like \(example)")
         }
         return object
     }
