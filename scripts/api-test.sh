@@ -20,10 +20,11 @@ LEDGER_DEV="$(swift build --show-bin-path)/ledger-dev"
 # A fresh database for each run, so the answers depend on nothing left over.
 DBNAME=ledger_api_test
 PSQL="$LEDGER_PG_BIN/psql"
-"$PSQL" "$LEDGER_TEST_DATABASE_URL" -Xq -c "DROP DATABASE IF EXISTS $DBNAME" -c "CREATE DATABASE $DBNAME"
-ADMIN_URL="${LEDGER_ADMIN_DATABASE_URL/dbname=ledger/dbname=$DBNAME}"
+"$PSQL" "$LEDGER_TEST_DATABASE_URL" -Xq -c "DROP DATABASE IF EXISTS $DBNAME" -c "CREATE DATABASE $DBNAME OWNER ledger_owner"
+# Migrated as `make migrate` does: by the owner role, not the superuser.
+OWNER_URL="${LEDGER_OWNER_DATABASE_URL/dbname=ledger/dbname=$DBNAME}"
 SERVICE_URL="${LEDGER_DATABASE_URL/dbname=ledger/dbname=$DBNAME}"
-LEDGER_DATABASE_URL="$ADMIN_URL" "$LEDGER" migrate
+LEDGER_DATABASE_URL="$OWNER_URL" "$LEDGER" migrate
 
 ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/root.der" --seed 7)"
 read -r -a APPLE_ENV <<<"$ENV_LINE"

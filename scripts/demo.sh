@@ -64,7 +64,7 @@ fi
 say "starting PostgreSQL and migrating"
 scripts/db.sh start
 eval "$(scripts/db.sh env)"
-LEDGER_DATABASE_URL="$LEDGER_ADMIN_DATABASE_URL" "$LEDGER" migrate
+LEDGER_DATABASE_URL="$LEDGER_OWNER_DATABASE_URL" "$LEDGER" migrate
 
 # Which entitlement each simulated product grants (the service's product catalog).
 cat > "$STATE/config.json" <<'JSON'

@@ -319,6 +319,9 @@ public final class EventStore: Sendable {
         guard result.count == events.count else {
             throw StoreError.corrupt("append_events answered \(result.count) rows for \(events.count) events")
         }
+        // The events are in; their facts, outbox items and live projections are the projector's
+        // to write (the service role inherits none of its rights: Migrations/0016).
+        try connection.asProjector()
         var flat: [AppendOutcome] = []
         flat.reserveCapacity(events.count)
         for row in result.rows {
