@@ -94,7 +94,8 @@ public final class Store: Sendable {
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
         let derivation = OutboxDerivation(consumers: configuration.outboxConsumers)
         events = EventStore(
-            pool: pool, hooks: configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).compactMap(\.liveHook) : [],
+            pool: pool, hooks: (configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).compactMap(\.liveHook) : [])
+                + [WeChatNonceHook()],
             outbox: derivation, onHookFailure: configuration.onProjectionFailure)
         outbox = Outbox(pool: pool, events: events, consumers: configuration.outboxConsumers)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)

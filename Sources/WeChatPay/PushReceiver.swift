@@ -184,12 +184,7 @@ public enum RawPush {
     }
 
     /// The exact body bytes back from a stored `raw`.
-    public static func body(of raw: Data) -> [UInt8]? {
-        guard let v = try? JSONDecoder().decode(JSONValue.self, from: raw) else { return nil }
-        if case .string(let s)? = v["body"] { return Array(s.utf8) }
-        if case .string(let s)? = v["body_base64"], let d = Data(base64Encoded: s) { return Array(d) }
-        return nil
-    }
+    public static func body(of raw: Data) -> [UInt8]? { WeChatRawPush(raw: raw)?.body }
 }
 
 /// Verifies, decrypts and parses pushes, and writes replies.

@@ -255,15 +255,19 @@ extension LedgerApp {
             < ($1.event.event.signedAt ?? $1.event.recordedAt, $1.event.position) }
         let shown = Array(ordered.prefix(limit))
         let holds = try await store.chain.linkHolds(positions: shown.map(\.event.position))
-        var cumulative: [Fact] = []
+        // One fold, each event's facts applied once as the page goes (the fold is order-free, so
+        // this is the fold of every fact so far): not a fresh fold of the whole prefix per event.
+        var fold = SubscriptionFold(key: key)
+        var folded = 0
         var entries: [TimelineEntry] = []
         for e in shown {
             // When it took effect: a renewal signed early moves the subscription at its purchaseDate.
             let own = e.facts.filter { $0.subscription == key }
             let at = max(e.event.event.signedAt ?? e.event.recordedAt, own.map(\.effectiveAt).max() ?? .min)
-            let before = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
-            cumulative += own
-            let after = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
+            let before = folded == 0 ? nil : fold.state(at: at)
+            for fact in own { fold.apply(fact) }
+            folded += own.count
+            let after = folded == 0 ? nil : fold.state(at: at)
             let check = audit.check(e.event)
             entries.append(TimelineEntry(event: e.event, facts: e.facts, before: before, after: after, evidence: check,
                                          chainHolds: holds[e.event.position]))

@@ -173,14 +173,16 @@ extension LedgerApp {
     // MARK: Auditors
 
     private func addAuditorRoutes(to group: inout RouteGroup) {
+        // Paged by cursor: a subscription's history (raw evidence included) can be long.
         group.add("GET", "/v1/subscriptions/{originalTransactionId}/events") { [self] request in
             let key = try request.subscriptionKey()
-            let events = try await queries.events(of: key, minPosition: try request.minPosition())
-            guard !events.isEmpty else {
+            let (after, limit) = try request.eventsPage()
+            let (events, next) = try await queries.eventsPage(of: key, after: after, limit: limit, minPosition: try request.minPosition())
+            guard !events.isEmpty || after > 0 || next != nil else {
                 throw ServiceFailure.notFound("no events are stored for the \(key.environment) subscription \(key.originalTransactionId)")
             }
             return .json(200, ["originalTransactionId": .string(key.originalTransactionId), "environment": .string(key.environment),
-                               "events": .array(events.map(Representation.event))])
+                               "events": .array(events.map(Representation.event)), "next": .optional(next.map(String.init))])
         }
         // An export may be the whole list folded at an old position: the long deadline.
         group.add("GET", "/v1/refunds", deadline: .seconds(configuration.http.adminDeadlineSeconds)) { [self] request in
