@@ -32,11 +32,11 @@ build-dev: deps
 release: deps
 	swift build -c release --product ledger
 
-# Migrations run as the cluster's superuser (they create the schema and grant the restricted
-# role); the service then connects as ledger_service, which appends only through append_events()
-# and reads.
+# Migrations run as ledger_owner, the database's owner and not a superuser (scripts/db.sh creates
+# it): they create the schema and grant the restricted roles; the service then connects as
+# ledger_service, which appends only through append_events() and reads.
 migrate: db-start build
-	@eval "$$($(DB) env)"; LEDGER_DATABASE_URL="$$LEDGER_ADMIN_DATABASE_URL" $(LEDGER) migrate
+	@eval "$$($(DB) env)"; LEDGER_DATABASE_URL="$$LEDGER_OWNER_DATABASE_URL" $(LEDGER) migrate
 
 run: migrate
 	@eval "$$($(DB) env)"; LEDGER_INSECURE_COOKIES=$${LEDGER_INSECURE_COOKIES:-true} exec $(LEDGER) serve

@@ -23,6 +23,7 @@ PORT="${LEDGER_PG_PORT:-$((55000 + $(printf '%s' "$ROOT" | cksum | cut -d' ' -f1
 BASE="$ROOT/.pg"
 DB=ledger
 SERVICE_ROLE=ledger_service
+OWNER_ROLE=ledger_owner
 
 as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
@@ -96,17 +97,61 @@ CONF
       sleep 1
     done
   fi
+  # Roles: the service (appends and reads), the projector (owns the projections; NOLOGIN), and
+  # the owner that migrations run as — not a superuser: it owns the database and its objects
+  # (so the SECURITY DEFINER functions run with an owner's rights, not a superuser's), may create
+  # and alter the ledger's roles (CREATEROLE) and acts as the projector where a migration does.
   psql_su -d postgres <<SQL
-SELECT 'CREATE DATABASE $DB' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$DB')\gexec
 DO \$\$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$SERVICE_ROLE') THEN
-    CREATE ROLE $SERVICE_ROLE LOGIN;
+    CREATE ROLE $SERVICE_ROLE LOGIN NOINHERIT;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ledger_projector') THEN
+    CREATE ROLE ledger_projector NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$OWNER_ROLE') THEN
+    CREATE ROLE $OWNER_ROLE LOGIN CREATEROLE;
   END IF;
 END \$\$;
+GRANT ledger_projector TO $OWNER_ROLE;
+SELECT 'CREATE DATABASE $DB OWNER $OWNER_ROLE' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$DB')\gexec
 SQL
+  adopt_database
   # The default database of `ledger serve` when LEDGER_DATABASE_URL is not set.
   mkdir -p "$ROOT/.pg"
   printf 'host=%s port=%s user=%s dbname=%s\n' "$SOCK" "$PORT" "$SERVICE_ROLE" "$DB" > "$ROOT/.pg/database.url"
+}
+
+# A database made before the owner role existed was migrated by the superuser: hand it and
+# everything the superuser created in it to the owner once, so `make migrate` (as the owner) can
+# go on from there. Objects of the projector stay the projector's.
+adopt_database() {
+  psql_su -d "$DB" <<SQL
+DO \$\$
+DECLARE r record;
+BEGIN
+  IF (SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()) <> 'postgres' THEN
+    RETURN;
+  END IF;
+  EXECUTE format('ALTER DATABASE %I OWNER TO $OWNER_ROLE', current_database());
+  FOR r IN SELECT nspname FROM pg_namespace
+           WHERE pg_get_userbyid(nspowner) = 'postgres' AND nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('information_schema', 'public') LOOP
+    EXECUTE format('ALTER SCHEMA %I OWNER TO $OWNER_ROLE', r.nspname);
+  END LOOP;
+  FOR r IN SELECT c.oid::regclass AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE pg_get_userbyid(c.relowner) = 'postgres' AND n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'
+             AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+             OR (c.relkind = 'S' AND pg_get_userbyid(c.relowner) = 'postgres' AND n.nspname NOT LIKE 'pg\\_%'
+                 AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i'))) LOOP
+    EXECUTE format('ALTER TABLE %s OWNER TO $OWNER_ROLE', r.name);
+  END LOOP;
+  FOR r IN SELECT p.oid::regprocedure AS name FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+           WHERE pg_get_userbyid(p.proowner) = 'postgres' AND n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema' LOOP
+    EXECUTE format('ALTER FUNCTION %s OWNER TO $OWNER_ROLE', r.name);
+  END LOOP;
+END
+\$\$;
+SQL
 }
 
 stop() {
@@ -201,8 +246,10 @@ replica_stop() {
 
 env_vars() {
   pick_base
-  # Superuser URL (migrations, tests) and the restricted service role (what `serve` uses).
+  # Superuser URL (tests), the owner's (migrations: `make migrate`), and the restricted service
+  # role (what `serve` uses).
   echo "export LEDGER_ADMIN_DATABASE_URL='host=$SOCK port=$PORT user=postgres dbname=$DB'"
+  echo "export LEDGER_OWNER_DATABASE_URL='host=$SOCK port=$PORT user=$OWNER_ROLE dbname=$DB'"
   echo "export LEDGER_DATABASE_URL='host=$SOCK port=$PORT user=$SERVICE_ROLE dbname=$DB'"
   echo "export LEDGER_TEST_DATABASE_URL='host=$SOCK port=$PORT user=postgres dbname=postgres'"
   echo "export LEDGER_TEST_DB_SCRIPT='$ROOT/scripts/db.sh'"

@@ -40,9 +40,9 @@ BASE="http://$LISTEN"
 STATE="${DEMO_STATE:-$ROOT/.build/demo}"   # git-ignored, survives between demos
 PIDFILE="$STATE/serve.pid"
 LOG="$STATE/serve.log"
-APP_TOKEN=demo-app-token
-AUDITOR_TOKEN=demo-auditor-token
-ADMIN_TOKEN=demo-admin-token
+APP_TOKEN=demo-app-token-0123456789abcdef0123456789abcdef
+AUDITOR_TOKEN=demo-auditor-token-0123456789abcdef0123456789abcdef
+ADMIN_TOKEN=demo-admin-token-0123456789abcdef0123456789abcdef
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 fail() { printf 'demo: %s\n' "$*" >&2; exit 1; }
@@ -74,14 +74,17 @@ say "starting PostgreSQL and migrating"
 scripts/db.sh start
 eval "$(scripts/db.sh env)"
 if [ -n "${DEMO_DATABASE:-}" ]; then
-  # A fresh database of its own (scripts/demo-test.sh), beside the demo's `ledger`.
+  # A fresh database of its own (scripts/demo-test.sh), beside the demo's `ledger`, owned by the
+  # migrations' owner role as `ledger` is.
   [[ "$DEMO_DATABASE" =~ ^[a-z_][a-z0-9_]*$ ]] || fail "DEMO_DATABASE must be a plain lower-case name"
-  "$LEDGER_PG_BIN/psql" "$LEDGER_TEST_DATABASE_URL" -Xq -c "DROP DATABASE IF EXISTS $DEMO_DATABASE WITH (FORCE)" -c "CREATE DATABASE $DEMO_DATABASE"
+  "$LEDGER_PG_BIN/psql" "$LEDGER_TEST_DATABASE_URL" -Xq -c "DROP DATABASE IF EXISTS $DEMO_DATABASE WITH (FORCE)" \
+    -c "CREATE DATABASE $DEMO_DATABASE OWNER ledger_owner"
   LEDGER_ADMIN_DATABASE_URL="${LEDGER_ADMIN_DATABASE_URL/dbname=ledger/dbname=$DEMO_DATABASE}"
+  LEDGER_OWNER_DATABASE_URL="${LEDGER_OWNER_DATABASE_URL/dbname=ledger/dbname=$DEMO_DATABASE}"
   LEDGER_DATABASE_URL="${LEDGER_DATABASE_URL/dbname=ledger/dbname=$DEMO_DATABASE}"
   export LEDGER_DATABASE_URL
 fi
-LEDGER_DATABASE_URL="$LEDGER_ADMIN_DATABASE_URL" "$LEDGER" migrate
+LEDGER_DATABASE_URL="$LEDGER_OWNER_DATABASE_URL" "$LEDGER" migrate
 
 # Which entitlement each simulated product grants (the service's product catalog).
 cat > "$STATE/config.json" <<'JSON'

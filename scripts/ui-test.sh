@@ -59,8 +59,8 @@ ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/root.der" --seed 11 --wec
 read -r -a APPLE_ENV <<<"$ENV_LINE"
 WECHAT_TOKEN="$(tr ' ' '\n' <<<"$ENV_LINE" | sed -n 's/^LEDGER_WECHAT_TOKEN=//p')"
 env "${APPLE_ENV[@]}" LEDGER_DATABASE_URL="$SERVICE_URL" LEDGER_LISTEN="127.0.0.1:$PORT" \
-  LEDGER_TOKENS="app:ui-app-token,auditor:ui-auditor-token,admin:ui-admin-token" \
-  LEDGER_WECHAT_ALLOW_PLAINTEXT=true \
+  LEDGER_TOKENS="app:ui-app-token-0123456789abcdef0123456789abcdef,auditor:ui-auditor-token-0123456789abcdef0123456789abcdef,admin:ui-admin-token-0123456789abcdef0123456789abcdef" \
+  LEDGER_WECHAT_ALLOW_PLAINTEXT=true LEDGER_DEVELOPMENT=true \
   LEDGER_INSECURE_COOKIES=true LEDGER_SESSION_KEY=ui-test-session-key-0123456789abcdef0123 \
   "$LEDGER" serve >"$STATE/serve.log" 2>&1 </dev/null &
 PID=$!
@@ -77,7 +77,8 @@ done
   --root-file "$STATE/root.der" >/dev/null
 
 SE_OFFLINE=true LEDGER_UI_BASE="$BASE" LEDGER_UI_SHOTS="$SHOTS" LEDGER_UI_WECHAT_TOKEN="$WECHAT_TOKEN" \
-  LEDGER_UI_APP_TOKEN=ui-app-token LEDGER_UI_AUDITOR_TOKEN=ui-auditor-token LEDGER_UI_ADMIN_TOKEN=ui-admin-token \
+  LEDGER_UI_APP_TOKEN=ui-app-token-0123456789abcdef0123456789abcdef LEDGER_UI_AUDITOR_TOKEN=ui-auditor-token-0123456789abcdef0123456789abcdef \
+  LEDGER_UI_ADMIN_TOKEN=ui-admin-token-0123456789abcdef0123456789abcdef \
   "$VENV/bin/python" scripts/ui_test.py
 # The README shows these: taken by this run, so they always show the pages as they are. The charts
 # overview is cropped to what depends on the data alone (no chain hash, no time of the run).

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LedgerCore
 import Synchronization
 #if canImport(Glibc)
 import Glibc

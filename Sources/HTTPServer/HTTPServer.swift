@@ -296,19 +296,36 @@ final class ServerCore: Sendable {
                 message: "The server is shutting down; retry the request, nothing was acknowledged."
             ), for: state, on: connection)
         }
-        guard let limit = deadline else {
-            state.runs(Task { state.resume(with: await handler(frozen)) })
-            return .YES
-        }
+        // The handler runs as a task; a second task answers in its place when the deadline
+        // passes or the client hangs up, and the handler is then cancelled (long reads stop in
+        // PostgreSQL on that cancellation: nothing keeps working for a client that is gone).
+        let socket = cmhd_connection_fd(connection)
+        let clock = ContinuousClock()
+        let limit = deadline
+        let end = limit.map { clock.now + $0 }
         state.runs(Task {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { state.resume(with: await handler(frozen)) }
                 group.addTask {
-                    do { try await Task.sleep(for: limit) } catch { return }
-                    state.resume(with: .error(
-                        status: 503, code: "handler_timeout",
-                        message: "The request was not finished within \(limit); retry it later, nothing was acknowledged."
-                    ))
+                    while true {
+                        var step = ServerCore.hangUpPollInterval
+                        if let end { step = min(step, max(end - clock.now, .zero)) }
+                        do { try await Task.sleep(for: step) } catch { return }
+                        if let end, clock.now >= end, let limit {
+                            state.resume(with: .error(
+                                status: 503, code: "handler_timeout",
+                                message: "The request was not finished within \(limit); retry it later, nothing was acknowledged."
+                            ))
+                            return
+                        }
+                        if ServerCore.peerHungUp(socket) {
+                            state.resume(with: .error(
+                                status: 503, code: "client_closed",
+                                message: "The client closed the connection before the answer; the request was cancelled."
+                            ))
+                            return
+                        }
+                    }
                 }
                 // First to finish answers; the other is cancelled (a handler may ignore that, but
                 // the connection no longer waits for it).
@@ -317,6 +334,21 @@ final class ServerCore: Sendable {
             }
         })
         return .YES
+    }
+
+    /// How often a running handler's connection is checked for a client that hung up.
+    static let hangUpPollInterval = Duration.milliseconds(250)
+
+    /// True when the client closed its side of the connection (FIN or reset) while its request was
+    /// being handled. The connection is suspended then, so libmicrohttpd does not read the socket
+    /// and the descriptor stays open until the answer is queued; polling it reads nothing.
+    static func peerHungUp(_ socket: CInt) -> Bool {
+        guard socket >= 0 else { return false }
+        // POLLRDHUP (0x2000, Linux): the peer shut down its writing side.
+        let rdhup: Int16 = 0x2000
+        var descriptor = pollfd(fd: socket, events: rdhup, revents: 0)
+        guard poll(&descriptor, 1, 0) == 1 else { return false }
+        return descriptor.revents & (rdhup | Int16(POLLHUP) | Int16(POLLERR)) != 0
     }
 
     /// Suspends under the registry lock, so a request that arrives on a kept-alive connection while

@@ -6,8 +6,15 @@ import Foundation
 /// memory dump reveals a token.
 public struct TokenAuthority: Sendable {
     private let entries: [LedgerConfiguration.TokenHash]
+    /// Where failed bearer tokens are counted and slowed (nil: not counted, e.g. the command line).
+    var failures: AuthenticationFailures?
 
     public init(tokens: [LedgerConfiguration.TokenHash]) { self.entries = tokens }
+
+    init(tokens: [LedgerConfiguration.TokenHash], failures: AuthenticationFailures) {
+        self.entries = tokens
+        self.failures = failures
+    }
 
     public enum Failure: Error, Equatable {
         /// No or malformed Authorization header, or an unknown token → 401.
@@ -68,12 +75,18 @@ import HTTPServer
 /// Authentication as middleware: a route group states the role it needs once.
 extension TokenAuthority {
     /// Passes requests whose bearer token grants `role`; answers 401 (with `WWW-Authenticate`) or
-    /// 403 otherwise, before any handler runs.
+    /// 403 otherwise, before any handler runs. A token that is not valid counts as a failed
+    /// authentication of the client's address; an address that failed too often is answered 429
+    /// before its token is looked at (`AuthenticationFailures`).
     func require(_ role: Role) -> Middleware {
         { [self] request, next in
+            if let refusal = failures?.throttled(.bearer, address: request.remoteAddress) { return .error(refusal) }
             switch authorize(header: request.headers["authorization"], needs: role) {
             case .success: return await next(request)
             case .failure(.unauthenticated(let message)):
+                if request.headers["authorization"] != nil {
+                    failures?.failed(.bearer, address: request.remoteAddress, path: request.path)
+                }
                 return .error(status: 401, code: "unauthenticated", message: message, headers: [("WWW-Authenticate", "Bearer")])
             case .failure(.forbidden(let message)):
                 return .error(status: 403, code: "forbidden", message: message)

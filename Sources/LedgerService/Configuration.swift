@@ -47,6 +47,9 @@ public struct LedgerConfiguration: Sendable {
         /// LEDGER_APPLE_ALLOW_TEST_ROOTS: lets a Production-accepting service trust a root that is
         /// not Apple's (test set-ups only; logged as a warning at start).
         public var allowTestRoots = false
+        /// LEDGER_APPLE_V1_TRUSTED: a shared secret together with Production is refused at start
+        /// unless this says whoever holds the secret may set state (Guards/GuardSettings.swift).
+        public var v1Trusted = false
     }
 
     public struct WeChat: Sendable {
@@ -159,6 +162,11 @@ public struct LedgerConfiguration: Sendable {
     public var audit = Audit()
     /// Outbound webhooks (Webhooks/WebhookConfiguration.swift).
     public var webhooks = WebhookSettings()
+    /// Long reads, app tokens' appends, failed authentication (Guards/GuardSettings.swift).
+    public var limits = Limits()
+    /// LEDGER_DEVELOPMENT=true: a development set-up, where settings refused in production (plaintext
+    /// WeChat pushes) are allowed (Guards/GuardSettings.swift).
+    public var development = false
     public var tokens: [TokenHash] = []
     /// `{"products": {…}}` as given; the projections read it as a product → entitlement catalog.
     /// Nil when the file has no `products`: every product then grants an entitlement named after
@@ -303,6 +311,7 @@ public struct LedgerConfiguration: Sendable {
             if let b = a["insecureCookies"] as? Bool { audit.insecureCookies = b }
         }
         if let w = object["webhooks"] { try webhooks.apply(file: w, path: path) }
+        if let l = object["limits"] { try limits.apply(file: l, path: path) }
         if let n = object["databasePoolSize"] as? Int { databasePoolSize = n }
         if let list = object["tokens"] {
             // The file stores hashes, never plain tokens: {"role": "auditor", "sha256": "<hex>"}.
@@ -397,6 +406,7 @@ public struct LedgerConfiguration: Sendable {
         if let v = env["LEDGER_WECHAT_REFUND_FALLBACK"], !v.isEmpty { wechat.refundFallback = v }
         try wechat.validate()
         try webhooks.apply(environment: env)
+        try applyGuards(environment: env)
         if let v = env["LEDGER_DB_POOL_SIZE"], let n = Int(v), n > 0 { databasePoolSize = n }
         if let v = env["LEDGER_SESSION_KEY"], !v.isEmpty { audit.sessionKey = try Audit.sessionKey(v, name: "LEDGER_SESSION_KEY") }
         if let v = env["LEDGER_INSECURE_COOKIES"] {
@@ -414,10 +424,18 @@ public struct LedgerConfiguration: Sendable {
                     // Never echo the pair: it holds a token.
                     throw .invalidValue(name: "LEDGER_TOKENS", reason: "each entry must be role:token with role app, auditor or admin")
                 }
+                // A short token can be guessed; the role is named, the value never.
+                guard parts[1].utf8.count >= Self.minimumTokenBytes else {
+                    throw .invalidValue(name: "LEDGER_TOKENS", reason: "the \(role.rawValue) token is shorter than \(Self.minimumTokenBytes) bytes; "
+                        + "use a random one, e.g. `openssl rand -hex 32`")
+                }
                 tokens.append(TokenHash(role: role, sha256: Digest.sha256(Array(parts[1].utf8))))
             }
         }
     }
+
+    /// Bearer tokens shorter than this are refused at start.
+    public static let minimumTokenBytes = 32
 
     private mutating func setListen(_ s: String, name: String) throws(ConfigurationError) {
         (listenHost, listenPort) = try Self.hostPort(s, name: name)

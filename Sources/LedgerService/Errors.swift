@@ -96,3 +96,26 @@ extension WeChatPushError: HTTPRenderableError {
     public var httpCode: String { code }
     public var httpMessage: String { message }
 }
+
+/// Long reads (exports, folds at a position): the instance's limit → 429 with `Retry-After`; the
+/// long statement timeout → 503; a read cancelled because its caller left → 503 (nobody reads it).
+extension LongReadError: HTTPRenderableError {
+    public var httpStatus: Int {
+        switch self {
+        case .busy: 429
+        case .timedOut, .cancelled: 503
+        }
+    }
+    public var httpCode: String {
+        switch self {
+        case .busy: "too_many_long_reads"
+        case .timedOut: "long_read_timeout"
+        case .cancelled: "cancelled"
+        }
+    }
+    public var httpMessage: String { description }
+    public var httpHeaders: [(String, String)] {
+        if case .busy(_, let seconds) = self { return [("Retry-After", String(seconds))] }
+        return []
+    }
+}

@@ -34,12 +34,17 @@ public final class LedgerApp: Sendable {
     public let appleAPI: AppleAPIUseCases
     let wechatConfig: WeChatConfigKeeper
     let webhookEndpoints: WebhookEndpoints
+    /// Failed authentication counted and slowed per address; app tokens' append budget (Guards/).
+    let failures: AuthenticationFailures
+    let appendBudget: AppendBudget
 
     /// - Parameter migrationsDirectory: where `/readyz` looks for the migrations this build expects
     ///   (found next to the binary or in the working directory by default).
     public init(configuration: LedgerConfiguration, log: Log = .shared, migrationsDirectory: URL? = nil) throws(LedgerAppError) {
         self.configuration = configuration
         self.log = log
+        // Settings that must not serve (Guards/GuardSettings.swift): refused before anything opens.
+        if let refusal = configuration.startupRefusals.first { throw .configuration(refusal) }
         let metrics = MetricsRegistry()
         self.metrics = metrics
         do { catalog = try configuration.catalog() } catch {
@@ -49,6 +54,8 @@ public final class LedgerApp: Sendable {
             databaseURL: configuration.databaseURL, poolSize: configuration.databasePoolSize, acquireTimeout: .seconds(5),
             catalog: catalog, readDatabaseURL: configuration.readDatabaseURL,
             replicaMaxLag: .milliseconds(Int64(configuration.replicaMaxLagSeconds * 1000)),
+            longReads: LongReadSettings(concurrent: configuration.limits.longReads,
+                                        statementTimeout: .seconds(configuration.limits.longReadTimeoutMinutes * 60)),
             onProjectionFailure: { failure in
                 metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
                 log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
@@ -71,7 +78,9 @@ public final class LedgerApp: Sendable {
         admin = AdminActions(store: store, log: log)
         catalogKeeper = CatalogKeeper(store: store, catalog: catalog, log: log)
         readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)
-        tokens = TokenAuthority(tokens: configuration.tokens)
+        failures = AuthenticationFailures(limits: configuration.limits, metrics: metrics, log: log)
+        appendBudget = AppendBudget(limits: configuration.limits, metrics: metrics)
+        tokens = TokenAuthority(tokens: configuration.tokens, failures: failures)
         audit = AuditDesk(configuration: configuration)
         webhookEndpoints = WebhookEndpoints(store: store, settings: configuration.webhooks, log: log)
         if audit.sessions.ephemeralKey {
@@ -101,6 +110,18 @@ public final class LedgerApp: Sendable {
         }
         metrics.gauge("ledger_append_queue", help: "Appends waiting for the group-commit writer") {
             [(labels: [:], value: Double(store.statistics.queued))]
+        }
+        metrics.collect([
+            (name: "ledger_long_reads", type: .gauge, help: "Long reads (exports, folds at a position) running now, and this instance's limit"),
+            (name: "ledger_long_reads_total", type: .counter, help: "Long reads by outcome: admitted, refused (429), cancelled, timed_out"),
+        ]) {
+            let s = store.longReadStatistics
+            return ["ledger_long_reads": [(labels: ["state": "running"], value: Double(s.running)),
+                                          (labels: ["state": "limit"], value: Double(s.limit))],
+                    "ledger_long_reads_total": [(labels: ["outcome": "admitted"], value: Double(s.admitted)),
+                                                (labels: ["outcome": "refused"], value: Double(s.refused)),
+                                                (labels: ["outcome": "cancelled"], value: Double(s.cancelled)),
+                                                (labels: ["outcome": "timed_out"], value: Double(s.timedOut))]]
         }
         metrics.gauge("ledger_db_pool_connections", help: "Database pool connections by state (the writer's own connection is not in it)") {
             let s = store.statistics.pool

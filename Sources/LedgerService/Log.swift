@@ -15,8 +15,13 @@ public final class Log: Sendable {
     public static let shared = Log()
     private let lock = Mutex(())
     private let minimum: Level
+    /// Where lines go instead of standard error (tests read what was logged).
+    private let sink: (@Sendable (String) -> Void)?
 
-    public init(minimum: Level = .info) { self.minimum = minimum }
+    public init(minimum: Level = .info, sink: (@Sendable (String) -> Void)? = nil) {
+        self.minimum = minimum
+        self.sink = sink
+    }
 
     public func log(_ level: Level, _ message: String, _ fields: [String: any Sendable] = [:]) {
         if level < minimum { return }
@@ -35,6 +40,7 @@ public final class Log: Sendable {
             }
         }
         line += "}\n"
+        if let sink { return sink(line) }
         lock.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
     }
 

@@ -20,6 +20,17 @@ import Synchronization
 protocol AppendHook: Sendable {
     var name: String { get }
     func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit?
+    /// False for a hook that reads only the events: it runs even when the catch-up derives the
+    /// batch's facts instead (projections need the facts; the plaintext-nonce mark does not).
+    var needsFacts: Bool { get }
+    /// True when the events must not commit without the hook's writes: its failure fails the append
+    /// (the callers are told, nothing is stored) instead of being reported and caught up later.
+    var isEssential: Bool { get }
+}
+
+extension AppendHook {
+    var needsFacts: Bool { true }
+    var isEssential: Bool { false }
 }
 
 /// Run by the writer after the append transaction committed.
@@ -319,6 +330,9 @@ public final class EventStore: Sendable {
         guard result.count == events.count else {
             throw StoreError.corrupt("append_events answered \(result.count) rows for \(events.count) events")
         }
+        // The events are in; their facts, outbox items and live projections are the projector's
+        // to write (the service role inherits none of its rights: Migrations/0016).
+        try connection.asProjector()
         var flat: [AppendOutcome] = []
         flat.reserveCapacity(events.count)
         for row in result.rows {
@@ -357,18 +371,17 @@ public final class EventStore: Sendable {
                 if connection.isBroken { throw error }
                 hookFailures.append(HookFailure(hook: "facts", positions: first.position...last.position, message: String(describing: error)))
             }
-            if recorded {
-                let freshEvents = fresh.map(\.0)
-                for hook in hooks {
-                    do {
-                        if let action = try connection.savepoint({ connection in try hook.didAppend(freshEvents, facts: facts, in: connection) }) {
-                            afterCommit.append(action)
-                        }
-                    } catch {
-                        // A broken connection cannot commit the events either; let the batch fail.
-                        if connection.isBroken { throw error }
-                        hookFailures.append(HookFailure(hook: hook.name, positions: first.position...last.position, message: String(describing: error)))
+            let freshEvents = fresh.map(\.0)
+            for hook in hooks where recorded || !hook.needsFacts {
+                do {
+                    if let action = try connection.savepoint({ connection in try hook.didAppend(freshEvents, facts: recorded ? facts : [], in: connection) }) {
+                        afterCommit.append(action)
                     }
+                } catch {
+                    // A broken connection cannot commit the events either; an essential hook's
+                    // writes must commit with them: let the batch fail.
+                    if connection.isBroken || hook.isEssential { throw error }
+                    hookFailures.append(HookFailure(hook: hook.name, positions: first.position...last.position, message: String(describing: error)))
                 }
             }
         }

@@ -31,13 +31,16 @@ public final class Store: Sendable {
         public var readDatabaseURL: String?
         /// A read without a position goes to the replica only when it is at most this far behind.
         public var replicaMaxLag: Duration
+        /// Exports and folds at a position (LongReads.swift): how many at once, their statement timeout.
+        public var longReads: LongReadSettings
 
         public init(
             databaseURL: String, poolSize: Int = 16, acquireTimeout: Duration = .seconds(5),
             catalog: ProductCatalog = .productIds, clock: @escaping @Sendable () -> EpochMillis = Projector.wallClock,
             liveProjections: Bool = true, readDatabaseURL: String? = nil, replicaMaxLag: Duration = .seconds(2),
-            onProjectionFailure: (@Sendable (HookFailure) -> Void)? = nil
+            longReads: LongReadSettings = LongReadSettings(), onProjectionFailure: (@Sendable (HookFailure) -> Void)? = nil
         ) {
+            self.longReads = longReads
             self.readDatabaseURL = readDatabaseURL
             self.replicaMaxLag = replicaMaxLag
             self.databaseURL = databaseURL
@@ -79,6 +82,8 @@ public final class Store: Sendable {
     public let wechat: WeChatQueries
     /// Outbound webhooks: the endpoints (Migrations/0014).
     public let webhookEndpoints: WebhookEndpointStore
+    /// Exports and folds at a position: limited, timed out, cancelled with their request.
+    let longReads: LongReads
     /// The one outbox (Outbox/Outbox.swift): claim, record attempts, replay, statuses.
     public let outbox: Outbox
 
@@ -89,7 +94,8 @@ public final class Store: Sendable {
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
         let derivation = OutboxDerivation(consumers: configuration.outboxConsumers)
         events = EventStore(
-            pool: pool, hooks: configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).compactMap(\.liveHook) : [],
+            pool: pool, hooks: (configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).compactMap(\.liveHook) : [])
+                + [WeChatNonceHook()],
             outbox: derivation, onHookFailure: configuration.onProjectionFailure)
         outbox = Outbox(pool: pool, events: events, consumers: configuration.outboxConsumers)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
@@ -99,8 +105,9 @@ public final class Store: Sendable {
         deriver.outbox = derivation
         facts = deriver
         chain = ChainStore(pool: pool)
-        refundCases = RefundCaseQueries(pool: pool, conninfo: configuration.databaseURL)
-        reports = ReportQueries(pool: pool, conninfo: configuration.databaseURL)
+        longReads = LongReads(conninfo: configuration.databaseURL, settings: configuration.longReads)
+        refundCases = RefundCaseQueries(pool: pool, longReads: longReads)
+        reports = ReportQueries(pool: pool, longReads: longReads)
         primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
         replica = configuration.readDatabaseURL.map {
             ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,
@@ -188,6 +195,9 @@ public final class Store: Sendable {
 
     /// Counters of the event log and the pool, for `/metrics`.
     public var statistics: EventStoreMetrics { events.metrics }
+
+    /// Long reads running, admitted and refused since start, for `/metrics`.
+    public var longReadStatistics: LongReadStatistics { longReads.statistics }
 
     /// The live hook's fold snapshots (LiveFold.swift): subscriptions refolded from a snapshot
     /// (hits) or from all their facts (misses), and those that take the full path.

@@ -53,6 +53,13 @@ public enum StoreError: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 extension Connection {
+    /// Switches this transaction to `ledger_projector`, the owner of the projections and the only
+    /// role that may write facts (Migrations/0016): the service role inherits none of that, so
+    /// every write of facts and projections states it, and the rights end at COMMIT or ROLLBACK.
+    func asProjector() throws {
+        try query("SET LOCAL ROLE ledger_projector", name: "projector role")
+    }
+
     /// A connection for work that legitimately runs long (rebuild, rederive, exports): the
     /// service role's default `statement_timeout` / `lock_timeout` (Migrations/0005) bound request
     /// work, and are lifted here for this session only.

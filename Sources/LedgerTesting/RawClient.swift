@@ -39,6 +39,10 @@ public final class RawClient {
         if result != 0 {
             let code = errno
             close(fd)
+            // The object is whole by now, so throwing runs `deinit`: without this it closed the
+            // number a second time — by then possibly another thread's socket or a server's
+            // epoll descriptor (libmicrohttpd then aborts on "Failed to remove listen FD").
+            fd = -1
             throw Failure.connect(code)
         }
         var timeout = timeval(tv_sec: Int(receiveTimeout), tv_usec: Int((receiveTimeout - receiveTimeout.rounded(.down)) * 1_000_000))

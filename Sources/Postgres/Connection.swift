@@ -10,6 +10,8 @@ import Glibc
 public final class Connection: @unchecked Sendable {
     let handle: OpaquePointer
     private var savepointCounter = 0
+    /// Set by `makeCanceller()`: every statement checks it before it is sent.
+    var canceller: StatementCanceller?
 
     /// Opens a connection from a keyword/value conninfo (`host=… dbname=…`) or a
     /// `postgresql://` URL; both are what `PQconnectdb` accepts.
@@ -50,6 +52,7 @@ public final class Connection: @unchecked Sendable {
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = [], name: String? = nil) throws(PostgresError) -> QueryResult {
         let label = name ?? Connection.label(sql)
+        try refuseIfCancelled(label)
         let result = try withEncoded(parameters, statement: label) { types, values, lengths, formats in
             PQexecParams(handle, sql, Int32(parameters.count), types, values, lengths, formats, 1)
         }
@@ -65,6 +68,7 @@ public final class Connection: @unchecked Sendable {
     @discardableResult
     public func queryPrepared(_ sql: String, _ parameters: [PostgresValue] = [], name: String? = nil) throws(PostgresError) -> QueryResult {
         let label = name ?? Connection.label(sql)
+        try refuseIfCancelled(label)
         let key = PreparedKey(sql: sql, types: parameters.map(\.type.oid))
         let statement: String
         if let known = prepared[key] {
@@ -134,6 +138,7 @@ public final class Connection: @unchecked Sendable {
     /// Runs a script of several statements (a migration file) with the simple query protocol.
     /// It takes no parameters by design: only trusted SQL text from files belongs here.
     public func execute(script sql: String, name: String) throws(PostgresError) {
+        try refuseIfCancelled(name)
         let result = PQexec(handle, sql)
         _ = try check(result, statement: name)
     }
@@ -313,6 +318,7 @@ public final class Connection: @unchecked Sendable {
     @discardableResult
     public func copyIn(_ sql: String, _ produce: (CopyInWriter) throws -> Void) throws -> Int {
         let label = Connection.label(sql)
+        try refuseIfCancelled(label)
         guard let start = PQexec(handle, sql) else { throw failure(statement: label) }
         guard PQresultStatus(start) == PGRES_COPY_IN else {
             defer { PQclear(start) }
@@ -338,6 +344,7 @@ public final class Connection: @unchecked Sendable {
     @discardableResult
     public func copyOut(_ sql: String, _ consume: (Data) throws -> Void) throws -> Int {
         let label = Connection.label(sql)
+        try refuseIfCancelled(label)
         guard let start = PQexec(handle, sql) else { throw failure(statement: label) }
         guard PQresultStatus(start) == PGRES_COPY_OUT else {
             defer { PQclear(start) }

@@ -18,6 +18,8 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
         case invalidArgument
         /// COPY did not go the way the protocol requires.
         case copy
+        /// This process cancelled the work (`StatementCanceller`): not sent, or stopped in the server.
+        case cancelled
     }
 
     public var kind: Kind
@@ -87,6 +89,8 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
             text = "invalid argument: \(message)"
         case .copy:
             text = "COPY failed: \(message)"
+        case .cancelled:
+            text = "cancelled: \(message)"
         }
         if let sqlState { text += " [SQLSTATE \(sqlState)]" }
         if let column { text += " [column \(column)]" }

@@ -1,5 +1,6 @@
 import Foundation
 import LedgerCore
+import Synchronization
 #if canImport(FoundationXML)
 import FoundationXML
 #endif
@@ -37,8 +38,17 @@ enum PushCodec {
 
     // MARK: JSON
 
+    /// JSON through `JSONGuard` (LedgerCore), the rules of every JSON input: nesting, the NUL
+    /// escape, trailing commas and huge numbers (the payload is stored byte for byte as jsonb, which
+    /// refuses the last three: an authentic push would end in a 500 that WeChat retries forever)
+    /// and repeated member names.
     static func parseJSON(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> JSONValue {
-        let members = try checkJSONDepth(bytes, maxDepth: maxDepth)
+        let members: Int
+        switch JSONGuard.scan(bytes, limit: maxDepth) {
+        case .tooDeep: throw .nestingTooDeep(limit: maxDepth)
+        case .ok(let m): members = m
+        case let finding: throw .invalidJSON(JSONGuard.refusal(finding, what: "the message", limit: maxDepth) ?? "not a JSON document")
+        }
         let value: JSONValue
         do {
             value = try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
@@ -48,117 +58,28 @@ enum PushCodec {
         guard case .object = value else { throw .notAnObject }
         // JSONDecoder keeps the first of two equal member names, PostgreSQL's jsonb the last: the
         // stored payload would say something else than what the ledger acted on (found by the fuzzer).
-        // Every member has one `:` outside strings, so fewer decoded members means a duplicate.
-        guard memberCount(value) == members else { throw .invalidJSON("an object has the same member name twice") }
+        guard JSONGuard.memberCount(value) == members else { throw .invalidJSON("an object has the same member name twice") }
         return value
-    }
-
-    static func memberCount(_ v: JSONValue) -> Int {
-        switch v {
-        case .object(let o): return o.values.reduce(o.count) { $0 + memberCount($1) }
-        case .array(let a): return a.reduce(0) { $0 + memberCount($1) }
-        default: return 0
-        }
-    }
-
-    /// Counts bracket depth outside strings, so a hostile `[[[[…` is refused before the decoder
-    /// recurses into it; and refuses the escape `\u0000`, which JSONDecoder accepts but PostgreSQL's
-    /// jsonb cannot store (the payload column would refuse the append).
-    /// Numeric byte values and a raw buffer: this runs over every byte of every JSON push, and in a
-    /// debug build `UInt8(ascii:)` per byte made it the slowest step of parsing.
-    /// Returns the number of `:` outside strings (the object members of a valid document).
-    @discardableResult
-    static func checkJSONDepth(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> Int {
-        let quote: UInt8 = 0x22, backslash: UInt8 = 0x5C, u: UInt8 = 0x75, zero: UInt8 = 0x30
-        var members = 0
-        let result: WeChatPushError? = bytes.withUnsafeBufferPointer { b -> WeChatPushError? in
-            var depth = 0
-            var inString = false
-            var i = 0
-            let n = b.count
-            while i < n {
-                let c = b[i]
-                i += 1
-                if inString {
-                    if c == backslash, i < n {
-                        if b[i] == u, i + 4 < n, b[i + 1] == zero, b[i + 2] == zero, b[i + 3] == zero, b[i + 4] == zero {
-                            return .invalidJSON("the escape \\u0000 (NUL) cannot be stored")
-                        }
-                        i += 1
-                    } else if c == quote {
-                        inString = false
-                    }
-                    continue
-                }
-                switch c {
-                case quote: inString = true
-                case 0x7B, 0x5B: // { [
-                    depth += 1
-                    if depth > maxDepth { return .nestingTooDeep(limit: maxDepth) }
-                case 0x7D, 0x5D: depth -= 1 // } ]
-                case 0x3A: members += 1 // :
-                default: break
-                }
-            }
-            return nil
-        }
-        if let result { throw result }
-        return members
     }
 
     // MARK: XML
 
-    /// Refuses any markup declaration (`<!DOCTYPE`, `<!ENTITY`, `<!ELEMENT`, …) on the raw bytes,
-    /// skipping CDATA sections and comments so that data which merely mentions them is accepted.
-    static func preflightXML(_ b: [UInt8]) throws(WeChatPushError) {
-        let cdata = Array("<![CDATA[".utf8), cdataEnd = Array("]]>".utf8)
-        let comment = Array("<!--".utf8), commentEnd = Array("-->".utf8)
-        var i = 0
-        let n = b.count
-        while i < n {
-            guard b[i] == UInt8(ascii: "<"), i + 1 < n, b[i + 1] == UInt8(ascii: "!") else { i += 1; continue }
-            if hasPrefix(b, at: i, cdata) {
-                guard let end = find(b, cdataEnd, from: i + cdata.count) else { throw .invalidXML("unterminated CDATA section") }
-                i = end + cdataEnd.count
-            } else if hasPrefix(b, at: i, comment) {
-                guard let end = find(b, commentEnd, from: i + comment.count) else { throw .invalidXML("unterminated comment") }
-                i = end + commentEnd.count
-            } else {
-                var j = i + 2
-                while j < n, j < i + 12, (b[j] | 0x20) >= UInt8(ascii: "a"), (b[j] | 0x20) <= UInt8(ascii: "z") { j += 1 }
-                let word = String(decoding: b[(i + 2)..<j], as: UTF8.self).uppercased()
-                throw .forbiddenXMLDeclaration(word.isEmpty ? "a markup declaration" : "<!\(word)")
-            }
-        }
-    }
+    /// Times FoundationXML's parser was run (tests: no unauthenticated bytes reach it).
+    static let xmlParserRuns = Atomic<Int>(0)
 
-    private static func hasPrefix(_ b: [UInt8], at i: Int, _ p: [UInt8]) -> Bool {
-        guard i + p.count <= b.count else { return false }
-        for k in 0..<p.count where b[i + k] != p[k] { return false }
-        return true
-    }
-
-    private static func find(_ b: [UInt8], _ p: [UInt8], from: Int) -> Int? {
-        guard p.count <= b.count else { return nil }
-        var i = from
-        while i + p.count <= b.count {
-            if b[i] == p[0], hasPrefix(b, at: i, p) { return i }
-            i += 1
-        }
-        return nil
-    }
-
+    /// An XML message: `StrictXML` first (no declaration, entity, comment or processing
+    /// instruction reaches the parser), then FoundationXML builds the tree.
     static func parseXML(_ bytes: [UInt8], maxDepth: Int) throws(WeChatPushError) -> JSONValue {
         // FoundationXML (swift-corelibs) traps on an element name that is not UTF-8 (found by the
-        // fuzzer: `<E\xdaFmpty/>` kills the process). WeChat sends UTF-8 only: refuse anything else here.
-        guard String(validating: bytes, as: UTF8.self) != nil else { throw .invalidXML("body is not valid UTF-8") }
-        try preflightXML(bytes)
+        // fuzzer: `<E\xdaFmpty/>` kills the process): the scan refuses anything but UTF-8.
+        _ = try StrictXML.scan(bytes, maxDepth: maxDepth)
         let parser = XMLParser(data: Data(bytes))
         parser.shouldResolveExternalEntities = false
         parser.shouldProcessNamespaces = false
         parser.shouldReportNamespacePrefixes = false
         let builder = XMLTreeBuilder(maxDepth: maxDepth)
         parser.delegate = builder
+        xmlParserRuns.add(1, ordering: .relaxed)
         let ok = parser.parse()
         if let failure = builder.failure { throw failure }
         guard ok, let root = builder.root else {

@@ -184,12 +184,7 @@ public enum RawPush {
     }
 
     /// The exact body bytes back from a stored `raw`.
-    public static func body(of raw: Data) -> [UInt8]? {
-        guard let v = try? JSONDecoder().decode(JSONValue.self, from: raw) else { return nil }
-        if case .string(let s)? = v["body"] { return Array(s.utf8) }
-        if case .string(let s)? = v["body_base64"], let d = Data(base64Encoded: s) { return Array(d) }
-        return nil
-    }
+    public static func body(of raw: Data) -> [UInt8]? { WeChatRawPush(raw: raw)?.body }
 }
 
 /// Verifies, decrypts and parses pushes, and writes replies.
@@ -211,14 +206,16 @@ public struct PushReceiver: Sendable {
         return echostr
     }
 
-    /// POST: checks size, signature (msg_signature when encrypted), decrypts with the current or
-    /// previous key, checks the appid, and parses the message in the body's format.
+    /// POST: checks size and the signature before anything is parsed — `signature` over the query
+    /// in plaintext mode; in the other modes `msg_signature` over `Encrypt`, which is taken from the
+    /// envelope by `StrictXML` (XML) or `JSONGuard` and the JSON reader (JSON), never by an XML
+    /// parser — then decrypts with the current or previous key, checks the appid, and parses the
+    /// message in its format.
     public func open(query: PushQuery, body: Data) throws(WeChatPushError) -> ReceivedPush {
         guard body.count <= config.maxBodyBytes else { throw .bodyTooLarge(limit: config.maxBodyBytes, actual: body.count) }
         let bytes = [UInt8](body)
         let (ts, nonce) = try timestampAndNonce(query)
         let format = try PushFormat.detect(bytes)
-        let envelope = try PushCodec.parse(bytes, format: format, maxDepth: config.maxDepth)
         let tokenFingerprint = WeChatKeyFingerprint.token(config.token)
         // The evidence is encoded only for a push that passed every check: unauthenticated junk
         // should cost as little as possible.
@@ -236,13 +233,15 @@ public struct PushReceiver: Sendable {
             guard let signature = query.signature else { throw .missingParameter("signature") }
             guard PushSignature.matches(signature, [config.token, ts, nonce]) else { throw .badSignature }
             guard config.allowPlaintext else { throw .plaintextRefused }
-            let payload = try payloadJSON(original: bytes, message: envelope, format: format)
-            return ReceivedPush(format: format, mode: .plaintext, message: envelope, payload: payload, raw: raw(nil),
+            let message = try PushCodec.parse(bytes, format: format, maxDepth: config.maxDepth)
+            let payload = try payloadJSON(original: bytes, message: message, format: format)
+            return ReceivedPush(format: format, mode: .plaintext, message: message, payload: payload, raw: raw(nil),
                                 nonce: nonce, timestamp: seconds, key: nil, usedPreviousKey: false,
                                 tokenFingerprint: tokenFingerprint, aesKeyFingerprint: nil)
         }
 
-        guard case .string(let encrypt)? = envelope["Encrypt"], !encrypt.isEmpty else { throw .missingEncrypt }
+        let (encryptText, members) = try envelope(bytes, format: format)
+        guard let encrypt = encryptText, !encrypt.isEmpty else { throw .missingEncrypt }
         guard let msgSignature = query.msgSignature else { throw .missingParameter("msg_signature") }
         guard PushSignature.matches(msgSignature, [config.token, ts, nonce, encrypt]) else { throw .badMsgSignature }
         guard let current = config.aesKey else { throw .encryptedPushWithoutKey }
@@ -264,11 +263,24 @@ public struct PushReceiver: Sendable {
         let innerFormat = (try? PushFormat.detect(inner)) ?? format
         let message = try PushCodec.parse(inner, format: innerFormat, maxDepth: config.maxDepth)
         let payload = try payloadJSON(original: inner, message: message, format: innerFormat)
-        let others = envelope.objectValue?.keys.filter { $0 != "Encrypt" && $0 != "ToUserName" } ?? []
+        let others = members.filter { $0 != "Encrypt" && $0 != "ToUserName" }
         return ReceivedPush(format: format, mode: others.isEmpty ? .secure : .compatible, message: message,
                             payload: payload, raw: raw(key), nonce: nonce, timestamp: seconds, key: key,
                             usedPreviousKey: usedPrevious, tokenFingerprint: tokenFingerprint,
                             aesKeyFingerprint: WeChatKeyFingerprint.aesKey(key))
+    }
+
+    /// `Encrypt` and the member names of an encrypted push's envelope, read without an XML parser.
+    private func envelope(_ bytes: [UInt8], format: PushFormat) throws(WeChatPushError) -> (encrypt: String?, members: [String]) {
+        switch format {
+        case .json:
+            let object = try PushCodec.parseJSON(bytes, maxDepth: config.maxDepth)
+            guard case .string(let encrypt)? = object["Encrypt"] else { return (nil, object.objectValue.map { Array($0.keys) } ?? []) }
+            return (encrypt, object.objectValue.map { Array($0.keys) } ?? [])
+        case .xml:
+            let scanned = try StrictXML.scan(bytes, maxDepth: config.maxDepth)
+            return (scanned.text("Encrypt"), scanned.children.map(\.name))
+        }
     }
 
     private func timestampAndNonce(_ query: PushQuery) throws(WeChatPushError) -> (String, String) {
@@ -325,9 +337,15 @@ public struct PushReceiver: Sendable {
 
     /// Decrypts an encrypted reply (ours or the vectors'), checking its MsgSignature.
     public func openReply(_ body: Data, format: PushFormat) throws(WeChatPushError) -> [UInt8] {
-        let env = try PushCodec.parse([UInt8](body), format: format, maxDepth: config.maxDepth)
-        guard let encrypt = env.text("Encrypt") else { throw .missingEncrypt }
-        guard let sig = env.text("MsgSignature"), let ts = env.text("TimeStamp"), let nonce = env.text("Nonce") else {
+        let bytes = [UInt8](body)
+        func field(_ name: String) throws(WeChatPushError) -> String? {
+            switch format {
+            case .xml: return try StrictXML.scan(bytes, maxDepth: config.maxDepth).text(name)
+            case .json: return try PushCodec.parseJSON(bytes, maxDepth: config.maxDepth).text(name)
+            }
+        }
+        guard let encrypt = try field("Encrypt") else { throw .missingEncrypt }
+        guard let sig = try field("MsgSignature"), let ts = try field("TimeStamp"), let nonce = try field("Nonce") else {
             throw .missingParameter("MsgSignature/TimeStamp/Nonce")
         }
         guard PushSignature.matches(sig, [config.token, ts, nonce, encrypt]) else { throw .badMsgSignature }

@@ -132,7 +132,7 @@ public enum WeChatPushError: Error, Equatable, CustomStringConvertible {
         case .unknownBodyFormat:
             return "body is neither JSON nor XML; WeChat pushes one or the other depending on 数据格式"
         case .forbiddenXMLDeclaration(let what):
-            return "XML with \(what) is refused (no DTDs or entities are accepted, to prevent XXE)"
+            return "XML with \(what) is refused (no declarations, DTDs, entities, comments or processing instructions are accepted, to prevent XXE)"
         case .invalidXML(let why):
             return "XML body is not well-formed: \(why)"
         case .invalidJSON(let why):

@@ -80,11 +80,11 @@ enum BenchCommand {
                                         baselineLabel: "pgbench single-row INSERT of the same rows", baseline: baseline))
             }
         case "ingest":
-            let spawned = try SpawnedService(options: try ReliabilityOptions(quick: false), environment: ["LEDGER_TOKENS": "admin:bench-ingest-admin"])
+            let spawned = try SpawnedService(options: try ReliabilityOptions(quick: false), environment: ["LEDGER_TOKENS": "admin:bench-ingest-admin-0123456789abcdef0123456789abcdef"])
             defer { spawned.stop() }
             let summaries = try await IngestSuite.run(
                 .init(baseURL: spawned.baseURL, databaseConninfo: spawned.database.adminConninfo, serverConninfo: try needServer(),
-                      adminToken: "bench-ingest-admin", notifications: try args.int("notifications", default: 2_000),
+                      adminToken: "bench-ingest-admin-0123456789abcdef0123456789abcdef", notifications: try args.int("notifications", default: 2_000),
                       connections: try args.int("connections", default: 32), runs: try args.int("runs", default: 3),
                       priors: (args.options["priors"] ?? "1,10,100").split(separator: ",").compactMap { Int($0) }),
                 authority: spawned.authority, log: progress)
@@ -95,7 +95,7 @@ enum BenchCommand {
             }
         case "read":
             let options = try ReliabilityOptions(quick: false)
-            let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token"], start: false)
+            let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token-0123456789abcdef0123456789abcdef"], start: false)
             defer { spawned.stop() }
             let subscriptions = try args.int("subscriptions", default: 100_000)
             let dataset = try await ReadBenchmark.seed(conninfo: spawned.database.adminConninfo, subscriptions: subscriptions, log: progress)
@@ -103,7 +103,7 @@ enum BenchCommand {
                          dataset.ids.count, dataset.events, dataset.seconds))
             try spawned.start()
             let comparison = try await ReadBenchmark.compare(
-                baseURL: spawned.baseURL, dataset: dataset, token: "bench-read-token",
+                baseURL: spawned.baseURL, dataset: dataset, token: "bench-read-token-0123456789abcdef0123456789abcdef",
                 connections: try args.int("connections", default: 32), duration: .seconds(try args.int("seconds", default: 3)),
                 runs: try args.int("runs", default: 3), command: "ledger-dev bench read" + (raw.count > 1 ? " " + raw.dropFirst().joined(separator: " ") : ""),
                 log: progress)

@@ -70,7 +70,7 @@ final class AppleWebhookTests: XCTestCase {
             let answer = try await h.post("/v1/apple/notifications/v1", body)
             XCTAssertEqual(answer.status, 200, answer.text)
             XCTAssertEqual(answer.json["status"] as? String, "stored")
-            let state = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token")
+            let state = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(state.status, 200, state.text)
             XCTAssertEqual(state.json["environment"] as? String, "Production")
             XCTAssertEqual(state.json["status"] as? String, "active", state.text)
@@ -80,9 +80,9 @@ final class AppleWebhookTests: XCTestCase {
             XCTAssertEqual(state.json["autoRenewStatus"] as? Int, 1)
             XCTAssertEqual(state.json["bundleId"] as? String, "com.example")
             // Production only; and the other group of the account is not what it was about.
-            let sandbox = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)?environment=Sandbox", token: "app-token")
+            let sandbox = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(sandbox.status, 404, sandbox.text)
-            let other = try await h.request("GET", "/v1/subscriptions/\(Self.groupA)", token: "app-token")
+            let other = try await h.request("GET", "/v1/subscriptions/\(Self.groupA)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(other.status, 404, other.text)
             // A cancellation (refund) of the latest transaction revokes it.
             var cancelled = Self.bRenewals(2)
@@ -90,9 +90,9 @@ final class AppleWebhookTests: XCTestCase {
             cancelled[1]["cancellation_reason"] = "0"
             let refund = try await h.post("/v1/apple/notifications/v1", Self.v1Account(type: "REFUND", environment: "PROD", bEntries: cancelled))
             XCTAssertEqual(refund.status, 200, refund.text)
-            let revoked = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token")
+            let revoked = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(revoked.json["status"] as? String, "revoked", revoked.text)
-            let events = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)/events", token: "auditor-token")
+            let events = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)/events", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual((events.json["events"] as? [Any])?.count, 2, events.text)
         }
     }
@@ -114,7 +114,7 @@ final class AppleWebhookTests: XCTestCase {
             XCTAssertEqual(retry.json["position"] as? Int, first.json["position"] as? Int)
             XCTAssertEqual(try h.events(stream: Self.groupB).count, 2)
             XCTAssertEqual(try h.events(stream: Self.groupA).count, 0)
-            let state = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token")
+            let state = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(state.json["latestTransactionId"] as? String, "2000000000000003", state.text)
             XCTAssertEqual(state.json["expiresDate"] as? Int64, Self.bExpires(3))
         }
@@ -167,12 +167,12 @@ final class AppleWebhookTests: XCTestCase {
             let stored = try await h.post("/v1/apple/notifications/v1", Data(forged.utf8))
             XCTAssertEqual(stored.status, 200, stored.text)
             XCTAssertEqual(try h.events(stream: Self.groupB).count, 1)
-            let fake = try await h.request("GET", "/v1/subscriptions/4000000000000001", token: "app-token")
+            let fake = try await h.request("GET", "/v1/subscriptions/4000000000000001", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(fake.status, 404, fake.text)
-            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(grants.status, 200, grants.text)
             XCTAssertEqual((grants.json["entitlements"] as? [Any])?.count, 0, grants.text)
-            let real = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token")
+            let real = try await h.request("GET", "/v1/subscriptions/\(Self.groupB)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(real.json["expiresDate"] as? Int64, Self.bExpires(2), real.text)
         }
     }
@@ -284,7 +284,7 @@ final class AppleWebhookTests: XCTestCase {
             // The baseline the hostile cases were derived from is accepted.
             let ok = try await h.post("/v1/apple/notifications", good)
             XCTAssertEqual(ok.status, 200, ok.text)
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
             XCTAssertTrue(metrics.contains("ledger_notifications_total{outcome=\"bad_signature\",source=\"apple_v2\"} 3"), metrics)
         }
     }

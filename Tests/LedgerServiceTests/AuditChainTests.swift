@@ -162,7 +162,7 @@ final class AuditChainTests: XCTestCase {
             XCTAssertEqual(report.unsigned, 2, "the ledger's own answer and order link")
             XCTAssertEqual(report.headAnchor.hash, stored.last?.1)
 
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token")
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertTrue(metrics.text.contains("ledger_chain_head_position \(stored.count)\n"), metrics.text)
             XCTAssertTrue(metrics.text.contains("hash=\"\(Hex.encode(stored.last!.1))\""))
 

@@ -60,7 +60,7 @@ extension AuditPageTests {
             XCTAssertTrue(s.contains("<strong>1</strong> answers stored"), "the run's counts")
             XCTAssertTrue(s.contains("id=\"no-problems\""))
             // The stored report is downloadable as evidence, and is the API's.
-            let api = try await h.request("GET", "/v1/admin/drift", token: "auditor-token")
+            let api = try await h.request("GET", "/v1/admin/drift", token: "auditor-token-for-tests-0123456789abcdef")
             let position = try XCTUnwrap((api.json["reportPosition"] as? NSNumber)?.int64Value)
             XCTAssertTrue(s.contains("href=\"/audit/events/\(position)/raw\""))
             XCTAssertEqual(try get(h, "/audit/events/\(position)/raw", cookie: session).status, 200)
@@ -91,9 +91,9 @@ extension AuditPageTests {
             XCTAssertTrue(f.contains(report.runId), "the last report is still shown")
 
             // An admin session reads it too; an app token and no session do not.
-            let (_, adminCookie) = try signIn(h, token: "admin-token")
+            let (_, adminCookie) = try signIn(h, token: "admin-token-for-tests-0123456789abcdef")
             assertPage(try get(h, "/audit/drift", cookie: try XCTUnwrap(adminCookie)), 200)
-            assertPage(try get(h, "/audit/drift", headers: ["Authorization": "Bearer app-token"]), 403)
+            assertPage(try get(h, "/audit/drift", headers: ["Authorization": "Bearer app-token-for-tests-0123456789abcdef"]), 403)
             let anonymous = try get(h, "/audit/drift")
             XCTAssertEqual(anonymous.status, 303)
             XCTAssertEqual(anonymous.headers["location"], "/audit/login?next=%2Faudit%2Fdrift")

@@ -107,7 +107,7 @@ final class AuditPageTests: XCTestCase {
         return (csrf, String(setCookie.prefix { $0 != ";" }))
     }
 
-    func signIn(_ h: ServiceHarness, token: String = "auditor-token") throws -> (response: RawClient.Response, cookie: String?) {
+    func signIn(_ h: ServiceHarness, token: String = "auditor-token-for-tests-0123456789abcdef") throws -> (response: RawClient.Response, cookie: String?) {
         let (csrf, cookie) = try loginForm(h)
         let r = try post(h, "/audit/login", form: ["csrf": csrf, "token": token, "next": "/audit/projections"], cookie: cookie)
         return (r, r.headers["set-cookie"].map { String($0.prefix { $0 != ";" }) })
@@ -159,28 +159,28 @@ final class AuditPageTests: XCTestCase {
             XCTAssertNil(sameKey.session(from: request).flatMap { withoutToken.role(forTokenSHA256: $0.tokenHash) })
 
             // App tokens never open a page: not by the form, not as a bearer.
-            let (app, appCookie) = try signIn(h, token: "app-token")
+            let (app, appCookie) = try signIn(h, token: "app-token-for-tests-0123456789abcdef")
             assertPage(app, 403)
             XCTAssertNil(appCookie)
             XCTAssertTrue(String(decoding: app.body, as: UTF8.self).contains("app role"))
-            assertPage(try get(h, "/audit/refunds", headers: ["Authorization": "Bearer app-token"]), 403)
-            assertPage(try get(h, "/audit/refunds", cookie: session, headers: ["Authorization": "Bearer app-token"]), 403)
+            assertPage(try get(h, "/audit/refunds", headers: ["Authorization": "Bearer app-token-for-tests-0123456789abcdef"]), 403)
+            assertPage(try get(h, "/audit/refunds", cookie: session, headers: ["Authorization": "Bearer app-token-for-tests-0123456789abcdef"]), 403)
             let (wrong, _) = try signIn(h, token: "not-a-token")
             assertPage(wrong, 401)
 
             // CSRF: no token, another form's token, a cross-site post.
             let (_, nonce) = try loginForm(h)
-            assertPage(try post(h, "/audit/login", form: ["token": "auditor-token"], cookie: nonce), 403)
+            assertPage(try post(h, "/audit/login", form: ["token": "auditor-token-for-tests-0123456789abcdef"], cookie: nonce), 403)
             let (otherCsrf, _) = try loginForm(h)
-            assertPage(try post(h, "/audit/login", form: ["csrf": otherCsrf, "token": "auditor-token"], cookie: nonce), 403)
+            assertPage(try post(h, "/audit/login", form: ["csrf": otherCsrf, "token": "auditor-token-for-tests-0123456789abcdef"], cookie: nonce), 403)
             let (csrf, nonce2) = try loginForm(h)
-            assertPage(try post(h, "/audit/login", form: ["csrf": csrf, "token": "auditor-token"], cookie: nonce2,
+            assertPage(try post(h, "/audit/login", form: ["csrf": csrf, "token": "auditor-token-for-tests-0123456789abcdef"], cookie: nonce2,
                                 headers: ["Sec-Fetch-Site": "cross-site"]), 403)
-            assertPage(try post(h, "/audit/login", form: ["csrf": csrf, "token": "auditor-token"], cookie: nonce2,
+            assertPage(try post(h, "/audit/login", form: ["csrf": csrf, "token": "auditor-token-for-tests-0123456789abcdef"], cookie: nonce2,
                                 headers: ["Origin": "https://evil.example"]), 403)
             // An open redirect is not possible through next.
             let (c3, n3) = try loginForm(h)
-            let evil = try post(h, "/audit/login", form: ["csrf": c3, "token": "auditor-token", "next": "//evil.example/audit/x"], cookie: n3)
+            let evil = try post(h, "/audit/login", form: ["csrf": c3, "token": "auditor-token-for-tests-0123456789abcdef", "next": "//evil.example/audit/x"], cookie: n3)
             XCTAssertEqual(evil.headers["location"], "/audit/search")
 
             // Sign-out needs the session's own token.
@@ -257,7 +257,7 @@ final class AuditPageTests: XCTestCase {
             let none = String(decoding: try get(h, "/audit/refunds?source=apple", cookie: session).body, as: UTF8.self)
             XCTAssertTrue(none.contains("No refund cases match these filters"))
             let csv = try get(h, "/audit/refunds.csv?source=wechat", cookie: session)
-            let api = try await h.request("GET", "/v1/refunds?format=csv&source=wechat", token: "auditor-token")
+            let api = try await h.request("GET", "/v1/refunds?format=csv&source=wechat", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(csv.body, api.body, "the page's CSV is the API's")
             let found = String(decoding: try get(h, "/audit/search?q=ORDER-P", cookie: session).body, as: UTF8.self)
             XCTAssertTrue(found.contains("wechat:ORDER-P"))

@@ -61,7 +61,7 @@ final class ClockSkewTests: XCTestCase {
 
                 // Depends on the "first purchase later than now" fold rule (being changed): only
                 // that the live answer is an answer.
-                let live = try await h.request("GET", "/v1/subscriptions/\(otid)?environment=Sandbox", token: "app-token")
+                let live = try await h.request("GET", "/v1/subscriptions/\(otid)?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertTrue(live.status == 200 || live.status == 404, "live answer while the purchase is ahead: \(live.status) \(live.text)")
                 print("clock skew \(skew) ms, live answer before the purchase time (rule under change): \(live.status) \(live.json["status"] ?? "-")")
             }
@@ -101,11 +101,11 @@ final class ClockSkewTests: XCTestCase {
                 XCTAssertEqual(during?["status"] as? String, "active", "skew \(skew) ms: \(during ?? [:])")
                 XCTAssertEqual(during?["productId"] as? String, "vip_monthly")
                 XCTAssertEqual(during?["expiresDate"] as? Int64, renewal)
-                let contract = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=vip_monthly", token: "app-token")
+                let contract = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=vip_monthly", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(contract.status, 200, contract.text)
                 XCTAssertEqual((contract.json["apple_subscription_info"] as? [String: Any])?["original_transaction_id"] as? String, otid)
                 // Rule under change: the live answer while the signing is still ahead.
-                let live = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+                let live = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertTrue(live.status == 200 || live.status == 404, "live: \(live.status) \(live.text)")
                 print("wechat clock skew \(skew) ms, live answer before the signing time (rule under change): \(live.status) \(live.json["status"] ?? "-")")
             }

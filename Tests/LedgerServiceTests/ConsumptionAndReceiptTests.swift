@@ -31,7 +31,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
     }
 
     func consent(_ h: ServiceHarness, _ customer: String, _ yes: Bool) async throws {
-        let a = try await h.request("POST", "/v1/customers/\(customer)/consent", body: Data(#"{"consented": \#(yes)}"#.utf8), token: "app-token")
+        let a = try await h.request("POST", "/v1/customers/\(customer)/consent", body: Data(#"{"consented": \#(yes)}"#.utf8), token: "app-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         XCTAssertEqual(a.json["consented"] as? Bool, yes)
     }
@@ -82,14 +82,14 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             XCTAssertEqual(fake.consumptionRequests.count, 1)
 
             // The auditor's refund case holds the request and the ledger's answer.
-            let c = try await h.request("GET", "/v1/refunds/apple:\(tx)", token: "auditor-token")
+            let c = try await h.request("GET", "/v1/refunds/apple:\(tx)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(c.status, 200, c.text)
             XCTAssertEqual(c.json["reason"] as? String, "UNINTENDED_PURCHASE")
             let entry = try XCTUnwrap((c.json["consumptionAnswers"] as? [[String: Any]])?.first)
             XCTAssertEqual(entry["outcome"] as? String, "sent")
             XCTAssertTrue((entry["request"] as? String ?? "").contains("\"refundPreference\":\"GRANT_PRORATED\""), "\(entry)")
             XCTAssertTrue((entry["answer"] as? String ?? "").contains("202"))
-            let list = try await h.request("GET", "/v1/refunds?source=apple", token: "auditor-token")
+            let list = try await h.request("GET", "/v1/refunds?source=apple", token: "auditor-token-for-tests-0123456789abcdef")
             let cases = try XCTUnwrap(list.json["cases"] as? [[String: Any]])
             XCTAssertEqual(cases.count, 1)
             XCTAssertEqual((cases.first?["consumptionAnswers"] as? [Any])?.count, 1)
@@ -117,7 +117,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             XCTAssertTrue(recorded.allSatisfy { $0.payload["request"] == nil }, "nothing was built to send")
             let withdrawn = try XCTUnwrap(recorded.first { $0.payload["reason"] as? String == "no_consent" })
             XCTAssertTrue((withdrawn.payload["message"] as? String ?? "").contains("withdrew"))
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
             XCTAssertTrue(metrics.contains(#"ledger_consumption_answers_total{outcome="not_sent",reason="no_consent"} 1"#), metrics)
             XCTAssertTrue(metrics.contains(#"ledger_outbox_items{consumer="apple.consumption",status="done"} 2"#), metrics)
             XCTAssertTrue(metrics.contains(#"ledger_outbox_items{consumer="apple.consumption",status="pending"} 0"#), metrics)
@@ -148,7 +148,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             XCTAssertEqual(recorded.map(\.type), [LedgerEventType.consumptionNotSent])
             XCTAssertEqual(recorded.first?.payload["reason"] as? String, "family_shared")
             XCTAssertTrue((recorded.first?.payload["message"] as? String ?? "").contains("FAMILY_SHARED"))
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
             XCTAssertTrue(metrics.contains(#"ledger_consumption_answers_total{outcome="not_sent",reason="family_shared"} 1"#), metrics)
         }
     }
@@ -276,20 +276,20 @@ final class ConsumptionAndReceiptTests: XCTestCase {
             let awaited1 = try await h.request("POST", "/v1/customers/c-1/consent", body: Data(#"{"consented": true}"#.utf8)).status
             XCTAssertEqual(awaited1, 401)
             for bad in [#"{"consented": "yes"}"#, #"{"consented": 1}"#, #"{}"#, #"[true]"#, "not json", ""] {
-                let a = try await h.request("POST", "/v1/customers/c-1/consent", body: Data(bad.utf8), token: "app-token")
+                let a = try await h.request("POST", "/v1/customers/c-1/consent", body: Data(bad.utf8), token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, "\(bad): \(a.text)")
                 XCTAssertNotNil(a.errorCode)
             }
             let long = String(repeating: "x", count: 300)
-            let awaited2 = try await h.request("POST", "/v1/customers/\(long)/consent", body: Data(#"{"consented": true}"#.utf8), token: "app-token").status
+            let awaited2 = try await h.request("POST", "/v1/customers/\(long)/consent", body: Data(#"{"consented": true}"#.utf8), token: "app-token-for-tests-0123456789abcdef").status
             XCTAssertEqual(awaited2, 400)
-            let a = try await h.request("POST", "/v1/customers/c-1/consent", body: Data(#"{"consented": true}"#.utf8), token: "app-token")
+            let a = try await h.request("POST", "/v1/customers/c-1/consent", body: Data(#"{"consented": true}"#.utf8), token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(a.status, 200, a.text)
             let events = try h.events(stream: StreamId.ledgerConsent.text)
             XCTAssertEqual(events.map(\.type), [LedgerEventType.consent])
             let payload = try XCTUnwrap(try JSONSerialization.jsonObject(with: events[0].raw) as? [String: Any])
             XCTAssertEqual((payload["requestedBy"] as? [String: Any])?["role"] as? String, "app")
-            XCTAssertFalse(String(decoding: events[0].raw, as: UTF8.self).contains("app-token"), "never the token")
+            XCTAssertFalse(String(decoding: events[0].raw, as: UTF8.self).contains("app-token-for-tests-0123456789abcdef"), "never the token")
             let consented = try await h.app.appleAPI.consent.consented(customerId: "c-1")
             XCTAssertTrue(consented)
             let stranger = try await h.app.appleAPI.consent.consented(customerId: "C-1")
@@ -322,7 +322,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         let expires = F.now + 10 * day
         receipts.register(receiptData: Self.receiptSandbox, .init(environment: .sandbox, answer: Self.receiptAnswer(otid: otid, expires: expires)))
         try await withService(environment: ["LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString, "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]) { h in
-            func post(_ body: String, token: String? = "app-token") async throws -> ServiceHarness.Answer {
+            func post(_ body: String, token: String? = "app-token-for-tests-0123456789abcdef") async throws -> ServiceHarness.Answer {
                 try await h.request("POST", "/v1/apple/receipts", body: Data(body.utf8), token: token)
             }
             let awaited3 = try await post(#"{"receipt": "\#(Self.receiptSandbox)"}"#, token: nil).status
@@ -378,7 +378,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         let receipts = FakeVerifyReceipt(sharedSecret: nil)
         try receipts.start()
         try await withService(environment: ["LEDGER_APPLE_SHARED_SECRET": "", "LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL": receipts.baseURL.absoluteString, "LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK": "true"]) { h in
-            let a = try await h.request("POST", "/v1/apple/receipts", body: Data(#"{"receipt": "\#(Self.receiptSandbox)"}"#.utf8), token: "app-token")
+            let a = try await h.request("POST", "/v1/apple/receipts", body: Data(#"{"receipt": "\#(Self.receiptSandbox)"}"#.utf8), token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(a.status, 422, a.text)
             XCTAssertEqual(a.errorCode, "shared_secret_not_configured")
             XCTAssertTrue(a.text.contains("LEDGER_APPLE_SHARED_SECRET"))

@@ -126,11 +126,11 @@ final class DifferentialTests: XCTestCase {
         let customers = run.customers.filter { owned[$0] != nil }
         func subscription(_ l: DiffLifecycle, at: EpochMillis?) -> DiffRequest {
             DiffRequest(method: "GET", path: "/v1/subscriptions/\(l.originalTransactionId)?environment=\(l.environment)" + (at.map { "&at=\($0)" } ?? ""),
-                        token: "app-token")
+                        token: "app-token-for-tests-0123456789abcdef")
         }
         func entitlements(_ c: DiffCustomer, at: EpochMillis?) -> DiffRequest {
             DiffRequest(method: "GET", path: "/v1/customers/\(c.queryId)/entitlements?environment=\(c.environment)" + (at.map { "&at=\($0)" } ?? ""),
-                        token: "app-token")
+                        token: "app-token-for-tests-0123456789abcdef")
         }
         func customerProbe(_ c: DiffCustomer) -> EpochMillis? { owned[c]?.first?.probes.first }
         var asked = await client.run(
@@ -144,7 +144,7 @@ final class DifferentialTests: XCTestCase {
         // 3. Rebuild every projection from the log, then ask the live tables again.
         t0 = Date()
         let rebuild = await client.run([[DiffRequest(method: "POST", path: "/v1/admin/rebuild", body: Data("{}".utf8),
-                                                     contentType: "application/json", token: "admin-token")]], workers: 1)[0][0]
+                                                     contentType: "application/json", token: "admin-token-for-tests-0123456789abcdef")]], workers: 1)[0][0]
         XCTAssertEqual(rebuild.status, 200, "rebuild: \(rebuild.text)")
         asked = await client.run(lifecycles.map { [subscription($0, at: nil)] } + customers.map { [entitlements($0, at: nil)] },
                                  workers: workers)

@@ -81,15 +81,15 @@ final class DocumentedScenarioTests: XCTestCase {
                 let answer = try await h.post("/v1/apple/notifications", try h.authority.signNotification(n, transaction: tx, renewal: r))
                 XCTAssertEqual(answer.status, 200, answer.text)
             }
-            let before = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            let before = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(before.json["productId"] as? String, Documented.monthly, before.text)
             XCTAssertEqual(before.json["status"] as? String, "active")
             while Self.nowMillis() <= clock.ms(switchAt) + 200 { try await Task.sleep(nanoseconds: 100_000_000) }
-            let after = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            let after = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(after.json["productId"] as? String, Documented.yearly, after.text)
             XCTAssertEqual(after.json["latestTransactionId"] as? String, otid + "2")
             XCTAssertEqual((after.json["expiresDate"] as? NSNumber)?.int64Value, clock.ms(365))
-            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual((grants.json["entitlements"] as? [[String: Any]])?.compactMap { $0["entitlement"] as? String }, [Documented.yearly],
                            grants.text)
         }
@@ -110,16 +110,16 @@ final class DocumentedScenarioTests: XCTestCase {
             let (n, tx, r) = Documented.appleModels(buy, otid: otid, clock: clock)
             let answer = try await h.post("/v1/apple/notifications", try h.authority.signNotification(n, transaction: tx, renewal: r))
             XCTAssertEqual(answer.status, 200, answer.text)
-            let before = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            let before = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(before.status, 404, "nothing had begun yet: \(before.text)")
-            let none = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+            let none = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual((none.json["entitlements"] as? [[String: Any]])?.count, 0, none.text)
             while Self.nowMillis() <= clock.ms(startsAt) + 200 { try await Task.sleep(nanoseconds: 100_000_000) }
-            let after = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+            let after = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(after.status, 200, after.text)
             XCTAssertEqual(after.json["status"] as? String, "active")
             XCTAssertEqual(after.json["productId"] as? String, Documented.monthly)
-            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+            let grants = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual((grants.json["entitlements"] as? [[String: Any]])?.compactMap { $0["entitlement"] as? String }, [Documented.monthly],
                            grants.text)
         }
@@ -164,11 +164,11 @@ final class DocumentedScenarioTests: XCTestCase {
             for q in queries {
                 asked += 1
                 let label = "\(s.name) at day \(check.at)\(check.knownOnly.map { " knowing only \($0)" } ?? "") [\(q.isEmpty ? "live, no parameters" : q)]"
-                let state = try await h.request("GET", "/v1/subscriptions/\(otid)\(q.isEmpty ? "" : "?" + q)", token: "app-token")
+                let state = try await h.request("GET", "/v1/subscriptions/\(otid)\(q.isEmpty ? "" : "?" + q)", token: "app-token-for-tests-0123456789abcdef")
                 var entitlements: ServiceHarness.Answer?
                 if let customer = check.expect.customer {
                     let asking = (check.askAs ?? customer).addingPercentEncoding(withAllowedCharacters: .urlPathAllowed)!
-                    entitlements = try await h.request("GET", "/v1/customers/\(asking)/entitlements\(q.isEmpty ? "" : "?" + q)", token: "app-token")
+                    entitlements = try await h.request("GET", "/v1/customers/\(asking)/entitlements\(q.isEmpty ? "" : "?" + q)", token: "app-token-for-tests-0123456789abcdef")
                 }
                 let diffs = compare(check, env: env, otid: otid, clock, state, entitlements)
                 if !diffs.isEmpty { XCTFail("\(label): \(diffs.joined(separator: "; "))\n  answer: \(state.text)\n  entitlements: \(entitlements?.text ?? "-")") }

@@ -11,7 +11,7 @@ final class ConfigurationTests: XCTestCase {
             "LEDGER_APPLE_APP_APPLE_IDS": "1234,5678",
             "LEDGER_APPLE_ENVIRONMENTS": "Sandbox,Production",
             "LEDGER_APPLE_SHARED_SECRET": "s3cret",
-            "LEDGER_TOKENS": "app:tok-app,auditor:tok-aud",
+            "LEDGER_TOKENS": "app:tok-app-0123456789abcdef0123456789,auditor:tok-aud-0123456789abcdef0123456789",
         ])
         XCTAssertEqual(c.listenHost, "0.0.0.0")
         XCTAssertEqual(c.listenPort, 9090)
@@ -20,7 +20,7 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(c.apple.environments, ["Sandbox", "Production"])
         XCTAssertEqual("\(String(describing: c.apple.sharedSecret))", "Optional(<redacted>)")
         XCTAssertEqual(c.tokens.count, 2)
-        XCTAssertEqual(c.tokens[0].sha256, Digest.sha256(Array("tok-app".utf8)))
+        XCTAssertEqual(c.tokens[0].sha256, Digest.sha256(Array("tok-app-0123456789abcdef0123456789".utf8)))
     }
 
     func testBadValuesAreRefusedWithoutEchoingSecrets() {
@@ -46,11 +46,11 @@ final class ConfigurationTests: XCTestCase {
             return url.path
         }
         let c = try LedgerConfiguration.load(environment: [
-            "LEDGER_TOKENS_FILE": try file("tokens", "admin:from-a-file\n"),
+            "LEDGER_TOKENS_FILE": try file("tokens", "admin:from-a-file-0123456789abcdef0123456789\n"),
             "LEDGER_APPLE_SHARED_SECRET_FILE": try file("secret", "v1-secret\r\n"),
             "LEDGER_DATABASE_URL_FILE": try file("db", "host=/tmp dbname=ledger user=ledger_service password=pw"),
         ])
-        XCTAssertEqual(c.tokens.first?.sha256, Digest.sha256(Array("from-a-file".utf8)), "the trailing newline is not part of the token")
+        XCTAssertEqual(c.tokens.first?.sha256, Digest.sha256(Array("from-a-file-0123456789abcdef0123456789".utf8)), "the trailing newline is not part of the token")
         XCTAssertEqual(c.apple.sharedSecret?.value, "v1-secret")
         XCTAssertEqual(c.databaseURL, "host=/tmp dbname=ledger user=ledger_service password=pw")
         for name in LedgerConfiguration.secretVariables {

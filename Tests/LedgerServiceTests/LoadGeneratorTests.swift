@@ -248,7 +248,7 @@ final class LoadGeneratorTests: XCTestCase {
         let seen = Seen()
         var router = Router()
         router.add("GET", "/v1/subscriptions/{id}") { request in
-            guard request.headers["Authorization"] == "Bearer app-token" else { return .error(status: 401, code: "unauthorized", message: "token") }
+            guard request.headers["Authorization"] == "Bearer app-token-for-tests-0123456789abcdef" else { return .error(status: 401, code: "unauthorized", message: "token") }
             let id = request.pathParameters["id"] ?? ""
             seen.ids.withLock { $0[id, default: 0] += 1 }
             return .text(200, "{\"originalTransactionId\":\"\(id)\"}")
@@ -258,7 +258,7 @@ final class LoadGeneratorTests: XCTestCase {
         self.server = server
         let base = "http://127.0.0.1:\(try XCTUnwrap(server.port))"
         let report = try await ReadBenchmark.run(ReadBenchmark.Options(
-            baseURL: base, ids: ["1000000000000001", "1000000000000002"], token: "app-token", connections: 2,
+            baseURL: base, ids: ["1000000000000001", "1000000000000002"], token: "app-token-for-tests-0123456789abcdef", connections: 2,
             duration: .milliseconds(300), fixedRate: 100, warmup: .zero))
         XCTAssertGreaterThan(report.maximum.count(200), 0)
         XCTAssertEqual(report.atFixedRate?.attempted, 30, "100 req/s for 0.3 s")

@@ -34,34 +34,34 @@ final class OneTruthServiceTests: XCTestCase {
                 let a = try await h.post("/v1/apple/notifications", body)
                 XCTAssertEqual(a.status, 200, a.text)
             }
-            let p = try await h.request("GET", "/v1/subscriptions/7000000000000001", token: "app-token")
+            let p = try await h.request("GET", "/v1/subscriptions/7000000000000001", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(p.status, 200, p.text)
             XCTAssertEqual(p.json["environment"] as? String, "Production")
             XCTAssertEqual(p.json["productId"] as? String, "com.example.monthly", "a Sandbox event never changes a Production subscription")
-            let s = try await h.request("GET", "/v1/subscriptions/7000000000000001?environment=Sandbox", token: "app-token")
+            let s = try await h.request("GET", "/v1/subscriptions/7000000000000001?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(s.json["environment"] as? String, "Sandbox")
             XCTAssertEqual(s.json["productId"] as? String, "com.example.yearly")
 
             // The customer asked for in uppercase is the same customer (UUIDs compare case-insensitively).
-            let ents = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token")
+            let ents = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(ents.status, 200, ents.text)
             XCTAssertEqual(ents.json["customerId"] as? String, token.lowercased())
             let list = ents.json["entitlements"] as? [[String: Any]] ?? []
             XCTAssertEqual(list.map { $0["entitlement"] as? String }, ["com.example.monthly"],
                            "Production only by default, and the default catalog names the entitlement after the product: \(ents.text)")
             XCTAssertEqual(list.first?["environment"] as? String, "Production")
-            let sandboxEnts = try await h.request("GET", "/v1/customers/\(token)/entitlements?environment=Sandbox", token: "app-token")
+            let sandboxEnts = try await h.request("GET", "/v1/customers/\(token)/entitlements?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
             let sandboxList = sandboxEnts.json["entitlements"] as? [[String: Any]] ?? []
             XCTAssertEqual(sandboxList.map { $0["entitlement"] as? String }, ["com.example.yearly"])
             XCTAssertEqual(sandboxList.first?["environment"] as? String, "Sandbox")
 
             // Events of the stream are filtered by environment too.
-            let events = try await h.request("GET", "/v1/subscriptions/7000000000000001/events?environment=Sandbox", token: "auditor-token")
+            let events = try await h.request("GET", "/v1/subscriptions/7000000000000001/events?environment=Sandbox", token: "auditor-token-for-tests-0123456789abcdef")
             let stored = events.json["events"] as? [[String: Any]] ?? []
             XCTAssertEqual(stored.count, 1)
             XCTAssertEqual((stored.first?["facts"] as? [[String: Any]])?.first?["subscription"] as? String, "Sandbox:7000000000000001")
 
-            let ready = try await h.request("GET", "/readyz", token: "admin-token")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             let catalog = ready.json["catalog"] as? [String: Any]
             XCTAssertEqual(catalog?["default"] as? Bool, true, ready.text)
             XCTAssertNotNil(catalog?["note"])
@@ -91,15 +91,15 @@ final class OneTruthServiceTests: XCTestCase {
         try await withService(environment: ["LEDGER_DATABASE_URL": database.serviceConninfo], configJSON: second) { h in
             let recorded = try await h.app.recordCatalogIfChanged()
             XCTAssertTrue(recorded, "a different catalog is recorded")
-            let ready = try await h.request("GET", "/readyz", token: "admin-token")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertNil((ready.json["catalog"] as? [String: Any])?["mismatch"], ready.text)
             // Live tables use the current catalog once rebuilt; the recorded one answers for its time.
-            let rebuilt = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token")
+            let rebuilt = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(rebuilt.status, 200, rebuilt.text)
-            let now = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token")
+            let now = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(Set((now.json["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["entitlement"] as? String }),
                            ["basic", "extra"], now.text)
-            let then = try await h.request("GET", "/v1/customers/\(token)/entitlements?recordedAt=\(recordedBetween)", token: "app-token")
+            let then = try await h.request("GET", "/v1/customers/\(token)/entitlements?recordedAt=\(recordedBetween)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual((then.json["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["entitlement"] as? String },
                            ["basic"], "what the ledger knew then, under the catalog of then: \(then.text)")
             let catalogEvents = try Connection(conninfo: database.adminConninfo).query(
@@ -109,14 +109,14 @@ final class OneTruthServiceTests: XCTestCase {
         }
         // An instance still running the first catalog says so.
         try await withService(environment: ["LEDGER_DATABASE_URL": database.serviceConninfo], configJSON: first) { h in
-            let ready = try await h.request("GET", "/readyz", token: "admin-token")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertNotNil((ready.json["catalog"] as? [String: Any])?["mismatch"], ready.text)
             // An active product the catalog does not list is counted.
             let b = try await h.post("/v1/apple/notifications",
                                      purchase(h, otid: "7000000000000003", environment: "Production", token: token,
                                               product: "com.example.unlisted", signed: LedgerApp.nowMillis() - day))
             XCTAssertEqual(b.status, 200, b.text)
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token")
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertTrue(metrics.text.contains("ledger_unmapped_products 1"), metrics.text)
         }
     }
@@ -132,7 +132,7 @@ final class OneTruthServiceTests: XCTestCase {
                 XCTAssertEqual(a.status, 200, a.text)
             }
             func entitlements(_ customer: String) async throws -> [String] {
-                let a = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token")
+                let a = try await h.request("GET", "/v1/customers/\(customer)/entitlements", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 200, a.text)
                 return (a.json["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["originalTransactionId"] as? String }
             }
@@ -140,7 +140,7 @@ final class OneTruthServiceTests: XCTestCase {
             XCTAssertEqual(got1, [])
 
             let tie = try await h.request("POST", "/v1/customers/user-42/subscriptions",
-                                          body: Data(#"{"originalTransactionId": "7000000000000010"}"#.utf8), token: "app-token")
+                                          body: Data(#"{"originalTransactionId": "7000000000000010"}"#.utf8), token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(tie.status, 200, tie.text)
             XCTAssertEqual(tie.json["status"] as? String, "tied")
             XCTAssertEqual(((tie.json["subscription"] as? [String: Any])?["customer"] as? [String: Any])?["source"] as? String, "tie")
@@ -150,9 +150,9 @@ final class OneTruthServiceTests: XCTestCase {
             // A tie over a token naming someone else wins, and the answer says so.
             let over = try await h.request("POST", "/v1/customers/user-42/subscriptions",
                                            body: Data(#"{"originalTransactionId": "7000000000000011", "environment": "Production"}"#.utf8),
-                                           token: "app-token")
+                                           token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(over.status, 200, over.text)
-            let state = try await h.request("GET", "/v1/subscriptions/7000000000000011", token: "app-token")
+            let state = try await h.request("GET", "/v1/subscriptions/7000000000000011", token: "app-token-for-tests-0123456789abcdef")
             let customer = state.json["customer"] as? [String: Any]
             XCTAssertEqual(customer?["id"] as? String, "user-42")
             XCTAssertEqual(customer?["overrides"] as? String, "6f0c1b2a-0000-4000-8000-00000000cccc", state.text)
@@ -162,9 +162,9 @@ final class OneTruthServiceTests: XCTestCase {
             XCTAssertEqual(got4, [])
 
             // Only the tied customer can untie; then the token counts again.
-            let wrong = try await h.request("DELETE", "/v1/customers/someone-else/subscriptions/7000000000000011", token: "app-token")
+            let wrong = try await h.request("DELETE", "/v1/customers/someone-else/subscriptions/7000000000000011", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(wrong.status, 404, wrong.text)
-            let untie = try await h.request("DELETE", "/v1/customers/user-42/subscriptions/7000000000000011", token: "app-token")
+            let untie = try await h.request("DELETE", "/v1/customers/user-42/subscriptions/7000000000000011", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(untie.status, 200, untie.text)
             let got5 = try await entitlements("6f0c1b2a-0000-4000-8000-00000000cccc")
             XCTAssertEqual(got5, ["7000000000000011"])
@@ -175,13 +175,13 @@ final class OneTruthServiceTests: XCTestCase {
             XCTAssertEqual(recorded.map(\.type), [LedgerEventType.customerTied, LedgerEventType.customerUntied])
             let raw = String(decoding: recorded[0].raw, as: UTF8.self)
             XCTAssertTrue(raw.contains("\"role\":\"app\""), raw)
-            XCTAssertFalse(raw.contains("app-token"), "the token itself is never recorded")
+            XCTAssertFalse(raw.contains("app-token-for-tests-0123456789abcdef"), "the token itself is never recorded")
 
             // Hostile inputs: nothing stored.
             let before = try h.eventCount()
             for body in [#"{"originalTransactionId": "ledger:admin"}"#, #"{"originalTransactionId": 7000000000000010}"#,
                          #"{"originalTransactionId": "7000000000000010", "environment": "PROD"}"#, "[]", "not json", ""] {
-                let a = try await h.request("POST", "/v1/customers/user-42/subscriptions", body: Data(body.utf8), token: "app-token")
+                let a = try await h.request("POST", "/v1/customers/user-42/subscriptions", body: Data(body.utf8), token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, body)
                 XCTAssertNotNil(a.errorCode)
             }
@@ -213,13 +213,13 @@ final class OneTruthServiceTests: XCTestCase {
             XCTAssertEqual(b.status, 200)
             let path = "/v1/subscriptions/7000000000000020"
             // What was true on day 15 as known now: revoked since day 10.
-            let known = try await h.request("GET", path + "?at=\(t0 + 15 * day)", token: "app-token")
+            let known = try await h.request("GET", path + "?at=\(t0 + 15 * day)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(known.json["status"] as? String, "revoked", known.text)
             // What was true on day 15 as the ledger knew it before the refund arrived: active.
-            let then = try await h.request("GET", path + "?at=\(t0 + 15 * day)&recordedAt=\(afterBuy)", token: "app-token")
+            let then = try await h.request("GET", path + "?at=\(t0 + 15 * day)&recordedAt=\(afterBuy)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(then.json["status"] as? String, "active", then.text)
             // Day 5, as known now: the refund took effect on day 10, so still active then.
-            let before = try await h.request("GET", path + "?at=\(t0 + 5 * day)", token: "app-token")
+            let before = try await h.request("GET", path + "?at=\(t0 + 5 * day)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(before.json["status"] as? String, "active", before.text)
         }
     }

@@ -90,12 +90,12 @@ final class ProductionShapeTests: XCTestCase {
             let anonymous = try await h.request("GET", "/metrics")
             XCTAssertEqual(anonymous.status, 401, anonymous.text)
             XCTAssertEqual(anonymous.headers["www-authenticate"], "Bearer")
-            for token in ["app-token", "auditor-token"] {
+            for token in ["app-token-for-tests-0123456789abcdef", "auditor-token-for-tests-0123456789abcdef"] {
                 let weak = try await h.request("GET", "/metrics", token: token)
                 XCTAssertEqual(weak.status, 403, "\(token): \(weak.text)")
                 XCTAssertFalse(weak.text.contains("ledger_"), "no metric leaks into the refusal")
             }
-            let admin = try await h.request("GET", "/metrics", token: "admin-token")
+            let admin = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(admin.status, 200)
             XCTAssertTrue(admin.text.contains("ledger_projection_lag"), admin.text)
 
@@ -103,9 +103,9 @@ final class ProductionShapeTests: XCTestCase {
             let open = try await h.request("GET", "/readyz")
             XCTAssertEqual(open.status, 200)
             XCTAssertEqual(open.json.keys.sorted(), ["status"], open.text)
-            let app = try await h.request("GET", "/readyz", token: "app-token")
+            let app = try await h.request("GET", "/readyz", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(app.json.keys.sorted(), ["status"], app.text)
-            let detailed = try await h.request("GET", "/readyz", token: "admin-token")
+            let detailed = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(detailed.json["status"] as? String, "ready")
             XCTAssertNotNil(detailed.json["projections"], detailed.text)
             XCTAssertNotNil(detailed.json["migrations"], detailed.text)
@@ -117,12 +117,12 @@ final class ProductionShapeTests: XCTestCase {
             let open = try await h.request("GET", "/readyz")
             XCTAssertEqual(open.status, 503)
             XCTAssertEqual(open.text, #"{"status":"not_ready"}"#)
-            let detailed = try await h.request("GET", "/readyz", token: "admin-token")
+            let detailed = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(detailed.status, 503)
             XCTAssertEqual(detailed.json["database"] as? String, "unavailable")
             XCTAssertTrue((detailed.json["reason"] as? String ?? "").contains("not reachable"), detailed.text)
             // A query answers 503 with a message of the ledger's, not libpq's.
-            let query = try await h.request("GET", "/v1/subscriptions/1000000000000001", token: "app-token")
+            let query = try await h.request("GET", "/v1/subscriptions/1000000000000001", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(query.status, 503, query.text)
             XCTAssertEqual(query.headers["retry-after"], "5")
             XCTAssertFalse(query.text.contains("socket"), query.text)
@@ -184,7 +184,7 @@ final class ProductionShapeTests: XCTestCase {
             try locker.query("BEGIN")
             try locker.query("LOCK TABLE projections.subscriptions IN ACCESS EXCLUSIVE MODE")
             let started = ContinuousClock.now
-            let answer = try await h.request("GET", "/v1/subscriptions/1000000000000001", token: "app-token")
+            let answer = try await h.request("GET", "/v1/subscriptions/1000000000000001", token: "app-token-for-tests-0123456789abcdef")
             let waited = ContinuousClock.now - started
             try locker.query("ROLLBACK")
             XCTAssertEqual(answer.status, 503, answer.text)
@@ -195,7 +195,7 @@ final class ProductionShapeTests: XCTestCase {
             let locker = try Connection(conninfo: h.database.adminConninfo)
             try locker.query("BEGIN")
             try locker.query("LOCK TABLE projections.subscriptions IN ACCESS EXCLUSIVE MODE")
-            let answer = try await h.request("GET", "/v1/subscriptions/1000000000000001", token: "app-token")
+            let answer = try await h.request("GET", "/v1/subscriptions/1000000000000001", token: "app-token-for-tests-0123456789abcdef")
             try locker.query("ROLLBACK")
             XCTAssertEqual(answer.status, 503, answer.text)
             XCTAssertEqual(answer.errorCode, "database_unavailable", "lock_timeout (55P03) is a retry, not a 500")
@@ -212,7 +212,7 @@ final class ProductionShapeTests: XCTestCase {
         defer { try? database.drop() }
         let configuration = try LedgerConfiguration.load(environment: [
             "LEDGER_DATABASE_URL": database.serviceConninfo, "LEDGER_LISTEN": "127.0.0.1:0", "LEDGER_ADMIN_LISTEN": "127.0.0.1:0",
-            "LEDGER_TOKENS": "admin:admin-token",
+            "LEDGER_TOKENS": "admin:admin-token-for-tests-0123456789abcdef",
         ])
         let app = try LedgerApp(configuration: configuration, log: Log(minimum: .error))
         let stop = AsyncStream<Void>.makeStream()

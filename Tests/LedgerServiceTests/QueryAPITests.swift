@@ -41,36 +41,36 @@ final class QueryAPITests: XCTestCase {
                 let a = try await h.post("/v1/apple/notifications", body)
                 XCTAssertEqual(a.status, 200, a.text)
             }
-            let now = try await h.request("GET", "/v1/subscriptions/8000000000000001", token: "app-token")
+            let now = try await h.request("GET", "/v1/subscriptions/8000000000000001", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(now.status, 200, now.text)
             XCTAssertEqual(now.json["status"] as? String, "revoked")
             XCTAssertEqual(now.json["latestTransactionId"] as? String, "80000000000000012")
             XCTAssertEqual(now.json["productId"] as? String, "com.example.monthly")
 
             // Business time: on day 35 the renewal was in force and not yet refunded.
-            let day35 = try await h.request("GET", "/v1/subscriptions/8000000000000001?at=\(t0 + 35 * day)", token: "app-token")
+            let day35 = try await h.request("GET", "/v1/subscriptions/8000000000000001?at=\(t0 + 35 * day)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(day35.status, 200, day35.text)
             XCTAssertEqual(day35.json["status"] as? String, "active")
             XCTAssertEqual(day35.json["expiresDate"] as? Int64, t0 + 60 * day)
             XCTAssertEqual(day35.json["asOf"] as? Int64, t0 + 35 * day)
             // Before the first event was signed the subscription did not exist.
-            let before = try await h.request("GET", "/v1/subscriptions/8000000000000001?at=\(t0 - day)", token: "app-token")
+            let before = try await h.request("GET", "/v1/subscriptions/8000000000000001?at=\(t0 - day)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(before.status, 404)
             // Recorded time: before anything was recorded the ledger knew nothing.
-            let known = try await h.request("GET", "/v1/subscriptions/8000000000000001?recordedAt=1000", token: "app-token")
+            let known = try await h.request("GET", "/v1/subscriptions/8000000000000001?recordedAt=1000", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(known.status, 404)
 
             // Entitlements: revoked now, premium on day 35.
-            let ents = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token")
+            let ents = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(ents.status, 200, ents.text)
             XCTAssertEqual((ents.json["entitlements"] as? [Any])?.count, 0)
-            let ents35 = try await h.request("GET", "/v1/customers/\(token)/entitlements?at=\(t0 + 35 * day)", token: "app-token")
+            let ents35 = try await h.request("GET", "/v1/customers/\(token)/entitlements?at=\(t0 + 35 * day)", token: "app-token-for-tests-0123456789abcdef")
             let list = ents35.json["entitlements"] as? [[String: Any]] ?? []
             XCTAssertEqual(list.map { $0["entitlement"] as? String }, ["premium"], ents35.text)
             XCTAssertEqual(list.first?["originalTransactionId"] as? String, "8000000000000001")
 
             // The auditor sees every event with its exact signed evidence.
-            let events = try await h.request("GET", "/v1/subscriptions/8000000000000001/events", token: "auditor-token")
+            let events = try await h.request("GET", "/v1/subscriptions/8000000000000001/events", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(events.status, 200)
             let stored = events.json["events"] as? [[String: Any]] ?? []
             XCTAssertEqual(stored.count, 3)
@@ -90,11 +90,11 @@ final class QueryAPITests: XCTestCase {
             s.transaction.appAccountToken = token
             let answer1 = try await h.post("/v1/apple/notifications", h.authority.signSample(s))
             XCTAssertEqual(answer1.status, 200)
-            let ents = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token")
+            let ents = try await h.request("GET", "/v1/customers/\(token)/entitlements", token: "app-token-for-tests-0123456789abcdef")
             let list = ents.json["entitlements"] as? [[String: Any]] ?? []
             XCTAssertEqual(Set(list.compactMap { $0["entitlement"] as? String }), ["premium", "archive"], ents.text)
             XCTAssertEqual(list.first?["status"] as? String, "active")
-            let unknown = try await h.request("GET", "/v1/customers/nobody/entitlements", token: "app-token")
+            let unknown = try await h.request("GET", "/v1/customers/nobody/entitlements", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(unknown.status, 200)
             XCTAssertEqual((unknown.json["entitlements"] as? [Any])?.count, 0)
         }
@@ -108,27 +108,27 @@ final class QueryAPITests: XCTestCase {
             XCTAssertEqual(none.errorCode, "unauthenticated")
             let answer2 = try await h.request("GET", path, token: "wrong")
             XCTAssertEqual(answer2.status, 401)
-            let answer3 = try await h.request("GET", path, token: "app-token")
+            let answer3 = try await h.request("GET", path, token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(answer3.status, 404)
-            let forbidden = try await h.request("GET", path + "/events", token: "app-token")
+            let forbidden = try await h.request("GET", path + "/events", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(forbidden.status, 403)
             XCTAssertEqual(forbidden.errorCode, "forbidden")
-            let answer4 = try await h.request("GET", path + "/events", token: "auditor-token")
+            let answer4 = try await h.request("GET", path + "/events", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(answer4.status, 404)
-            let answer5 = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "auditor-token")
+            let answer5 = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(answer5.status, 403)
             for bad in ["at=yesterday", "at=-5", "recordedAt=1e3", "at=1&recordedAt=x", "at=99999999999999999999",
                         "environment=PROD", "environment=Xcode", "environment="] {
-                let a = try await h.request("GET", path + "?" + bad, token: "app-token")
+                let a = try await h.request("GET", path + "?" + bad, token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, bad)
                 XCTAssertEqual(a.errorCode, "invalid_parameter", bad)
             }
             // SQL in a path parameter is not an originalTransactionId (1–20 digits).
-            let injection = try await h.request("GET", "/v1/subscriptions/x'%3B%20DROP%20TABLE%20events%3B--", token: "app-token")
+            let injection = try await h.request("GET", "/v1/subscriptions/x'%3B%20DROP%20TABLE%20events%3B--", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(injection.status, 400)
             XCTAssertEqual(injection.errorCode, "invalid_parameter")
             for badId in ["123456789012345678901", "12a4", "%20123", "ledger:admin"] {
-                let a = try await h.request("GET", "/v1/subscriptions/\(badId)", token: "app-token")
+                let a = try await h.request("GET", "/v1/subscriptions/\(badId)", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, badId)
             }
             XCTAssertEqual(try h.eventCount(), 0)
@@ -141,21 +141,21 @@ final class QueryAPITests: XCTestCase {
                 let answer6 = try await h.post("/v1/apple/notifications", body)
                 XCTAssertEqual(answer6.status, 200)
             }
-            let dry = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"dryRun": true}"#.utf8), token: "admin-token")
+            let dry = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"dryRun": true}"#.utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(dry.status, 200, dry.text)
             XCTAssertEqual(dry.json["status"] as? String, "dry_run")
-            let run = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token")
+            let run = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(run.status, 200, run.text)
             XCTAssertEqual(run.json["status"] as? String, "rebuilt")
-            let bad = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"projection": "nope"}"#.utf8), token: "admin-token")
+            let bad = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"projection": "nope"}"#.utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(bad.status, 400)
             let audit = try h.events(stream: StreamId.ledgerAdmin.text)
             XCTAssertEqual(audit.map(\.type), ["admin/rebuild-dry-run", "admin/rebuild"])
             let record = String(decoding: audit[1].raw, as: UTF8.self)
             XCTAssertTrue(record.contains("\"role\":\"admin\""), record)
-            XCTAssertFalse(record.contains("admin-token"), "the token itself is never recorded")
+            XCTAssertFalse(record.contains("admin-token-for-tests-0123456789abcdef"), "the token itself is never recorded")
             // After the rebuild the answer is unchanged.
-            let state = try await h.request("GET", "/v1/subscriptions/8000000000000004", token: "app-token")
+            let state = try await h.request("GET", "/v1/subscriptions/8000000000000004", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(state.json["status"] as? String, "revoked")
         }
     }
@@ -164,14 +164,14 @@ final class QueryAPITests: XCTestCase {
         try await withService { h in
             let answer7 = try await h.request("GET", "/healthz")
             XCTAssertEqual(answer7.json["status"] as? String, "ok")
-            let ready = try await h.request("GET", "/readyz", token: "admin-token")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(ready.status, 200, ready.text)
             XCTAssertEqual(ready.json["status"] as? String, "ready")
             XCTAssertEqual((ready.json["migrations"] as? [String: Any])?["pending"] as? Int, 0)
             let missing = try await h.request("GET", "/v1/nothing-here")
             XCTAssertEqual(missing.status, 404)
             XCTAssertEqual(missing.errorCode, "not_found")
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token")
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertTrue(metrics.text.contains("ledger_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 1"), metrics.text)
             XCTAssertTrue(metrics.text.contains("ledger_db_pool_connections{state=\"max\"}"), metrics.text)
             XCTAssertTrue(metrics.text.contains("ledger_projection_lag{projection=\"subscriptions\"} 0"), metrics.text)
@@ -180,7 +180,7 @@ final class QueryAPITests: XCTestCase {
 
     func testReadinessIs503WhileTheDatabaseIsUnreachable() async throws {
         try await withService(environment: ["LEDGER_DATABASE_URL": "host=/nonexistent-socket-dir port=1 dbname=ledger connect_timeout=1"]) { h in
-            let ready = try await h.request("GET", "/readyz", token: "admin-token")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(ready.status, 503, ready.text)
             XCTAssertEqual(ready.json["database"] as? String, "unavailable")
             let body = try h.authority.signSample(AppleTestAuthority.sample())

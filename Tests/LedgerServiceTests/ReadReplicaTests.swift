@@ -17,7 +17,7 @@ final class ReadReplicaTests: XCTestCase {
     }
 
     private func reads(_ h: ServiceHarness) async throws -> [String: Int] {
-        let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+        let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
         var out: [String: Int] = [:]
         for source in ["primary", "replica"] {
             let prefix = "ledger_reads_total{source=\"\(source)\"} "
@@ -45,7 +45,7 @@ final class ReadReplicaTests: XCTestCase {
             }
             // Read-your-write: straight after each append, from whichever side has the position.
             for w in written {
-                let answer = try await h.request("GET", "/v1/subscriptions/\(w.otid)?environment=Sandbox&minPosition=\(w.position)", token: "app-token")
+                let answer = try await h.request("GET", "/v1/subscriptions/\(w.otid)?environment=Sandbox&minPosition=\(w.position)", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(answer.status, 200, "\(w.otid): \(answer.text)")
                 XCTAssertEqual(answer.json["originalTransactionId"] as? String, w.otid)
             }
@@ -55,19 +55,19 @@ final class ReadReplicaTests: XCTestCase {
             try await waitUntilReplayed(h, written.last!.position)
             try await Task.sleep(for: .milliseconds(300))  // past the status cache
             for w in written {
-                let answer = try await h.request("GET", "/v1/subscriptions/\(w.otid)?environment=Sandbox", token: "app-token")
+                let answer = try await h.request("GET", "/v1/subscriptions/\(w.otid)?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(answer.status, 200, answer.text)
-                let events = try await h.request("GET", "/v1/subscriptions/\(w.otid)/events?environment=Sandbox", token: "auditor-token")
+                let events = try await h.request("GET", "/v1/subscriptions/\(w.otid)/events?environment=Sandbox", token: "auditor-token-for-tests-0123456789abcdef")
                 XCTAssertEqual((events.json["events"] as? [Any])?.count, 1, events.text)
             }
             let second = try await reads(h)
             XCTAssertEqual(second["replica"]! - first["replica"]!, 40, "caught-up reads are the replica's: \(first) → \(second)")
             print("read replica: \(first["replica"]!) of 20 read-your-write reads and \(second["replica"]! - first["replica"]!) of 40 later reads answered by the replica")
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
             for name in ["ledger_replica_up 1", "ledger_replica_lag_bytes ", "ledger_replica_lag_seconds ", "ledger_replica_lag_events 0"] {
                 XCTAssertTrue(metrics.contains(name), name)
             }
-            let ready = try await h.request("GET", "/readyz", token: "admin-token")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual((ready.json["replica"] as? [String: Any])?["status"] as? String, "ok", ready.text)
         }
     }
@@ -84,15 +84,15 @@ final class ReadReplicaTests: XCTestCase {
             do {
                 let position = try await post(h, otid: "8100000000000002")
                 let start = try await reads(h)
-                let fresh = try await h.request("GET", "/v1/subscriptions/8100000000000002?environment=Sandbox&minPosition=\(position)", token: "app-token")
+                let fresh = try await h.request("GET", "/v1/subscriptions/8100000000000002?environment=Sandbox&minPosition=\(position)", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(fresh.status, 200, "the primary answers what the paused replica lacks: \(fresh.text)")
                 try await Task.sleep(for: .seconds(1.2))
-                let unpinned = try await h.request("GET", "/v1/subscriptions/8100000000000002?environment=Sandbox", token: "app-token")
+                let unpinned = try await h.request("GET", "/v1/subscriptions/8100000000000002?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(unpinned.status, 200, "beyond the lag bound the primary answers: \(unpinned.text)")
                 let during = try await reads(h)
                 XCTAssertEqual(during["replica"], start["replica"], "the paused replica answered nothing: \(start) → \(during)")
                 XCTAssertEqual(during["primary"]! - start["primary"]!, 2)
-                let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+                let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
                 XCTAssertTrue(metrics.contains("ledger_replica_lag_events 1"), metrics)
             } catch {
                 _ = try? replica.query("SELECT pg_wal_replay_resume()")
@@ -103,7 +103,7 @@ final class ReadReplicaTests: XCTestCase {
             try await waitUntilReplayed(h, last)
             try await Task.sleep(for: .milliseconds(300))
             let start = try await reads(h)
-            let again = try await h.request("GET", "/v1/subscriptions/8100000000000003?environment=Sandbox&minPosition=\(last)", token: "app-token")
+            let again = try await h.request("GET", "/v1/subscriptions/8100000000000003?environment=Sandbox&minPosition=\(last)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(again.status, 200, again.text)
             let end = try await reads(h)
             XCTAssertEqual(end["replica"]! - start["replica"]!, 1, "resumed, the replica answers again")
@@ -113,14 +113,14 @@ final class ReadReplicaTests: XCTestCase {
     func testAReplicaThatIsDownSendsEveryReadToThePrimary() async throws {
         try await withService(environment: ["LEDGER_READ_DATABASE_URL": "host=/nonexistent-replica port=1 dbname=x connect_timeout=1"]) { h in
             _ = try await post(h, otid: "8200000000000001")
-            let answer = try await h.request("GET", "/v1/subscriptions/8200000000000001?environment=Sandbox", token: "app-token")
+            let answer = try await h.request("GET", "/v1/subscriptions/8200000000000001?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(answer.status, 200, answer.text)
-            let ready = try await h.request("GET", "/readyz", token: "admin-token")
+            let ready = try await h.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(ready.status, 200, "a replica down does not make the service unready: \(ready.text)")
             let replica = ready.json["replica"] as? [String: Any]
             XCTAssertEqual(replica?["status"] as? String, "unavailable", ready.text)
             XCTAssertTrue((replica?["reason"] as? String ?? "").contains("primary"), ready.text)
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
             XCTAssertTrue(metrics.contains("ledger_replica_up 0"), metrics)
         }
     }
@@ -130,7 +130,7 @@ final class ReadReplicaTests: XCTestCase {
     func testAPrimaryGivenAsTheReplicaIsNotUsedAsOne() async throws {
         try await withService { h in
             try await withService(environment: ["LEDGER_READ_DATABASE_URL": h.database.serviceConninfo]) { g in
-                let ready = try await g.request("GET", "/readyz", token: "admin-token")
+                let ready = try await g.request("GET", "/readyz", token: "admin-token-for-tests-0123456789abcdef")
                 XCTAssertTrue(((ready.json["replica"] as? [String: Any])?["reason"] as? String ?? "").contains("not a standby"), ready.text)
             }
         }
@@ -139,7 +139,7 @@ final class ReadReplicaTests: XCTestCase {
     func testMinPositionIsValidated() async throws {
         try await withService { h in
             for bad in ["-1", "x", "9223372036854775808"] {
-                let answer = try await h.request("GET", "/v1/subscriptions/1?minPosition=\(bad)", token: "app-token")
+                let answer = try await h.request("GET", "/v1/subscriptions/1?minPosition=\(bad)", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(answer.status, 400, answer.text)
                 XCTAssertEqual(answer.errorCode, "invalid_parameter")
             }

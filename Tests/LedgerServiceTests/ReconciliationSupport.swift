@@ -126,13 +126,13 @@ enum ReconciliationFixtures {
     }
 
     static func entitlements(_ h: ServiceHarness, _ customer: String) async throws -> [String] {
-        let a = try await h.request("GET", "/v1/customers/\(customer)/entitlements?environment=Sandbox", token: "app-token")
+        let a = try await h.request("GET", "/v1/customers/\(customer)/entitlements?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         return ((a.json["entitlements"] as? [[String: Any]]) ?? []).compactMap { $0["entitlement"] as? String }.sorted()
     }
 
     static func subscription(_ h: ServiceHarness, _ otid: String) async throws -> [String: Any] {
-        let a = try await h.request("GET", "/v1/subscriptions/\(otid)?environment=Sandbox", token: "app-token")
+        let a = try await h.request("GET", "/v1/subscriptions/\(otid)?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         return a.json
     }
@@ -167,7 +167,7 @@ final class ServiceInstance: @unchecked Sendable {
         r.httpMethod = "POST"
         r.httpBody = body
         r.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        r.setValue("Bearer app-token", forHTTPHeaderField: "Authorization")
+        r.setValue("Bearer app-token-for-tests-0123456789abcdef", forHTTPHeaderField: "Authorization")
         let (data, response) = try await URLSession.shared.data(for: r)
         return ((response as! HTTPURLResponse).statusCode, data)
     }

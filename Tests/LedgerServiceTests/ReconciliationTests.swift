@@ -131,7 +131,7 @@ final class ReconciliationTests: XCTestCase {
             XCTAssertEqual(report.counts.historyTransactionsStored, 3)
 
             // Auditors read the same report from any instance.
-            let answer = try await h.request("GET", "/v1/admin/drift", token: "auditor-token")
+            let answer = try await h.request("GET", "/v1/admin/drift", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(answer.status, 200, answer.text)
             let stored = try XCTUnwrap(answer.json["report"] as? [String: Any])
             XCTAssertEqual(stored["runId"] as? String, report.runId)
@@ -140,12 +140,12 @@ final class ReconciliationTests: XCTestCase {
             XCTAssertEqual((entry["before"] as? [String: Any])?["productId"] as? String, F.monthly)
             XCTAssertEqual((entry["after"] as? [String: Any])?["entitlements"] as? [String], ["premium", "yearly-extras"])
             XCTAssertEqual((answer.json["latestRun"] as? [String: Any])?["status"] as? String, "succeeded")
-            let awaited8 = try await h.request("GET", "/v1/admin/drift", token: "app-token").status
+            let awaited8 = try await h.request("GET", "/v1/admin/drift", token: "app-token-for-tests-0123456789abcdef").status
             XCTAssertEqual(awaited8, 403)
             let awaited9 = try await h.request("GET", "/v1/admin/drift").status
             XCTAssertEqual(awaited9, 401)
             // /metrics says when and what.
-            let metrics = try await h.request("GET", "/metrics", token: "admin-token").text
+            let metrics = try await h.request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
             XCTAssertTrue(metrics.contains("ledger_reconcile_subscriptions_drifted_total 1"), metrics)
             XCTAssertTrue(metrics.contains("ledger_reconcile_notifications_backfilled_total 0"), metrics)
             XCTAssertFalse(metrics.contains("ledger_reconcile_last_run_timestamp_seconds 0\n"), "a run finished")
@@ -209,11 +209,11 @@ final class ReconciliationTests: XCTestCase {
             let awaited13 = try await F.entitlements(h, token)
             XCTAssertEqual(awaited13, ["premium"])
             // Time travel: revoked between the refund and Apple's answer, as the ledger knows it now.
-            let during = try await h.request("GET", "/v1/subscriptions/\(otid)?environment=Sandbox&at=\(t0 + 3 * day)", token: "app-token")
+            let during = try await h.request("GET", "/v1/subscriptions/\(otid)?environment=Sandbox&at=\(t0 + 3 * day)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(during.json["status"] as? String, "revoked")
 
             // The auditor's case: REFUND (notification) then REFUND_REVERSED stated by Apple's API.
-            let c = try await h.request("GET", "/v1/refunds/apple:\(otid)", token: "auditor-token")
+            let c = try await h.request("GET", "/v1/refunds/apple:\(otid)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(c.status, 200, c.text)
             XCTAssertEqual(c.json["outcome"] as? String, "reversed")
             let entries = try XCTUnwrap(c.json["appleNotifications"] as? [[String: Any]])
@@ -221,7 +221,7 @@ final class ReconciliationTests: XCTestCase {
             XCTAssertEqual(entries.map { $0["origin"] as? String }, ["apple.v2", "apple.api"])
             // Asking again (nothing changed) adds no entry: API answers restate, they do not repeat.
             _ = try await reconciliation(h).run(ReconcileRequest(since: t0 + 4 * day, environments: ["Sandbox"], all: true))
-            let again = try await h.request("GET", "/v1/refunds/apple:\(otid)", token: "auditor-token")
+            let again = try await h.request("GET", "/v1/refunds/apple:\(otid)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual((again.json["appleNotifications"] as? [[String: Any]])?.count, 2)
         }
     }
@@ -323,30 +323,30 @@ final class ReconciliationTests: XCTestCase {
             try await F.deliver(h, try fake.notify("SUBSCRIBED", about: otid, date: t0, transactionId: otid))
             _ = try fake.notify("DID_RENEW", about: otid, date: t0 + 30 * day, failed: true)
             let body = Data(#"{"since": \#(t0 - day), "environment": "Sandbox"}"#.utf8)
-            let awaited14 = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "auditor-token").status
+            let awaited14 = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "auditor-token-for-tests-0123456789abcdef").status
             XCTAssertEqual(awaited14, 403)
             let awaited15 = try await h.request("POST", "/v1/admin/reconcile", body: body).status
             XCTAssertEqual(awaited15, 401)
             for bad in [#"{"since": "yesterday"}"#, #"{"environment": "PROD"}"#, #"{"dryRun": "yes"}"#, #"[1]"#,
                         #"{"since": 2000, "until": 1000}"#] {
-                let a = try await h.request("POST", "/v1/admin/reconcile", body: Data(bad.utf8), token: "admin-token")
+                let a = try await h.request("POST", "/v1/admin/reconcile", body: Data(bad.utf8), token: "admin-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, "\(bad): \(a.text)")
                 XCTAssertNotNil(a.errorCode)
             }
             // Another run holds the lock: 409, naming nothing secret.
             let held = try await XCTUnwrapAsync(try await h.app.store.reconciliation.tryLock(.reconciliation))
-            let busy = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "admin-token")
+            let busy = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(busy.status, 409, busy.text)
             XCTAssertEqual(busy.errorCode, "reconciliation_running")
             await held.release()
 
-            let started = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "admin-token")
+            let started = try await h.request("POST", "/v1/admin/reconcile", body: body, token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(started.status, 202, started.text)
             let runId = try XCTUnwrap(started.json["runId"] as? String)
             XCTAssertEqual(started.headers["location"], "/v1/admin/drift?runId=\(runId)")
             var run: [String: Any] = [:]
             for _ in 0..<100 {
-                run = (try await h.request("GET", "/v1/admin/drift?runId=\(runId)", token: "auditor-token").json["run"] as? [String: Any]) ?? [:]
+                run = (try await h.request("GET", "/v1/admin/drift?runId=\(runId)", token: "auditor-token-for-tests-0123456789abcdef").json["run"] as? [String: Any]) ?? [:]
                 if run["status"] as? String != "running" { break }
                 try await Task.sleep(for: .milliseconds(100))
             }
@@ -357,20 +357,20 @@ final class ReconciliationTests: XCTestCase {
             XCTAssertEqual(admin.first?.payload["runId"] as? String, runId)
             let awaited16 = try await F.subscription(h, otid)["status"] as? String
             XCTAssertEqual(awaited16, "active")
-            let drift = try await h.request("GET", "/v1/admin/drift?runId=\(runId)", token: "auditor-token")
+            let drift = try await h.request("GET", "/v1/admin/drift?runId=\(runId)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(((drift.json["report"] as? [String: Any])?["drift"] as? [Any])?.count, 1)
-            let awaited17 = try await h.request("GET", "/v1/admin/drift?runId=nope", token: "auditor-token").status
+            let awaited17 = try await h.request("GET", "/v1/admin/drift?runId=nope", token: "auditor-token-for-tests-0123456789abcdef").status
             XCTAssertEqual(awaited17, 404)
         }
     }
 
     func testWithoutAPICredentialsReconciliationSaysWhatToConfigure() async throws {
         try await withService { h in
-            let a = try await h.request("POST", "/v1/admin/reconcile", body: Data("{}".utf8), token: "admin-token")
+            let a = try await h.request("POST", "/v1/admin/reconcile", body: Data("{}".utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(a.status, 422, a.text)
             XCTAssertEqual(a.errorCode, "apple_api_not_configured")
             XCTAssertTrue(a.text.contains("LEDGER_APPLE_API_ISSUER_ID"), a.text)
-            let drift = try await h.request("GET", "/v1/admin/drift", token: "auditor-token")
+            let drift = try await h.request("GET", "/v1/admin/drift", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(drift.status, 200)
             XCTAssertTrue(drift.json["report"] is NSNull)
         }

@@ -57,7 +57,7 @@ extension ReconciliationTests {
             XCTAssertEqual(live, fold, "the live projection is the fold of every fact")
 
             // The export as it was before the run: A refunded, no B.
-            let old = try await h.request("GET", "/v1/refunds?asOfPosition=\(position)", token: "auditor-token")
+            let old = try await h.request("GET", "/v1/refunds?asOfPosition=\(position)", token: "auditor-token-for-tests-0123456789abcdef")
             let oldCases = (old.json["cases"] as? [[String: Any]]) ?? []
             XCTAssertEqual(oldCases.map { $0["caseId"] as? String }, ["apple:\(a)"])
             XCTAssertEqual(oldCases.first?["outcome"] as? String, "refunded")
@@ -68,7 +68,7 @@ extension ReconciliationTests {
             _ = try await h.app.store.worker.catchUp()
             let caughtUp = try await listedRaw(h)
             XCTAssertEqual(caughtUp, fold)
-            let rebuild = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"projection":"refund_cases"}"#.utf8), token: "admin-token")
+            let rebuild = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"projection":"refund_cases"}"#.utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(rebuild.status, 200, rebuild.text)
             let rebuilt = try await listedRaw(h)
             XCTAssertEqual(rebuilt, fold)
@@ -76,13 +76,13 @@ extension ReconciliationTests {
     }
 
     func listedCases(_ h: ServiceHarness) async throws -> [(id: String, outcome: String?)] {
-        let list = try await h.request("GET", "/v1/refunds?source=apple", token: "auditor-token")
+        let list = try await h.request("GET", "/v1/refunds?source=apple", token: "auditor-token-for-tests-0123456789abcdef")
         XCTAssertEqual(list.status, 200, list.text)
         return ((list.json["cases"] as? [[String: Any]]) ?? []).map { ($0["caseId"] as? String ?? "", $0["outcome"] as? String) }
     }
 
     func listedRaw(_ h: ServiceHarness) async throws -> [String] {
-        let a = try await h.request("GET", "/v1/refunds", token: "auditor-token")
+        let a = try await h.request("GET", "/v1/refunds", token: "auditor-token-for-tests-0123456789abcdef")
         guard case .array(let cases)? = try JSONValue(json: a.body)["cases"] else { XCTFail(a.text); return [] }
         return cases.map { String(decoding: $0.canonicalJSON(), as: UTF8.self) }
     }

@@ -45,7 +45,7 @@ final class RefundExportTests: XCTestCase {
     }
 
     func listed(_ h: ServiceHarness, _ query: String = "") async throws -> [String] {
-        let a = try await h.request("GET", "/v1/refunds" + query, token: "auditor-token")
+        let a = try await h.request("GET", "/v1/refunds" + query, token: "auditor-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         let value = try JSONValue(json: a.body)
         guard case .array(let cases)? = value["cases"] else { XCTFail("no cases: \(a.text)"); return [] }
@@ -61,7 +61,7 @@ final class RefundExportTests: XCTestCase {
             XCTAssertEqual(list, fold, "the projection holds exactly the fold of the facts")
 
             // Exports state where they were taken.
-            let csv1 = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token")
+            let csv1 = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(csv1.status, 200, csv1.text)
             let position = try XCTUnwrap(csv1.headers["ledger-position"].flatMap { Int64($0) })
             XCTAssertEqual(position, try h.eventCount())
@@ -70,26 +70,26 @@ final class RefundExportTests: XCTestCase {
             XCTAssertEqual(csv1.headers["ledger-fact-schema-version"], String(FactDecoder.schemaVersion))
             XCTAssertEqual(csv1.headers["ledger-catalog-digest"], CatalogRecord.digest(h.app.catalog))
             XCTAssertTrue(csv1.text.hasPrefix("# ledger refund export; position=\(position); chain_hash=\(head.hex); fact_schema_version=\(FactDecoder.schemaVersion); catalog_digest="), csv1.text)
-            let json1 = try await h.request("GET", "/v1/refunds", token: "auditor-token")
+            let json1 = try await h.request("GET", "/v1/refunds", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual((json1.json["export"] as? [String: Any])?["position"] as? Int64, position)
 
             // More happens: a second asking, a refund that fails, another Apple refund.
             try await wx.push(h, [wx.inquiry(order: "ORDER-1", refundTime: "1775300100"),
                                   wx.refundNotify(order: "ORDER-LATE", wxOrder: "WX-L", at: 1775400200, ok: false, openId: "oUser2")])
             try await apple(h, type: "REFUND", tx: "7200000000000002", otid: "7200000000000002", at: 1_767_225_800_000, refunded: true)
-            let now = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token")
+            let now = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertNotEqual(now.body, csv1.body)
             let (afterList, afterFold) = (try await listed(h), try await folded(h))
             XCTAssertEqual(afterList, afterFold, "the live hook kept the projection equal to the fold")
 
             // The old export, byte for byte, from the facts up to its position.
-            let csv2 = try await h.request("GET", "/v1/refunds?format=csv&asOfPosition=\(position)", token: "auditor-token")
+            let csv2 = try await h.request("GET", "/v1/refunds?format=csv&asOfPosition=\(position)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(csv2.status, 200, csv2.text)
             XCTAssertEqual(csv2.body, csv1.body, "CSV at asOfPosition=\(position)")
             XCTAssertEqual(csv2.headers["ledger-chain-hash"], csv1.headers["ledger-chain-hash"])
-            let json2 = try await h.request("GET", "/v1/refunds?asOfPosition=\(position)", token: "auditor-token")
+            let json2 = try await h.request("GET", "/v1/refunds?asOfPosition=\(position)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(json2.body, json1.body, "JSON at asOfPosition=\(position)")
-            let filtered1 = try await h.request("GET", "/v1/refunds?format=csv&source=wechat&asOfPosition=\(position)", token: "auditor-token")
+            let filtered1 = try await h.request("GET", "/v1/refunds?format=csv&source=wechat&asOfPosition=\(position)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(filtered1.text.components(separatedBy: "\r\n").filter { $0.hasPrefix("wechat:") || $0.hasPrefix("\"wechat:") }.count, 4)
 
             // Pages tile the list, now and at the old position.
@@ -98,7 +98,7 @@ final class RefundExportTests: XCTestCase {
                 var paged: [String] = []
                 var cursor: String?
                 repeat {
-                    let a = try await h.request("GET", "/v1/refunds?limit=2" + suffix + (cursor.map { "&cursor=\($0)" } ?? ""), token: "auditor-token")
+                    let a = try await h.request("GET", "/v1/refunds?limit=2" + suffix + (cursor.map { "&cursor=\($0)" } ?? ""), token: "auditor-token-for-tests-0123456789abcdef")
                     XCTAssertEqual(a.status, 200, a.text)
                     let value = try JSONValue(json: a.body)
                     guard case .array(let cases)? = value["cases"] else { return XCTFail(a.text) }
@@ -112,7 +112,7 @@ final class RefundExportTests: XCTestCase {
             // Refusals say what to do.
             for bad in ["cursor=garbage!&limit=2", "cursor=\(RefundCaseCursor(openedAt: 1, caseId: "x").text)", "limit=0", "limit=1001",
                         "asOfPosition=-1", "asOfPosition=99999999", "asOfPosition=abc", "format=xml"] {
-                let a = try await h.request("GET", "/v1/refunds?" + bad, token: "auditor-token")
+                let a = try await h.request("GET", "/v1/refunds?" + bad, token: "auditor-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, "\(bad): \(a.text)")
                 XCTAssertEqual(a.errorCode, "invalid_parameter", bad)
             }
@@ -135,7 +135,7 @@ final class RefundExportTests: XCTestCase {
             XCTAssertEqual(relisted, expected)
             // Wrecked again: a rebuild of only this projection restores it and sets its checkpoint.
             _ = try h.admin.query("UPDATE projections.refund_cases SET outcome = 'bogus', body = '{}'", name: "wreck")
-            let rebuild = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"projection":"refund_cases"}"#.utf8), token: "admin-token")
+            let rebuild = try await h.request("POST", "/v1/admin/rebuild", body: Data(#"{"projection":"refund_cases"}"#.utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(rebuild.status, 200, rebuild.text)
             XCTAssertEqual(rebuild.json["projections"] as? [String], ["refund_cases"])
             let rebuilt = try await listed(h)
@@ -144,7 +144,7 @@ final class RefundExportTests: XCTestCase {
             XCTAssertEqual(status?.position, try h.eventCount() - 0, "the rebuild's own admin event is folded too")
             XCTAssertEqual(status?.lag, 0)
             // A rebuild of everything includes it.
-            let all = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token")
+            let all = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(all.status, 200, all.text)
             XCTAssertEqual(all.json["projections"] as? [String], ["entitlements", "refund_cases", "reports", "subscriptions", "transactions"])
             let rebuiltAll = try await listed(h)

@@ -37,22 +37,22 @@ final class ReportAPITests: XCTestCase {
             for name in ReportName.allCases where name != .retention {
                 for interval in ReportInterval.allCases {
                     let q = "from=\(from.text)&to=\(to.text)&interval=\(interval.rawValue)"
-                    let csv = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&format=csv", token: "auditor-token")
+                    let csv = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&format=csv", token: "auditor-token-for-tests-0123456789abcdef")
                     XCTAssertEqual(csv.status, 200, csv.text)
                     let lines = csv.text.components(separatedBy: "\r\n")
                     XCTAssertTrue(lines[0].hasPrefix("# ledger report \(name.rawValue); position=\(try h.eventCount()); chain_hash="), lines[0])
                     let expected = model.table(ReportQuery(name: name, from: from, to: to, interval: interval)).csv
                     XCTAssertEqual(lines.dropFirst().joined(separator: "\r\n"), expected, "\(name) \(interval)")
                     csvAt[q + name.rawValue] = csv.body
-                    let json = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)", token: "auditor-token")
+                    let json = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)", token: "auditor-token-for-tests-0123456789abcdef")
                     XCTAssertEqual(json.status, 200, json.text)
                     XCTAssertEqual(json.headers["ledger-position"], String(try h.eventCount()))
                     jsonAt[q + name.rawValue] = json.body
                 }
             }
-            let month = try await h.request("GET", "/v1/reports/subscriptions?interval=month&environment=Sandbox&source=apple", token: "auditor-token")
+            let month = try await h.request("GET", "/v1/reports/subscriptions?interval=month&environment=Sandbox&source=apple", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(month.status, 200, month.text)
-            let retention = try await h.request("GET", "/v1/reports/retention?to=\(to.text)", token: "auditor-token")
+            let retention = try await h.request("GET", "/v1/reports/retention?to=\(to.text)", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(retention.status, 200, retention.text)
             let cohorts = try XCTUnwrap(retention.json["cohorts"] as? [[String: Any]], retention.text)
             XCTAssertFalse(cohorts.isEmpty)
@@ -72,7 +72,7 @@ final class ReportAPITests: XCTestCase {
                 ReportModel.cells(of: l).contains { $0.key.day == to && $0.value[.active] > 0 }
             }.count
             let drill = try await h.request("GET", "/v1/reports/subscriptions/subscriptions?from=\(from.text)&to=\(to.text)&period=\(to.text)&metric=active",
-                                            token: "auditor-token")
+                                            token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(drill.status, 200, drill.text)
             XCTAssertEqual((drill.json["subscriptions"] as? [Any])?.count, activeOnLast, drill.text)
 
@@ -81,11 +81,11 @@ final class ReportAPITests: XCTestCase {
             _ = try await h.app.store.worker.catchUp()
             for name in ReportName.allCases where name != .retention {
                 let q = "from=\(from.text)&to=\(to.text)&interval=day"
-                let now = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&format=csv", token: "auditor-token")
+                let now = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&format=csv", token: "auditor-token-for-tests-0123456789abcdef")
                 XCTAssertNotEqual(now.body, csvAt[q + name.rawValue], "\(name) moved with the new subscriptions")
-                let csv = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&format=csv&asOfPosition=\(position)", token: "auditor-token")
+                let csv = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&format=csv&asOfPosition=\(position)", token: "auditor-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(csv.body, csvAt[q + name.rawValue], "\(name) CSV at asOfPosition=\(position)")
-                let json = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&asOfPosition=\(position)", token: "auditor-token")
+                let json = try await h.request("GET", "/v1/reports/\(name.rawValue)?\(q)&asOfPosition=\(position)", token: "auditor-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(json.body, jsonAt[q + name.rawValue], "\(name) JSON at asOfPosition=\(position)")
             }
 
@@ -93,18 +93,18 @@ final class ReportAPITests: XCTestCase {
             for bad in ["from=2026-02-30", "from=yesterday", "to=2026-1-1", "from=2026-03-01&to=2026-02-01", "interval=year",
                         "source=google", "environment=production", "asOfPosition=-1", "asOfPosition=99999999", "format=xml",
                         "from=1900-01-01&to=2026-01-01", "colour=red", "product="] {
-                let a = try await h.request("GET", "/v1/reports/revenue?" + bad, token: "auditor-token")
+                let a = try await h.request("GET", "/v1/reports/revenue?" + bad, token: "auditor-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, "\(bad): \(a.text)")
                 XCTAssertEqual(a.errorCode, "invalid_parameter", bad)
             }
             for bad in ["period=2026-01-01&metric=gross_revenue", "metric=active", "period=x&metric=active"] {
-                let a = try await h.request("GET", "/v1/reports/subscriptions/subscriptions?" + bad, token: "auditor-token")
+                let a = try await h.request("GET", "/v1/reports/subscriptions/subscriptions?" + bad, token: "auditor-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(a.status, 400, "\(bad): \(a.text)")
             }
-            let unknown = try await h.request("GET", "/v1/reports/mrr", token: "auditor-token")
+            let unknown = try await h.request("GET", "/v1/reports/mrr", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(unknown.status, 404, unknown.text)
             XCTAssertTrue(unknown.text.contains("subscriptions"), unknown.text)
-            let app = try await h.request("GET", "/v1/reports/revenue", token: "app-token")
+            let app = try await h.request("GET", "/v1/reports/revenue", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(app.status, 403, app.text)
         }
     }
@@ -124,7 +124,7 @@ final class ReportPageTests: XCTestCase {
         let start = try XCTUnwrap(html.range(of: "name=\"csrf\" value=\"")).upperBound
         let csrf = String(html[start...].prefix { $0 != "\"" })
         let nonce = String(try XCTUnwrap(page.headers["set-cookie"]).prefix { $0 != ";" })
-        let body = "csrf=\(csrf)&token=auditor-token&next=%2Faudit%2Freports"
+        let body = "csrf=\(csrf)&token=auditor-token-for-tests-0123456789abcdef&next=%2Faudit%2Freports"
         let r = try RawClient.request(port: h.server.port!, method: "POST", path: "/audit/login",
                                       headers: ["Content-Type": "application/x-www-form-urlencoded", "Cookie": nonce], body: Array(body.utf8))
         XCTAssertEqual(r.status, 303)
@@ -155,7 +155,7 @@ final class ReportPageTests: XCTestCase {
             let page = try get(h, "/audit/reports/movements?interval=month", cookie: cookie)
             XCTAssertEqual(page.status, 200)
             let text = String(decoding: page.body, as: UTF8.self)
-            let api = try await h.request("GET", "/v1/reports/movements?interval=month&format=csv", token: "auditor-token")
+            let api = try await h.request("GET", "/v1/reports/movements?interval=month&format=csv", token: "auditor-token-for-tests-0123456789abcdef")
             let lines = api.text.components(separatedBy: "\r\n").dropFirst(2).filter { !$0.isEmpty }
             let rows = text.components(separatedBy: "<tr><th scope=\"row\">").dropFirst().map { row -> String in
                 let cells = row.components(separatedBy: "</tr>")[0].replacingOccurrences(of: "</th>", with: ",")

@@ -22,13 +22,16 @@ final class ServiceHarness: @unchecked Sendable {
     let baseURL: URL
     private let rootFile: URL
 
-    static let tokens = "app:app-token,auditor:auditor-token,admin:admin-token"
-    static let adminToken = "admin-token"
+    /// Tokens of at least 32 bytes: shorter ones are refused at start.
+    static let appToken = "app-token-for-tests-0123456789abcdef"
+    static let auditorToken = "auditor-token-for-tests-0123456789abcdef"
+    static let adminToken = "admin-token-for-tests-0123456789abcdef"
+    static let tokens = "app:\(appToken),auditor:\(auditorToken),admin:\(adminToken)"
 
     /// - Parameter replica: serve app and auditor reads from the streaming replica
     ///   (LEDGER_READ_DATABASE_URL; `make test` starts it).
     init(authority: AppleTestAuthority? = nil, extraRoots: [X509Certificate] = [], environment extra: [String: String] = [:],
-         configJSON: String? = nil, replica: Bool = false) throws {
+         configJSON: String? = nil, replica: Bool = false, log: Log? = nil) throws {
         database = try TestDatabase.create()
         let authority = try authority ?? AppleTestAuthority.mint()
         self.authority = authority
@@ -45,6 +48,8 @@ final class ServiceHarness: @unchecked Sendable {
             // Production under the test authority's root: refused unless a test set-up says so.
             "LEDGER_APPLE_ALLOW_TEST_ROOTS": "true",
             "LEDGER_APPLE_SHARED_SECRET": "v1-shared-secret",
+            // V1 with Production is refused at start unless the secret is trusted to set state.
+            "LEDGER_APPLE_V1_TRUSTED": "true",
             "LEDGER_TOKENS": Self.tokens,
         ]
         if let configJSON {
@@ -65,7 +70,12 @@ final class ServiceHarness: @unchecked Sendable {
         }
         env.merge(extra) { $1 }
         let configuration = try LedgerConfiguration.load(environment: env)
-        app = try LedgerApp(configuration: configuration, log: Log(minimum: .error))
+        do {
+            app = try LedgerApp(configuration: configuration, log: log ?? Log(minimum: .error))
+        } catch {
+            try? database.drop()
+            throw error
+        }
         server = HTTPServer(configuration: app.httpConfiguration(), router: app.makeRouter())
         server.observer = { [app] in app.observe($0) }
         try server.start()
@@ -124,10 +134,10 @@ final class ServiceHarness: @unchecked Sendable {
 /// Runs `body` with a harness and always stops it.
 func withService(
     authority: AppleTestAuthority? = nil, extraRoots: [X509Certificate] = [], environment: [String: String] = [:],
-    configJSON: String? = nil, replica: Bool = false, _ body: (ServiceHarness) async throws -> Void
+    configJSON: String? = nil, replica: Bool = false, log: Log? = nil, _ body: (ServiceHarness) async throws -> Void
 ) async throws {
     let h = try ServiceHarness(authority: authority, extraRoots: extraRoots, environment: environment, configJSON: configJSON,
-                               replica: replica)
+                               replica: replica, log: log)
     do { try await body(h) } catch { await h.stop(); throw error }
     await h.stop()
 }

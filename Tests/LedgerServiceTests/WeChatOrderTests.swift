@@ -38,7 +38,7 @@ final class WeChatOrderTests: XCTestCase {
             let waiting = StreamId.wechatOrder("MCH-A1").text
             XCTAssertEqual(try h.events(stream: waiting).count, 1)
             XCTAssertEqual(try h.links(of: waiting), 0)
-            let orphans = try await h.request("GET", "/v1/wechat/orphans?olderThanHours=0", token: "auditor-token")
+            let orphans = try await h.request("GET", "/v1/wechat/orphans?olderThanHours=0", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(orphans.status, 200, orphans.text)
             XCTAssertEqual((orphans.json["orphans"] as? [[String: Any]])?.compactMap { $0["stream"] as? String }, [waiting])
             XCTAssertEqual((orphans.json["orphans"] as? [[String: Any]])?.first?["openIds"] as? [String], [openId])
@@ -48,7 +48,7 @@ final class WeChatOrderTests: XCTestCase {
 
             let (start, end) = try await subscribe(h, otid: otid, openId: openId, order: "OUT-A1", mchOrderNo: "MCH-A1")
             XCTAssertEqual(try h.links(of: waiting), 1, "linked when the delivery stated the alias")
-            let orphansAfter = try await h.request("GET", "/v1/wechat/orphans?olderThanHours=0", token: "auditor-token")
+            let orphansAfter = try await h.request("GET", "/v1/wechat/orphans?olderThanHours=0", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual((orphansAfter.json["orphans"] as? [Any])?.count, 0, orphansAfter.text)
             for phase in ["live", "rebuilt"] {
                 if phase == "rebuilt" { try await h.rebuild() }
@@ -70,21 +70,21 @@ final class WeChatOrderTests: XCTestCase {
             try await side.push(h, WeChatSide.refund(openId: openId, mchOrderId: "", wxOrderId: "WXO-A1", at: refundAt + 1000, refundId: "R2"))
             XCTAssertEqual(try h.links(of: StreamId.wechatOrder("WXO-A1").text), 1, "linked at once")
             // The auditor's view of the order: every id, the subscription, both streams linked.
-            let order = try await h.request("GET", "/v1/wechat/orders/WXO-A1", token: "auditor-token")
+            let order = try await h.request("GET", "/v1/wechat/orders/WXO-A1", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(order.status, 200, order.text)
             XCTAssertEqual(Set(order.json["ids"] as? [String] ?? []), ["MCH-A1", "OUT-A1", "WXO-A1", "4200-OUT-A1"])
             XCTAssertEqual((order.json["subscriptions"] as? [[String: Any]])?.first?["originalTransactionId"] as? String, otid)
             XCTAssertEqual((order.json["streams"] as? [[String: Any]])?.filter { $0["linked"] as? Bool == true }.count, 2)
             XCTAssertEqual(order.json["ordinaryPurchase"] as? Bool, false)
             // The subscription's timeline shows the linked streams' refunds with their raw evidence.
-            let timeline = try await h.request("GET", "/v1/subscriptions/\(otid)/events", token: "auditor-token")
+            let timeline = try await h.request("GET", "/v1/subscriptions/\(otid)/events", token: "auditor-token-for-tests-0123456789abcdef")
             let types = (timeline.json["events"] as? [[String: Any]] ?? []).compactMap { $0["type"] as? String }
             XCTAssertEqual(types.filter { $0 == XPayEventName.refundNotify }.count, 2, "\(types)")
             let awaited7 = try await h.state(otid, at: start + Self.day)
             XCTAssertEqual(end, (awaited7?["expiresDate"] as? NSNumber)?.int64Value)
-            let forbidden = try await h.request("GET", "/v1/wechat/orders/WXO-A1", token: "app-token")
+            let forbidden = try await h.request("GET", "/v1/wechat/orders/WXO-A1", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(forbidden.status, 403)
-            let unknown = try await h.request("GET", "/v1/wechat/orders/NOPE", token: "auditor-token")
+            let unknown = try await h.request("GET", "/v1/wechat/orders/NOPE", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(unknown.status, 404, unknown.text)
         }
     }
@@ -174,7 +174,7 @@ final class WeChatOrderTests: XCTestCase {
                                                       create: now, renewal: 0, price: 600))
             try await side.push(h, WeChatSide.refund(openId: "oShop", mchOrderId: "SHOP-1", wxOrderId: "WXO-SHOP-1", at: now, refundId: "RS-1",
                                                      fee: 600))
-            let order = try await h.request("GET", "/v1/wechat/orders/SHOP-1", token: "auditor-token")
+            let order = try await h.request("GET", "/v1/wechat/orders/SHOP-1", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(order.status, 200, order.text)
             XCTAssertEqual(order.json["ordinaryPurchase"] as? Bool, true)
             XCTAssertEqual((order.json["subscriptions"] as? [Any])?.count, 0)
@@ -186,9 +186,9 @@ final class WeChatOrderTests: XCTestCase {
             XCTAssertEqual((fact?["transaction"] as? [String: Any])?["price"] as? Int64, 6_000)
             XCTAssertEqual(fact?["customerId"] as? String, "oShop")
             XCTAssertFalse((purchase?["raw"] as? String ?? "").isEmpty)
-            let orphans = try await h.request("GET", "/v1/wechat/orphans?olderThanHours=0", token: "auditor-token")
+            let orphans = try await h.request("GET", "/v1/wechat/orphans?olderThanHours=0", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual((orphans.json["orphans"] as? [Any])?.count, 0, orphans.text)
-            let awaited10 = try await h.request("GET", "/v1/subscriptions/SHOP-1", token: "app-token").status
+            let awaited10 = try await h.request("GET", "/v1/subscriptions/SHOP-1", token: "app-token-for-tests-0123456789abcdef").status
             XCTAssertEqual(awaited10, 400)
             let awaited11 = try await h.entitlements("oShop")
             XCTAssertEqual(awaited11, [])

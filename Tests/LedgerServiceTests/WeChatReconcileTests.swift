@@ -36,7 +36,7 @@ final class WeChatReconcileTests: XCTestCase {
     }
 
     func contract(_ h: ServiceHarness, _ openId: String) async throws -> [String: Any] {
-        let a = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=\(product)", token: "app-token")
+        let a = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=\(product)", token: "app-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         return a.json
     }
@@ -104,7 +104,7 @@ final class WeChatReconcileTests: XCTestCase {
             XCTAssertEqual(again.agreed, 1, again.description)
             XCTAssertEqual(again.recorded, 0)
             // The answer is evidence in the subscription's timeline, with WeChat's exact bytes.
-            let timeline = try await h.request("GET", "/v1/subscriptions/\(otid)/events", token: "auditor-token")
+            let timeline = try await h.request("GET", "/v1/subscriptions/\(otid)/events", token: "auditor-token-for-tests-0123456789abcdef")
             let answers = (timeline.json["events"] as? [[String: Any]] ?? []).filter { $0["type"] as? String == XPayEventName.contractQueryAnswer }
             XCTAssertEqual(answers.count, 1)
             XCTAssertTrue((answers.first?["raw"] as? String ?? "").contains("TERMINATED"))

@@ -15,7 +15,7 @@ final class WeChatRuleTests: XCTestCase {
     func json(_ o: [String: Any]) -> Data { try! JSONSerialization.data(withJSONObject: o, options: [.sortedKeys]) }
 
     func contract(_ h: ServiceHarness, _ openId: String) async throws -> [String: Any] {
-        let a = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=\(product)", token: "app-token")
+        let a = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=\(product)", token: "app-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         return a.json
     }
@@ -91,7 +91,7 @@ final class WeChatRuleTests: XCTestCase {
             func ask(_ openId: String, attach: String? = "uid=1") async throws -> ServiceHarness.Answer {
                 var body: [String: Any] = ["openid": openId, "productId": product, "goodsPrice": 3000, "sessionKey": "session-key"]
                 if let attach { body["attach"] = attach }
-                return try await h.request("POST", "/v1/wechat/sign-params", body: json(body), token: "app-token")
+                return try await h.request("POST", "/v1/wechat/sign-params", body: json(body), token: "app-token-for-tests-0123456789abcdef")
             }
             for missing in [nil, ""] as [String?] {
                 let a = try await ask("oAttach", attach: missing)
@@ -324,7 +324,7 @@ final class WeChatRuleTests: XCTestCase {
                 XCTAssertEqual(renewed?["status"] as? String, "active", label)
                 XCTAssertEqual(renewed?["latestTransactionId"] as? String, o2, label)
                 XCTAssertEqual((renewed?["expiresDate"] as? NSNumber)?.int64Value, r3, label)
-                let transactions = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token")
+                let transactions = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(transactions.status, 200)
                 let entitled = try await h.entitlements(openId, at: base + 60 * Self.day)
                 XCTAssertEqual(entitled, [], "no entitlement inside the lapse: \(label)")

@@ -160,7 +160,7 @@ extension ServiceHarness {
         var q: [String] = []
         if let at { q.append("at=\(at)") }
         if let environment { q.append("environment=\(environment)") }
-        let a = try await request("GET", "/v1/subscriptions/\(otid)" + (q.isEmpty ? "" : "?" + q.joined(separator: "&")), token: "app-token")
+        let a = try await request("GET", "/v1/subscriptions/\(otid)" + (q.isEmpty ? "" : "?" + q.joined(separator: "&")), token: "app-token-for-tests-0123456789abcdef")
         if a.status == 404 { return nil }
         XCTAssertEqual(a.status, 200, a.text)
         return a.json
@@ -171,14 +171,14 @@ extension ServiceHarness {
         var q: [String] = []
         if let at { q.append("at=\(at)") }
         if let environment { q.append("environment=\(environment)") }
-        let a = try await request("GET", "/v1/customers/\(customer)/entitlements" + (q.isEmpty ? "" : "?" + q.joined(separator: "&")), token: "app-token")
+        let a = try await request("GET", "/v1/customers/\(customer)/entitlements" + (q.isEmpty ? "" : "?" + q.joined(separator: "&")), token: "app-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         return (a.json["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["entitlement"] as? String }
     }
 
     /// Rebuilds every projection through the admin route.
     func rebuild(file: StaticString = #filePath, line: UInt = #line) async throws {
-        let a = try await request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token")
+        let a = try await request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text, file: file, line: line)
     }
 
@@ -189,7 +189,7 @@ extension ServiceHarness {
     }
 
     func metricsText() async throws -> String {
-        try await request("GET", "/metrics", token: "admin-token").text
+        try await request("GET", "/metrics", token: "admin-token-for-tests-0123456789abcdef").text
     }
 }
 

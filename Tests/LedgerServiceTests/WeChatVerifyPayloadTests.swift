@@ -44,7 +44,7 @@ final class WeChatVerifyPayloadTests: XCTestCase {
             XCTAssertTrue(plain.output.contains("NOT authenticated"), plain.output)
 
             // A timeline from the API, on standard input: every WeChat push in it.
-            let timeline = try await h.request("GET", "/v1/subscriptions/\(otid)/events", token: "auditor-token")
+            let timeline = try await h.request("GET", "/v1/subscriptions/\(otid)/events", token: "auditor-token-for-tests-0123456789abcdef")
             let both = try LedgerBinary.run(binary, ["verify-payload", "-"], environment: env, input: timeline.body)
             XCTAssertEqual(both.status, 1, both.output)
             XCTAssertTrue(both.output.contains("verified") && both.output.contains("unsigned_body"), both.output)

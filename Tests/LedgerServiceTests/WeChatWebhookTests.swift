@@ -15,7 +15,8 @@ final class WeChatWebhookTests: XCTestCase {
     static let keyText = "kWxPEV2UEDyxWpmPdKC3F4dgPDmOvfKX1HGnEUDS1aR"
     static let environment = [
         "LEDGER_WECHAT_APPID": appId, "LEDGER_WECHAT_TOKEN": token, "LEDGER_WECHAT_AES_KEY": keyText,
-        "LEDGER_WECHAT_ALLOW_PLAINTEXT": "true", "LEDGER_WECHAT_OFFER_ID": "1450000000", "LEDGER_WECHAT_APP_KEY": "app-key-secret",
+        "LEDGER_WECHAT_ALLOW_PLAINTEXT": "true", "LEDGER_DEVELOPMENT": "true",
+        "LEDGER_WECHAT_OFFER_ID": "1450000000", "LEDGER_WECHAT_APP_KEY": "app-key-secret",
     ]
     let otid = "2000001147426510"
 
@@ -99,7 +100,7 @@ final class WeChatWebhookTests: XCTestCase {
 
     /// The refund cases an auditor sees.
     func cases(_ h: ServiceHarness, _ query: String = "") async throws -> [[String: Any]] {
-        let a = try await h.request("GET", "/v1/refunds" + query, token: "auditor-token")
+        let a = try await h.request("GET", "/v1/refunds" + query, token: "auditor-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text)
         return a.json["cases"] as? [[String: Any]] ?? []
     }
@@ -107,7 +108,7 @@ final class WeChatWebhookTests: XCTestCase {
     /// One case by id; asserts it is the same case the list shows.
     func oneCase(_ h: ServiceHarness, _ listed: [String: Any], file: StaticString = #filePath, line: UInt = #line) async throws -> [String: Any] {
         let id = listed["caseId"] as? String ?? ""
-        let a = try await h.request("GET", "/v1/refunds/\(id.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)", token: "auditor-token")
+        let a = try await h.request("GET", "/v1/refunds/\(id.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)", token: "auditor-token-for-tests-0123456789abcdef")
         XCTAssertEqual(a.status, 200, a.text, file: file, line: line)
         var one = a.json
         one["events"] = nil
@@ -146,15 +147,15 @@ final class WeChatWebhookTests: XCTestCase {
                 XCTAssertEqual(answer.status, 200)
             }
             XCTAssertEqual(try h.events(stream: otid).count, 3)
-            let contract = try await h.request("GET", "/v1/wechat/contracts?openid=oUser1&product_id=vip_monthly", token: "app-token")
+            let contract = try await h.request("GET", "/v1/wechat/contracts?openid=oUser1&product_id=vip_monthly", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(contract.status, 200, contract.text)
             XCTAssertEqual(contract.json["authorization_state"] as? String, "TERMINATED")
             let info = contract.json["apple_subscription_info"] as? [String: Any]
             XCTAssertEqual(info?["original_transaction_id"] as? String, otid)
             XCTAssertEqual(info?["renewal_date"] as? Int64, 1_777_818_065_000)
-            let unknown = try await h.request("GET", "/v1/wechat/contracts?openid=nobody&product_id=vip_monthly", token: "app-token")
+            let unknown = try await h.request("GET", "/v1/wechat/contracts?openid=nobody&product_id=vip_monthly", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(unknown.json["authorization_state"] as? String, "UNBINDUSER")
-            let state = try await h.request("GET", "/v1/subscriptions/\(otid)?at=1776500000000", token: "app-token")
+            let state = try await h.request("GET", "/v1/subscriptions/\(otid)?at=1776500000000", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(state.status, 200, state.text)
             XCTAssertEqual(state.json["productId"] as? String, "vip_monthly")
             XCTAssertEqual(state.json["expiresDate"] as? Int64, 1_777_818_065_000)
@@ -221,7 +222,7 @@ final class WeChatWebhookTests: XCTestCase {
                 XCTAssertEqual(raw?["evidence"] as? String, payload?["evidence"] as? String, "raw is the plaintext reply")
             }
             // The auditor sees one case with three askings, each with its own answer.
-            let cases = try await h.request("GET", "/v1/refunds?source=wechat", token: "auditor-token")
+            let cases = try await h.request("GET", "/v1/refunds?source=wechat", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(cases.status, 200, cases.text)
             let list = cases.json["cases"] as? [[String: Any]] ?? []
             XCTAssertEqual(list.count, 1, cases.text)
@@ -251,11 +252,11 @@ final class WeChatWebhookTests: XCTestCase {
                            ["order_alias", "refund_answer", "refund_answer", "refund_answer", "refund_inquiry", "refund_inquiry", "refund_inquiry",
                             "transaction"])
             XCTAssertTrue(trail.allSatisfy { ($0["raw"] as? String)?.isEmpty == false }, "raw bytes shown by position")
-            let missing = try await h.request("GET", "/v1/refunds/wechat%3ANO-SUCH-ORDER", token: "auditor-token")
+            let missing = try await h.request("GET", "/v1/refunds/wechat%3ANO-SUCH-ORDER", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(missing.status, 404, missing.text)
-            let bogus = try await h.request("GET", "/v1/refunds/nothing-like-a-case", token: "auditor-token")
+            let bogus = try await h.request("GET", "/v1/refunds/nothing-like-a-case", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(bogus.status, 404, bogus.text)
-            let csv = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token")
+            let csv = try await h.request("GET", "/v1/refunds?format=csv", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(csv.status, 200)
             XCTAssertTrue(csv.headers["content-type"]?.hasPrefix("text/csv") ?? false)
             // RFC 4180 lines end in CRLF (one grapheme in Swift, so count bytes): the export's position
@@ -267,7 +268,7 @@ final class WeChatWebhookTests: XCTestCase {
             let latencyColumn = try XCTUnwrap(header.firstIndex(of: "first_answer_latency_ms"))
             XCTAssertEqual(Int64(row.split(separator: ",", omittingEmptySubsequences: false)[latencyColumn]),
                            answerRows.first?["decidedInMs"] as? Int64)
-            let denied = try await h.request("GET", "/v1/refunds", token: "app-token")
+            let denied = try await h.request("GET", "/v1/refunds", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(denied.status, 403)
         }
     }
@@ -366,7 +367,7 @@ final class WeChatWebhookTests: XCTestCase {
             XCTAssertEqual(refused.compactMap { $0["caseId"] as? String }, ["wechat:ORDER-B"])
             let customers = try await cases(h, "?openid=oUser1")
             XCTAssertEqual(customers.count, 2)
-            let csv = try await h.request("GET", "/v1/refunds?format=csv&decision=refuse", token: "auditor-token")
+            let csv = try await h.request("GET", "/v1/refunds?format=csv&decision=refuse", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(csv.status, 200)
             XCTAssertTrue(csv.text.contains("\r\nwechat:ORDER-B,wechat,ORDER-B,\(otid),oUser1,"), csv.text)
         }
@@ -521,14 +522,14 @@ final class WeChatWebhookTests: XCTestCase {
         try await withService(environment: Self.environment) { h in
             let body = json(["openid": "oUser1", "productId": "vip_monthly", "goodsPrice": 990, "activitySellingPrice": 0,
                              "attach": "uid=1", "sessionKey": "session-key"])
-            let a = try await h.request("POST", "/v1/wechat/sign-params", body: body, token: "app-token")
+            let a = try await h.request("POST", "/v1/wechat/sign-params", body: body, token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(a.status, 200, a.text)
             let signData = a.json["signData"] as? String ?? ""
             XCTAssertTrue(signData.contains("\"productId\":\"vip_monthly\""), signData)
             XCTAssertEqual(a.json["paySig"] as? String,
                            Hex.encode(Digest.hmacSHA256(key: Array("app-key-secret".utf8), Array(("requestAppleSubscribeSign&" + signData).utf8))))
             XCTAssertEqual(a.json["signature"] as? String, Hex.encode(Digest.hmacSHA256(key: Array("session-key".utf8), Array(signData.utf8))))
-            let bad = try await h.request("POST", "/v1/wechat/sign-params", body: json(["openid": "o", "productId": "p", "goodsPrice": 1, "sessionKey": "k", "attach": String(repeating: "x", count: 201)]), token: "app-token")
+            let bad = try await h.request("POST", "/v1/wechat/sign-params", body: json(["openid": "o", "productId": "p", "goodsPrice": 1, "sessionKey": "k", "attach": String(repeating: "x", count: 201)]), token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(bad.status, 400, bad.text)
             XCTAssertFalse(a.text.contains("app-key-secret"))
         }

@@ -19,7 +19,7 @@ final class WebhookEndpointTests: XCTestCase {
             XCTAssertEqual(firstSync, ["default"])
             let secondSync = try await h.app.webhookEndpoints.syncConfigured()
             XCTAssertEqual(secondSync, [], "an unchanged configuration records nothing")
-            let list = try await h.request("GET", "/v1/admin/webhooks/endpoints", token: "admin-token")
+            let list = try await h.request("GET", "/v1/admin/webhooks/endpoints", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(list.status, 200)
             let endpoints = try XCTUnwrap(list.json["endpoints"] as? [[String: Any]])
             XCTAssertEqual(endpoints.count, 1)
@@ -42,7 +42,7 @@ final class WebhookEndpointTests: XCTestCase {
             let first = WebhookSecret.generate(), second = WebhookSecret.generate()
             let create = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Self.json([
                 "name": "backend", "url": "https://backend.example.com/hooks", "secret": first.text, "eventTypes": ["subscription.started"],
-            ]), token: "admin-token")
+            ]), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(create.status, 201, create.text)
             XCTAssertEqual(create.headers["location"], "/v1/admin/webhooks/endpoints/backend")
             XCTAssertEqual(create.json["enabled"] as? Bool, true)
@@ -50,22 +50,22 @@ final class WebhookEndpointTests: XCTestCase {
 
             let again = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Self.json([
                 "name": "backend", "url": "https://other.example.com/", "secret": second.text,
-            ]), token: "admin-token")
+            ]), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(again.status, 409)
             XCTAssertEqual(again.errorCode, "endpoint_exists")
 
             let disabled = try await h.request("POST", "/v1/admin/webhooks/endpoints/backend/disable",
-                                               body: Self.json(["reason": "receiver moving"]), token: "admin-token")
+                                               body: Self.json(["reason": "receiver moving"]), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(disabled.status, 200, disabled.text)
             XCTAssertEqual(disabled.json["enabled"] as? Bool, false)
             XCTAssertEqual(disabled.json["disabledReason"] as? String, "receiver moving")
-            let enabled = try await h.request("POST", "/v1/admin/webhooks/endpoints/backend/enable", token: "admin-token")
+            let enabled = try await h.request("POST", "/v1/admin/webhooks/endpoints/backend/enable", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(enabled.status, 200, enabled.text)
             XCTAssertEqual(enabled.json["enabled"] as? Bool, true)
             XCTAssertTrue(enabled.json["disabledReason"] is NSNull)
 
             let rotated = try await h.request("POST", "/v1/admin/webhooks/endpoints/backend/rotate-secret",
-                                              body: Self.json(["secret": second.text, "overlapSeconds": 3600]), token: "admin-token")
+                                              body: Self.json(["secret": second.text, "overlapSeconds": 3600]), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(rotated.status, 200, rotated.text)
             XCTAssertEqual(rotated.json["secretFingerprint"] as? String, second.fingerprint)
             let rotation = try XCTUnwrap(rotated.json["rotation"] as? [String: Any])
@@ -75,7 +75,7 @@ final class WebhookEndpointTests: XCTestCase {
             XCTAssertEqual(record.signingSecrets(now: Clock.nowMillis()), [second, first])
             XCTAssertEqual(record.signingSecrets(now: record.previousSecretUntil! + 1), [second])
             let same = try await h.request("POST", "/v1/admin/webhooks/endpoints/backend/rotate-secret",
-                                           body: Self.json(["secret": second.text]), token: "admin-token")
+                                           body: Self.json(["secret": second.text]), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(same.status, 400)
 
             let types = try h.events(stream: "ledger:admin").map(\.type).filter { $0.hasPrefix("webhooks/") }
@@ -84,11 +84,11 @@ final class WebhookEndpointTests: XCTestCase {
                 let raw = String(decoding: e.raw, as: UTF8.self)
                 XCTAssertFalse(raw.contains("whsec_"), "no secret in \(e.type)")
             }
-            let one = try await h.request("GET", "/v1/admin/webhooks/endpoints/backend", token: "admin-token")
+            let one = try await h.request("GET", "/v1/admin/webhooks/endpoints/backend", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(one.status, 200)
-            let unknown = try await h.request("GET", "/v1/admin/webhooks/endpoints/nobody", token: "admin-token")
+            let unknown = try await h.request("GET", "/v1/admin/webhooks/endpoints/nobody", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(unknown.status, 404)
-            let unknownDisable = try await h.request("POST", "/v1/admin/webhooks/endpoints/nobody/disable", token: "admin-token")
+            let unknownDisable = try await h.request("POST", "/v1/admin/webhooks/endpoints/nobody/disable", token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(unknownDisable.status, 404)
         }
     }
@@ -110,19 +110,19 @@ final class WebhookEndpointTests: XCTestCase {
                 (["url": "https://b.example.com/", "secret": good], "name"),
             ]
             for (body, hint) in cases {
-                let answer = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Self.json(body), token: "admin-token")
+                let answer = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Self.json(body), token: "admin-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(answer.status, 400, "\(body)")
                 XCTAssertNotNil(answer.errorCode)
                 XCTAssertTrue((answer.json["message"] as? String ?? "").contains(hint), "\(answer.text) should mention \(hint)")
                 XCTAssertFalse(answer.text.contains(good), "a refusal never echoes a secret")
             }
-            let notJSON = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Data("{".utf8), token: "admin-token")
+            let notJSON = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Data("{".utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(notJSON.status, 400)
             let anonymous = try await h.request("GET", "/v1/admin/webhooks/endpoints")
             XCTAssertEqual(anonymous.status, 401)
-            let auditor = try await h.request("GET", "/v1/admin/webhooks/endpoints", token: "auditor-token")
+            let auditor = try await h.request("GET", "/v1/admin/webhooks/endpoints", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertEqual(auditor.status, 403)
-            let app = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Self.json(cases[0].0), token: "app-token")
+            let app = try await h.request("POST", "/v1/admin/webhooks/endpoints", body: Self.json(cases[0].0), token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(app.status, 403)
             XCTAssertEqual(try h.events(stream: "ledger:admin").filter { $0.type.hasPrefix("webhooks/") }.count, 0, "nothing refused is recorded")
         }

@@ -219,7 +219,8 @@ final class EventStoreTests: StoreTestCase {
 
     func testHooksRunInTheAppendTransactionAndTheirFailuresDoNotLoseEvents() async throws {
         try admin().query("CREATE TABLE hook_log (position bigint, hook text)")
-        try admin().query("GRANT INSERT, SELECT ON hook_log TO ledger_service")
+        // Hooks run as the projector (Migrations/0016).
+        try admin().query("GRANT INSERT, SELECT ON hook_log TO ledger_service, ledger_projector")
         final class Committed: Sendable { let hooks = Mutex<[String]>([]) }
         let committed = Committed()
         struct Recording: AppendHook {

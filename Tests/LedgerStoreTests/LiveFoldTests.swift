@@ -83,6 +83,8 @@ final class LiveFoldTests: XCTestCase {
         let keys = Set(oracle.subscriptions.keys)
         let connection = try Connection(conninfo: database.service)
         try connection.transaction { connection in
+            // The projections are the projector's to write (Migrations/0016), as in the append.
+            try connection.query("SET LOCAL ROLE ledger_projector")
             try projector.refold(subscriptions: keys, projections: Set(ProjectionName.subscriptionCuts), on: connection)
         }
         XCTAssertEqual(live, try database.dumpTables(), "seed \(seed): incremental live tables must equal the full refold")

@@ -50,7 +50,7 @@ final class ProjectionProtocolTests: XCTestCase {
         defer { database.drop() }
         try database.adminScript("""
             CREATE TABLE public.test_projection (position bigint PRIMARY KEY);
-            GRANT SELECT, INSERT, DELETE ON public.test_projection TO ledger_service;
+            GRANT SELECT, INSERT, DELETE ON public.test_projection TO ledger_service, ledger_projector;
             """)
         let pool = ConnectionPool(conninfo: database.service, maxConnections: 4)
         defer { pool.close() }

@@ -197,8 +197,15 @@ extension LedgerApp {
         guard audit.sessions.loginTokenHolds(request, form: form) else {
             return loginPage(status: 403, message: "The sign-in form expired or did not come from this page; sign in again.", next: form["next"])
         }
+        if let refusal = failures.throttled(.auditLogin, address: request.remoteAddress) {
+            var page = loginPage(status: 429, message: "Too many failed sign-ins from this address; wait \(refusal.retryAfterSeconds) seconds and try again.",
+                                 next: form["next"])
+            page.headers.append(("Retry-After", String(refusal.retryAfterSeconds)))
+            return page
+        }
         let token = (form["token"] ?? "").trimmingCharacters(in: .whitespaces)
         guard !token.isEmpty, let role = tokens.role(forAuthorizationHeader: "Bearer " + token) else {
+            failures.failed(.auditLogin, address: request.remoteAddress, path: request.path)
             return loginPage(status: 401, message: "That token is not valid here; use an auditor or admin token from LEDGER_TOKENS.", next: form["next"])
         }
         guard role >= .auditor else {
@@ -248,15 +255,19 @@ extension LedgerApp {
             < ($1.event.event.signedAt ?? $1.event.recordedAt, $1.event.position) }
         let shown = Array(ordered.prefix(limit))
         let holds = try await store.chain.linkHolds(positions: shown.map(\.event.position))
-        var cumulative: [Fact] = []
+        // One fold, each event's facts applied once as the page goes (the fold is order-free, so
+        // this is the fold of every fact so far): not a fresh fold of the whole prefix per event.
+        var fold = SubscriptionFold(key: key)
+        var folded = 0
         var entries: [TimelineEntry] = []
         for e in shown {
             // When it took effect: a renewal signed early moves the subscription at its purchaseDate.
             let own = e.facts.filter { $0.subscription == key }
             let at = max(e.event.event.signedAt ?? e.event.recordedAt, own.map(\.effectiveAt).max() ?? .min)
-            let before = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
-            cumulative += own
-            let after = cumulative.isEmpty ? nil : SubscriptionFold(key: key, facts: cumulative).state(at: at)
+            let before = folded == 0 ? nil : fold.state(at: at)
+            for fact in own { fold.apply(fact) }
+            folded += own.count
+            let after = folded == 0 ? nil : fold.state(at: at)
             let check = audit.check(e.event)
             entries.append(TimelineEntry(event: e.event, facts: e.facts, before: before, after: after, evidence: check,
                                          chainHolds: holds[e.event.position]))

@@ -31,6 +31,29 @@ extension HTTPRequest {
         return v
     }
 
+    /// `?cursor=` and `?limit=` of the events API: after which position (the `next` of the previous
+    /// page; none: from the start) and how many events (default 100, at most 1000).
+    func eventsPage() throws -> (after: Int64, limit: Int) {
+        var after: Int64 = 0
+        if let text = query["cursor"] {
+            guard let v = Int64(text), v >= 0 else {
+                throw ServiceFailure.invalidParameter("cursor must be the `next` value of the previous page, as given")
+            }
+            after = v
+        }
+        var limit = Self.defaultEventsPage
+        if let text = query["limit"] {
+            guard let v = Int(text), (1...Self.maxEventsPage).contains(v) else {
+                throw ServiceFailure.invalidParameter("limit must be 1 to \(Self.maxEventsPage) events per page (default \(Self.defaultEventsPage))")
+            }
+            limit = v
+        }
+        return (after, limit)
+    }
+
+    static let defaultEventsPage = 100
+    static let maxEventsPage = 1000
+
     /// `?environment=` (Production by default).
     func environment() throws -> String {
         guard let raw = query["environment"] else { return SubscriptionKey.production }
@@ -63,11 +86,21 @@ extension HTTPRequest {
         return CustomerId.normalised(raw)
     }
 
-    /// The body as a JSON object; an empty body is `[:]` when `allowEmpty`.
+    /// The body as a JSON object; an empty body is `[:]` when `allowEmpty`. Every app and admin
+    /// body passes `JSONGuard` first (nesting beyond 32, the NUL escape, trailing commas, huge
+    /// numbers, a member name twice → 400 `malformed`), so the decoder never recurses into a
+    /// hostile `[[[[…` and what is stored is what every JSON reader reads.
     func jsonObject(allowEmpty: Bool = false, example: String) throws -> [String: JSONValue] {
         if body.isEmpty && allowEmpty { return [:] }
+        let finding = JSONGuard.scan(body)
+        if let refusal = JSONGuard.refusal(finding, what: "the body") {
+            throw ServiceFailure.malformed("\(refusal); send a JSON object like \(example)")
+        }
         guard let value = try? JSONValue(json: body), let object = value.objectValue else {
             throw ServiceFailure.malformed("the body must be a JSON object like \(example)")
+        }
+        guard case .ok(let members) = finding, JSONGuard.memberCount(value) == members else {
+            throw ServiceFailure.malformed("\(JSONGuard.duplicateMemberRefusal(what: "the body")); send a JSON object like \(example)")
         }
         return object
     }

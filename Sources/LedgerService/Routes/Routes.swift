@@ -1,3 +1,4 @@
+import AppStore
 import Foundation
 import HTTPServer
 import LedgerCore
@@ -20,13 +21,20 @@ extension LedgerApp {
             open.add("GET", "/healthz") { _ in .json(200, ["status": "ok"] as JSONValue) }
             open.add("GET", "/readyz") { [self] request in
                 // The detail is for operators: with the admin token here, or on the admin listener.
-                let detailed = tokens.authorize(header: request.headers["authorization"], needs: .admin).isSuccess
+                // A wrong token gets the open answer, and counts as a failed authentication (the
+                // detail would otherwise tell a guesser which token is right, unlimited).
+                guard let header = request.headers["authorization"],
+                      failures.throttled(.bearer, address: request.remoteAddress) == nil else { return await readyz(detailed: false) }
+                let detailed = tokens.authorize(header: header, needs: .admin).isSuccess
+                if !detailed, tokens.role(forAuthorizationHeader: header) == nil {
+                    failures.failed(.bearer, address: request.remoteAddress, path: request.path)
+                }
                 return await readyz(detailed: detailed)
             }
             addWebhookRoutes(to: &open)
             addWeChatWebhookRoutes(to: &open)
         }
-        router.group(logFailures, tokens.require(.app), deadline: deadline) { app in
+        router.group(logFailures, tokens.require(.app), appendBudget.middleware, deadline: deadline) { app in
             addAppRoutes(to: &app)
             addReconciliationAppRoutes(to: &app)
             addWeChatAppRoutes(to: &app)
@@ -92,8 +100,16 @@ extension LedgerApp {
         group.add("POST", "/v1/apple/notifications") { [self] request in
             try await receipt(apple.ingest(.v2, body: request.body, remoteAddress: request.remoteAddress))
         }
+        // The V1 password is a credential: a wrong one counts as a failed authentication of the
+        // address, and an address that failed too often is answered 429 before its body is read.
         group.add("POST", "/v1/apple/notifications/v1") { [self] request in
-            try await receipt(apple.ingest(.v1, body: request.body, remoteAddress: request.remoteAddress))
+            if let refusal = failures.throttled(.appleV1, address: request.remoteAddress) { throw refusal }
+            do {
+                return try await receipt(apple.ingest(.v1, body: request.body, remoteAddress: request.remoteAddress))
+            } catch let error as AppleVerificationError where error.code == "bad_shared_secret" {
+                failures.failed(.appleV1, address: request.remoteAddress, path: request.path)
+                throw error
+            }
         }
     }
 
@@ -157,14 +173,16 @@ extension LedgerApp {
     // MARK: Auditors
 
     private func addAuditorRoutes(to group: inout RouteGroup) {
+        // Paged by cursor: a subscription's history (raw evidence included) can be long.
         group.add("GET", "/v1/subscriptions/{originalTransactionId}/events") { [self] request in
             let key = try request.subscriptionKey()
-            let events = try await queries.events(of: key, minPosition: try request.minPosition())
-            guard !events.isEmpty else {
+            let (after, limit) = try request.eventsPage()
+            let (events, next) = try await queries.eventsPage(of: key, after: after, limit: limit, minPosition: try request.minPosition())
+            guard !events.isEmpty || after > 0 || next != nil else {
                 throw ServiceFailure.notFound("no events are stored for the \(key.environment) subscription \(key.originalTransactionId)")
             }
             return .json(200, ["originalTransactionId": .string(key.originalTransactionId), "environment": .string(key.environment),
-                               "events": .array(events.map(Representation.event))])
+                               "events": .array(events.map(Representation.event)), "next": .optional(next.map(String.init))])
         }
         // An export may be the whole list folded at an old position: the long deadline.
         group.add("GET", "/v1/refunds", deadline: .seconds(configuration.http.adminDeadlineSeconds)) { [self] request in

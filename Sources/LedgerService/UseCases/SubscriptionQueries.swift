@@ -76,6 +76,24 @@ struct SubscriptionQueries: Sendable {
         }
     }
 
+    /// One page of `events(of:)`: up to `limit` events after position `after` (the subscription's
+    /// stream and the order streams linked to it, in position order), and where the next page
+    /// starts (nil on the last). A page may hold fewer than `limit` events of `key` when the other
+    /// environment's events share the stream; `next` still moves past them.
+    func eventsPage(of key: SubscriptionKey, after: Int64, limit: Int, minPosition: Int64? = nil) async throws -> (events: [EvidencedEvent], next: Int64?) {
+        try await store.read(atLeast: minPosition) { reads in
+            let own = try await reads.projections.facts(of: [key])
+            let linked = Set(own.filter { $0.origin == .ledger && $0.kind == .orderAlias && $0.subscription == key }
+                .compactMap(\.transactionId).map { StreamId.wechatOrder($0).text })
+            let page = try await reads.events.read(streams: [StreamId.subscription(key.originalTransactionId).text] + linked.sorted(),
+                                                   after: after, limit: limit + 1)
+            let shown = Array(page.prefix(limit))
+            let next = page.count > limit ? shown.last?.position : nil
+            let byPosition = Dictionary(grouping: try await reads.projections.facts(positions: shown.map(\.position)), by: \.position)
+            return (Self.belonging(to: key, shown, byPosition), next)
+        }
+    }
+
     /// Every event of the subscription's stream that belongs to `key`'s environment (both
     /// environments share Apple's id; each event names its environment), with the facts the ledger
     /// derived from it. Empty when none is stored.
@@ -95,10 +113,13 @@ struct SubscriptionQueries: Sendable {
             facts += try await reads.projections.facts(positions: more.map(\.position))
             events = (events + more).sorted { $0.position < $1.position }
         }
-        let byPosition = Dictionary(grouping: facts, by: \.position)
-        // An event belongs to the asked environment when one of its facts does, or (no facts)
-        // when its own environment column says so.
-        return events.filter { e in
+        return Self.belonging(to: key, events, Dictionary(grouping: facts, by: \.position))
+    }
+
+    /// An event belongs to the asked environment when one of its facts does, or (no facts) when
+    /// its own environment column says so.
+    static func belonging(to key: SubscriptionKey, _ events: [RecordedEvent], _ byPosition: [Int64: [Fact]]) -> [EvidencedEvent] {
+        events.filter { e in
             if let fs = byPosition[e.position], fs.contains(where: { $0.subscription != nil }) {
                 return fs.contains { $0.subscription == key }
             }

@@ -130,10 +130,18 @@ extension WeChatPushDesk {
         let event = note.event()
         let batch = [event] + (group.map { linker.links(for: note, group: $0) } ?? [])
         let outcomes = try await intake.append(batch, source: "wechat")
-        if let nonceHash { try? await store.wechat.markNonceStored(push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        try await markNonceOfDuplicate(nonceHash, push.nonce, outcomes[0])
         // Re-checked after the commit: a push of the same order committed meanwhile is linked now.
         try await linker.relink(after: note)
         return WeChatReply(body: try receiver.reply(.success, to: push), contentType: contentType(push))
+    }
+
+    /// A plaintext push's nonce is marked in its append's transaction (LedgerStore's
+    /// `WeChatNonceHook`); a push answered as a duplicate was stored earlier under another nonce,
+    /// so this one is marked here, before the 200 — a failure is answered 503 and WeChat retries.
+    private func markNonceOfDuplicate(_ bodyHash: String?, _ nonce: String, _ outcome: AppendOutcome) async throws {
+        guard let bodyHash, outcome.duplicate else { return }
+        try await store.wechat.markNonceStored(nonce, bodySHA256: bodyHash, position: outcome.position)
     }
 
     private func contentType(_ push: ReceivedPush) -> String {
@@ -240,7 +248,7 @@ extension WeChatPushDesk {
                                  "the answer could not be stored within \(refundAnswerDeadline.milliseconds) ms; nothing is sent unstored — ask again",
                                  headers: [("Retry-After", "1")])
         }
-        if let nonceHash { try? await store.wechat.markNonceStored(note.push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        try await markNonceOfDuplicate(nonceHash, note.push.nonce, outcomes[0])
         if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
            let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
             // A concurrent copy of this asking stored its answer first: that one, word for word.
@@ -294,7 +302,7 @@ extension WeChatPushDesk {
             throw ServiceFailure(500, "internal", "the refund answer could not be built")
         }
         let outcomes = try await intake.append([note.event(), answerEvent], source: "wechat")
-        if let nonceHash { try? await store.wechat.markNonceStored(note.push.nonce, bodySHA256: nonceHash, position: outcomes[0].position) }
+        try await markNonceOfDuplicate(nonceHash, note.push.nonce, outcomes[0])
         if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
            let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
             decision = d

@@ -67,6 +67,7 @@ public struct FactDeriver: Sendable {
         do {
             let connection = try Connection.unbounded(conninfo: conninfo)
             return try connection.transaction { connection -> Int in
+                try connection.asProjector()
                 let deleted = try connection.query(
                     "WITH d AS (DELETE FROM public.facts WHERE schema_version <> $1 RETURNING 1) SELECT count(*) AS n FROM d",
                     [.int64(Int64(FactStore.version))], name: "drop other fact versions").first?.decode(Int64.self, "n") ?? 0

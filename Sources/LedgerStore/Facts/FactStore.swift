@@ -80,6 +80,7 @@ enum FactStore {
 
     private static func deriveBatch(limit: Int, outbox: OutboxDerivation, on connection: Connection) throws -> ClosedRange<Int64>? {
         try connection.transaction { connection -> ClosedRange<Int64>? in
+            try connection.asProjector()
             guard let row = try connection.query(
                 "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
                 [.text(checkpoint)], name: "lock facts checkpoint").first else { return nil }

@@ -138,6 +138,7 @@ public final class ProjectionWorker: Sendable {
         let factsHead = try peeked.decode(Int64.self, "head")
         if try peeked.decode(Int64.self, "position") >= factsHead { return .idle }
         return try connection.transaction { connection -> ProjectionPass.Outcome in
+            try connection.asProjector()
             let locked = try connection.query(
                 "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
                 [.text(projection.rawValue)], name: "lock checkpoint")

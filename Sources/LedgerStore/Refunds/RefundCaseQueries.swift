@@ -68,9 +68,10 @@ public enum RefundCaseQueryError: Error, Sendable, Equatable, CustomStringConver
 /// Reads of the refund-case projection, and folds of the facts at an earlier position.
 public struct RefundCaseQueries: Sendable {
     let pool: ConnectionPool
-    /// Whole exports and folds at a position run on a connection of their own without the
-    /// service role's statement timeout.
-    let conninfo: String
+    /// Whole exports and folds at a position are long reads (LongReads.swift): limited per
+    /// instance, on a connection of their own with the long statement timeout, cancelled with
+    /// their request.
+    let longReads: LongReads
 
     public static let maxLimit = 1000
 
@@ -89,15 +90,12 @@ public struct RefundCaseQueries: Sendable {
     ) async throws -> RefundCaseSnapshot {
         if let limit, !(1...Self.maxLimit).contains(limit) { throw RefundCaseQueryError.invalidLimit(limit) }
         if let asOfPosition {
-            return try await BlockingWork.run { try self.folded(filter, cursor, limit, at: asOfPosition) }
+            return try await longReads.run { connection in try self.folded(filter, cursor, limit, at: asOfPosition, on: connection) }
         }
         if limit != nil {
             return try await pool.withConnection { connection in try self.read(filter, cursor, limit, on: connection) }
         }
-        return try await BlockingWork.run {
-            let connection = try Connection.unbounded(conninfo: self.conninfo)
-            return try self.read(filter, cursor, nil, on: connection)
-        }
+        return try await longReads.run { connection in try self.read(filter, cursor, nil, on: connection) }
     }
 
     private func read(_ filter: RefundCaseFilter, _ cursor: RefundCaseCursor?, _ limit: Int?, on connection: Connection) throws -> RefundCaseSnapshot {
@@ -139,9 +137,9 @@ public struct RefundCaseQueries: Sendable {
         }
     }
 
-    private func folded(_ filter: RefundCaseFilter, _ cursor: RefundCaseCursor?, _ limit: Int?, at position: Int64) throws -> RefundCaseSnapshot {
-        let connection = try Connection.unbounded(conninfo: conninfo)
-        return try connection.transaction { connection in
+    private func folded(_ filter: RefundCaseFilter, _ cursor: RefundCaseCursor?, _ limit: Int?, at position: Int64,
+                        on connection: Connection) throws -> RefundCaseSnapshot {
+        try connection.transaction { connection in
             try connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
             let derived = try FactStore.derivedUpTo(on: connection)
             guard position >= 0, position <= derived else {

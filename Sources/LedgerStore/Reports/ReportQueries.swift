@@ -71,8 +71,8 @@ public enum ReportStoreError: Error, Sendable, Equatable, CustomStringConvertibl
 /// checkpoint are the fold of the facts up to it (ReportProjectionTests).
 public struct ReportQueries: Sendable {
     let pool: ConnectionPool
-    /// Folds run on a connection of their own without the service role's statement timeout.
-    let conninfo: String
+    /// A fold of every fact is a long read (LongReads.swift: limited, timed out, cancelled with its request).
+    let longReads: LongReads
     let cache = Cache()
 
     final class Cache: Sendable {
@@ -201,12 +201,11 @@ public struct ReportQueries: Sendable {
     /// The rollups at `asOfPosition` (nil: the latest position facts were derived for), folded from
     /// the facts: the one path for a position the projection is not at.
     public func rollup(asOfPosition: Int64? = nil) async throws -> ReportSnapshot {
-        try await BlockingWork.run { try self.computed(at: asOfPosition) }
+        try await longReads.run { connection in try self.computed(at: asOfPosition, on: connection) }
     }
 
-    private func computed(at asked: Int64?) throws -> ReportSnapshot {
-        let connection = try Connection.unbounded(conninfo: conninfo)
-        return try connection.transaction { connection in
+    private func computed(at asked: Int64?, on connection: Connection) throws -> ReportSnapshot {
+        try connection.transaction { connection in
             try connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
             let derived = try FactStore.derivedUpTo(on: connection)
             let position = asked ?? derived

@@ -43,6 +43,8 @@ public struct DifferentialRun: Sendable {
     public static let serviceEnvironment: [String: String] = [
         "LEDGER_WECHAT_APPID": WxCrypto.appId, "LEDGER_WECHAT_TOKEN": WxCrypto.token,
         "LEDGER_WECHAT_AES_KEY": WxCrypto.aesKey, "LEDGER_WECHAT_ALLOW_PLAINTEXT": "true",
+        // Plaintext pushes and V1 with Production are refused at start outside a test set-up.
+        "LEDGER_DEVELOPMENT": "true", "LEDGER_APPLE_V1_TRUSTED": "true",
         "LEDGER_APPLE_SHARED_SECRET": sharedSecret,
     ]
     /// No scripted change within [anchor − before, anchor + after].

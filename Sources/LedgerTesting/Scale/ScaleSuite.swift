@@ -97,8 +97,8 @@ public enum ScaleSuite {
         }
     }
 
-    static let adminToken = "scale-admin-token"
-    static let appToken = "scale-app-token"
+    static let adminToken = "scale-admin-token-0123456789abcdef0123456789abcdef"
+    static let appToken = "scale-app-token-0123456789abcdef0123456789abcdef"
 
     public static func run(_ options: Options) async throws -> Report {
         guard FileManager.default.isExecutableFile(atPath: options.ledgerBinary) else {
