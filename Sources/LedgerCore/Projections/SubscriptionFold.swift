@@ -130,6 +130,10 @@ public struct SubscriptionFold: Sendable {
         case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable,
              .consent, .consumptionAnswer:
             link(fact.transactionId, fact.orderAlias)
+        case .appleStatus, .consentRescinded, .extensionSummary:
+            // Apple's statements about the subscription, its customer or a mass extension:
+            // compared with the fold (AppleStatusCheck, ExtensionSummaryCheck), never folded.
+            return
         case .purchase:
             // An ordinary purchase belongs to no subscription: nothing to fold.
             return
@@ -245,7 +249,9 @@ public struct SubscriptionFold: Sendable {
             recentSubscriptionStartDate: timeline.map { weChatRunStart(at: asOf, $0) } ?? r?.recentSubscriptionStartDate,
             renewalDate: isWeChat ? period.end : r?.renewalDate,
             revocationDate: revokedAt,
-            validUntil: nextChange(after: asOf, timeline)
+            validUntil: nextChange(after: asOf, timeline),
+            purchaseDate: period.start,
+            renewalExtras: r?.extras ?? AppleExtras()
         )
     }
 
@@ -761,7 +767,8 @@ public struct SubscriptionFold: Sendable {
             environment: key.environment,
             type: tx.type,
             inAppOwnershipType: tx.inAppOwnershipType,
-            signedDate: slot.snapshot.signedAt
+            signedDate: slot.snapshot.signedAt,
+            extras: tx.extras
         )
     }
 }

@@ -14,6 +14,9 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
     /// Refund cases (`RefundCaseFold`): not cut from subscription folds; `RefundCasesProjection`
     /// (Projection.swift) applies them, the same runner keeps them.
     case refundCases = "refund_cases"
+    /// Apple's stated status beside the ledger's (`AppleStatusChecksProjection`, issue 20 item 2):
+    /// not cut from subscription folds; kept by the catch-up worker.
+    case appleStatus = "apple_status"
 
     /// The projections cut from one fold of a subscription's facts (`Projector`).
     public static let subscriptionCuts: [ProjectionName] = [.subscriptions, .transactions, .entitlements]
@@ -31,7 +34,7 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
         case .subscriptions: [.subscriptions, .customerSubscriptions]
         case .transactions: [.transactions]
         case .entitlements: [.entitlements]
-        case .refundCases: []
+        case .refundCases, .appleStatus: []
         }
     }
 }
