@@ -84,6 +84,37 @@ public struct ProjectionQueries: Sendable {
         }
     }
 
+    /// Apple RESCIND_CONSENT statements in force at `now` for the customer's purchases in
+    /// `environment` (`ConsentRescission`). One indexed probe when no customer ever rescinded
+    /// (the usual case); the customer's appTransactionIds are read only when some did.
+    public func consentRescissions(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [ConsentRescission] {
+        try await read { connection in
+            let rescinded = try connection.queryPrepared(
+                "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' AND signed_at <= $2",
+                [.int64(Int64(FactStore.version)), .int64(now)], name: "consent rescissions")
+                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            if rescinded.isEmpty { return [] }
+            let ids = try connection.query(
+                """
+                SELECT DISTINCT t.app_transaction_id FROM projections.transactions t
+                JOIN projections.customer_subscriptions cs ON cs.subscription = t.subscription
+                WHERE cs.customer_id = $1 AND t.environment = $2 AND t.app_transaction_id IS NOT NULL
+                """, [.text(customerId), .text(environment)], name: "app transactions of customer")
+                .rows.map { try $0.decode(String.self, "app_transaction_id") }
+            return ConsentRescission.inForce(rescinded, appTransactionIds: Set(ids), environment: environment, at: now)
+        }
+    }
+
+    /// The `consent_rescinded` facts (RESCIND_CONSENT), for time travel.
+    public func consentRescissionFacts() async throws(ProjectionError) -> [Fact] {
+        try await read { connection in
+            try connection.query(
+                "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' ORDER BY position",
+                [.int64(Int64(FactStore.version))], name: "consent rescission facts")
+                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+        }
+    }
+
     /// The subscription's transactions ordered by purchaseDate, then transactionId (as `SubscriptionFold.transactions`).
     public func transactions(_ key: SubscriptionKey) async throws(ProjectionError) -> [TransactionRecord] {
         try await read { connection in
