@@ -27,7 +27,7 @@ import FoundationNetworking
 ///   verbatim for malformed answers).
 ///
 /// Status filters (`?status=`) are not applied: the project's HTTP server keeps only the first
-/// value of a repeated query parameter.
+/// value of a repeated query parameter. Transaction history honours one `productType`.
 public final class FakeAppStoreServer: Sendable {
     public struct Credentials: Sendable {
         public var issuerId: String
@@ -438,7 +438,12 @@ public final class FakeAppStoreServer: Sendable {
             }
             offset = n
         }
-        let all = subs.flatMap(\.transactions).sorted {
+        // `productType` (Get Transaction History v2): only the first value is seen (see above).
+        let types: [String: String] = ["AUTO_RENEWABLE": "Auto-Renewable Subscription", "NON_RENEWABLE": "Non-Renewing Subscription",
+                                       "CONSUMABLE": "Consumable", "NON_CONSUMABLE": "Non-Consumable"]
+        if let asked = request.query["productType"], types[asked] == nil { return Self.error(400, 4_000_000, "Invalid request") }
+        let wanted = request.query["productType"].flatMap { types[$0] }
+        let all = subs.flatMap(\.transactions).filter { wanted == nil || $0.type == wanted }.sorted {
             ($0.purchaseDate?.millis ?? .min, $0.transactionId ?? "") < ($1.purchaseDate?.millis ?? .min, $1.transactionId ?? "")
         }
         let page = Array(all.dropFirst(offset).prefix(size))
