@@ -126,7 +126,8 @@ public final class AppleReconciliation: Sendable {
     init(store: Store, ingestor: AppleNotificationIngestor, clients: AppStoreServerAPIClients,
          catalog: ProductCatalog, metrics: MetricsRegistry, log: Log, clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis,
          sleep: @escaping @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) },
-         longestWait: Duration = .seconds(3600)) {
+         longestWait: Duration = .seconds(3600), backfillPageBudget: Int = 2_000) {
+        self.backfillPageBudget = max(1, backfillPageBudget)
         self.store = store
         self.ingestor = ingestor
         self.answers = AppleAPIAnswerEvents(verifier: ingestor.verifier, acceptance: ingestor.acceptance)
@@ -157,9 +158,10 @@ public final class AppleReconciliation: Sendable {
         (environment == SubscriptionKey.sandbox ? 30 : 180) * 86_400_000 - 3_600_000
     }
 
-    /// Pages one backfill reads per run at most: a periodic run saves its progress after every
-    /// page and continues there next run, so a large history never makes a run fail.
-    static let backfillPageBudget = 2_000
+    /// Pages one backfill reads per run at most (2,000 pages of 20: 40,000 notifications): a
+    /// periodic run saves its progress after every page and continues there next run, so a large
+    /// history never makes a run fail.
+    let backfillPageBudget: Int
 
     // MARK: - Running
 
@@ -587,7 +589,7 @@ private struct Pass {
             guard tokens.insert(next).inserted else {
                 throw .apple(.paging(endpoint: "Get Notification History", reason: "Apple returned the same pagination token twice"))
             }
-            if pages >= AppleReconciliation.backfillPageBudget {
+            if pages >= owner.backfillPageBudget {
                 problem("notificationHistory", environment, nil,
                         "read \(pages) pages (up to \(cursor)); \(periodic ? "the next periodic run continues from there" : "run again with since=\(cursor) for the rest")")
                 break
