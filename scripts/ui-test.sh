@@ -5,7 +5,8 @@
 # Starts the real service on a scratch database with simulated Apple data (ledger-dev simulate),
 # posts WeChat pushes (plaintext mode, a hostile order id among them), then scripts/ui_test.py
 # signs in, searches, opens a timeline and a refund case, downloads the CSV and compares it with
-# the API's, opens projection status and the drift report, signs out, checks that an app token gets
+# the API's, opens projection status and the drift report (an Apple-status disagreement seeded by
+# simulate --disputed-statuses), signs out, checks that an app token gets
 # a refusal page, that the CSP header is there and that the browser reported no console errors or
 # CSP violations, opens the charts overview and one report page (each chart's points and table
 # against the reports API's CSV). Screenshots: .build/ui/; the README's two (timeline, refund case at 1280 px) are
@@ -67,7 +68,8 @@ for _ in $(seq 1 150); do
   kill -0 $PID 2>/dev/null || { tail -n 20 "$STATE/serve.log"; exit 1; }
   sleep 0.2
 done
-"$LEDGER_DEV" simulate --customers 12 --days 90 --seed 11 --url "$BASE" --root-file "$STATE/root.der" >/dev/null
+# One lifecycle ends with Apple stating a status the ledger disagrees with (the drift page lists it).
+"$LEDGER_DEV" simulate --customers 12 --days 90 --seed 11 --disputed-statuses 1 --url "$BASE" --root-file "$STATE/root.der" >/dev/null
 
 SE_OFFLINE=true LEDGER_UI_BASE="$BASE" LEDGER_UI_SHOTS="$SHOTS" LEDGER_UI_WECHAT_TOKEN=ui-test-token \
   LEDGER_UI_APP_TOKEN=ui-app-token LEDGER_UI_AUDITOR_TOKEN=ui-auditor-token \

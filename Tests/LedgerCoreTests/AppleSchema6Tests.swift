@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import LedgerCore
+import LedgerTesting
 
 /// Fact schema 6 (issue 20 items 1–2, issue 19 item 3), the expected values written by hand from
 /// Apple's documents:
@@ -307,5 +308,37 @@ final class AppleSchema6Tests: XCTestCase {
         let refunded = #","revocationDate":\#(purchase + Self.day),"revocationReason":0"#
         let refundFold = SubscriptionFold(key: Self.key, facts: Self.facts([Self.v2("REFUND", signed: purchase + Self.day, status: nil, tx: tx + refunded, renewal: nil)]))
         XCTAssertEqual(EntitlementGrant.grants(of: try XCTUnwrap(refundFold.state(at: purchase + 2 * Self.day)), catalog: timed), [])
+    }
+}
+
+/// The simulator plays Apple: every notification states `data.status` as Apple's model of the
+/// subscription has it. Folded by the ledger from the facts signed by then, every statement must
+/// agree (issue 20 item 2: the cross-check finds rule differences, not noise); the seeded
+/// `--disputed-statuses` notifications are the only disagreements.
+final class SimulatedAppleStatusTests: XCTestCase {
+    func testTheSimulatorsStatusesAgreeWithTheFoldAndOnlyTheDisputedOnesDoNot() throws {
+        var options = SimulationOptions(customers: 150, days: 400, start: 1_735_689_600_000)
+        options.seed = 11
+        options.disputedStatuses = 3
+        let lifecycles = try Simulator(options: options).lifecycles()
+        var position: Int64 = 0
+        var disagreements: [AppleStatusCheck] = []
+        var checked = 0
+        for life in lifecycles {
+            var facts: [Fact] = []
+            for n in life.notifications.sorted(by: { $0.deliveredAt < $1.deliveredAt }) {
+                position += 1
+                facts += try n.facts(position: position, recordedAt: n.deliveredAt)
+            }
+            let key = SubscriptionKey(environment: "Sandbox", originalTransactionId: life.originalTransactionId)
+            let checks = AppleStatusCheck.checks(key: key, facts: facts)
+            checked += checks.count
+            disagreements += checks.filter { !$0.agrees }
+        }
+        XCTAssertGreaterThan(checked, 1000)
+        XCTAssertEqual(disagreements.count, 3, disagreements.prefix(10).map {
+            "\($0.key.originalTransactionId) \($0.message ?? "") at \($0.signedAt): Apple \($0.appleStatus), ledger \($0.ledgerStatus?.rawValue ?? "-")"
+        }.joined(separator: "\n"))
+        XCTAssertTrue(disagreements.allSatisfy { $0.appleStatus == 5 && $0.ledgerStatus == .active })
     }
 }
