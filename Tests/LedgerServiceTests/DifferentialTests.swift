@@ -142,7 +142,9 @@ final class DifferentialTests: XCTestCase {
         print("differential[\(shuffle)]: \(asked.reduce(0) { $0 + $1.count }) questions in \(Self.seconds(since: t0))")
 
         // 2b. A lost REFUND still opens its refund case (issue 20): the later snapshot states it.
-        let lost = lifecycles.flatMap { l in l.lostRefundTransactions.map { (l.index, $0) } }
+        // (Not of Sandbox twins: the generator gives a twin the same transaction ids as its
+        // Production lifecycle, and a refund case is keyed by transactionId, unique at Apple.)
+        let lost = lifecycles.filter { !$0.tags.contains("sandbox-twin") }.flatMap { l in l.lostRefundTransactions.map { (l.index, $0) } }
         let cases = await client.run(lost.map { [DiffRequest(method: "GET", path: "/v1/refunds/apple:\($0.1)", token: "auditor-token")] },
                                      workers: workers)
         for ((l, tx), answer) in zip(lost, cases) {

@@ -190,25 +190,25 @@ public enum AppleFields {
     public static func transaction(from object: some FieldTree) -> TransactionFact? {
         guard case .text(let id)? = object.value("transactionId", as: .text), !id.isEmpty else { return nil }
         var snapshot = TransactionFact(transactionId: id)
-        var extras: [AppleFieldValue?] = []
-        for field in transaction {
-            let value = object.value(field.name, as: field.type)
-            if let set = field.core { set(&snapshot, value) } else { extras.append(value) }
-        }
-        snapshot.extras = AppleExtras(values: extras)
+        snapshot.extras = read(transaction, into: &snapshot, from: object)
         return snapshot
     }
 
     /// The snapshot a signed renewal info states (absent fields are cleared, never inherited).
     public static func renewal(from object: some FieldTree) -> RenewalFact {
         var snapshot = RenewalFact()
+        snapshot.extras = read(renewal, into: &snapshot, from: object)
+        return snapshot
+    }
+
+    /// Walks a table: core rows set their typed property, the others' values are returned (extras).
+    static func read<S>(_ table: [AppleField<S>], into snapshot: inout S, from object: some FieldTree) -> AppleExtras {
         var extras: [AppleFieldValue?] = []
-        for field in renewal {
+        for field in table {
             let value = object.value(field.name, as: field.type)
             if let set = field.core { set(&snapshot, value) } else { extras.append(value) }
         }
-        snapshot.extras = AppleExtras(values: extras)
-        return snapshot
+        return AppleExtras(values: extras)
     }
 
     /// `extras` with the values of rows no answer shows (no projection column) cleared: what a
