@@ -5,7 +5,8 @@
 # Starts the real service on a scratch database with simulated Apple data (ledger-dev simulate),
 # posts WeChat pushes (plaintext mode, a hostile order id among them), then scripts/ui_test.py
 # signs in, searches, opens a timeline and a refund case, downloads the CSV and compares it with
-# the API's, opens projection status and the drift report, signs out, checks that an app token gets
+# the API's, opens projection status and the drift report (an Apple-status disagreement seeded by
+# simulate --disputed-statuses), signs out, checks that an app token gets
 # a refusal page, that the CSP header is there and that the browser reported no console errors or
 # CSP violations, opens the charts overview and one report page (each chart's points and table
 # against the reports API's CSV, 1280 and 390 px wide). Screenshots: .build/ui/; the README's three
@@ -72,9 +73,10 @@ for _ in $(seq 1 150); do
 done
 # A year of App Store and WeChat subscribers from a fixed day (2025-04-04, a year before the pushes
 # ui_test.py sends) with a fixed seed: the charts show the same figures on every run, so their
-# screenshot changes only when the page does.
-"$LEDGER_DEV" simulate --customers 80 --wechat 24 --days 365 --start 1743724800000 --seed 11 --url "$BASE" \
-  --root-file "$STATE/root.der" >/dev/null
+# screenshot changes only when the page does. One lifecycle ends with Apple stating a status the
+# ledger disagrees with (the drift page lists it).
+"$LEDGER_DEV" simulate --customers 80 --wechat 24 --days 365 --start 1743724800000 --seed 11 --disputed-statuses 1 \
+  --url "$BASE" --root-file "$STATE/root.der" >/dev/null
 
 SE_OFFLINE=true LEDGER_UI_BASE="$BASE" LEDGER_UI_SHOTS="$SHOTS" LEDGER_UI_WECHAT_TOKEN="$WECHAT_TOKEN" \
   LEDGER_UI_APP_TOKEN=ui-app-token-0123456789abcdef0123456789abcdef LEDGER_UI_AUDITOR_TOKEN=ui-auditor-token-0123456789abcdef0123456789abcdef \

@@ -95,7 +95,9 @@ public final class AppleNotificationIngestor: Sendable {
                 environment: identity.environment,
                 signedAt: JSONNumbers.millis(outer["signedDate"]),
                 expiresAt: JSONNumbers.millis(transaction?["expiresDate"]),
-                payload: payload, raw: raw)
+                // The tree the verifier parsed goes with the event: the fact decoder reads it
+                // instead of parsing the payload a second time (issue 19 item 3).
+                payload: payload, raw: raw, parsed: .foundation(FoundationObject(mergedPayload)))
         }
 
         /// `mergedPayload` as JSON text, spliced from the signed texts: the notification's members

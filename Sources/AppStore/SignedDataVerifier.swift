@@ -282,31 +282,17 @@ enum JSONNumbers {
     /// notification was accepted (found by the fuzz tests).
     static let storableMillis: ClosedRange<Int64> = -210_866_803_200_000...9_224_318_015_999_999
 
-    /// Whether a JSONSerialization number is a JSON `true`/`false`. Not `value is Bool`: on Linux
-    /// every NSNumber holding 0 or 1 casts to Bool, so a JSON `0` or `1` (an appAppleId, a status,
-    /// an expiresDate of 0) would read as a boolean and be refused as "not a number". Booleans
-    /// are the only NSNumbers of Objective-C type `c` JSONSerialization makes, on Linux and Darwin.
-    static func isBoolean(_ n: NSNumber) -> Bool {
-        n.objCType.pointee == CChar(UInt8(ascii: "c"))
-    }
+    /// Whether a JSONSerialization number is a JSON `true`/`false` (`FoundationJSON.isBoolean`).
+    static func isBoolean(_ n: NSNumber) -> Bool { FoundationJSON.isBoolean(n) }
 
     /// A millisecond timestamp: integer, or fractional (Xcode) rounded to the nearest ms; nil when
     /// not a number or outside `storableMillis`.
     static func millis(_ v: Any?) -> Int64? {
-        guard let n = v as? NSNumber, !isBoolean(n) else { return nil }
-        let d = n.doubleValue
-        guard d.isFinite, abs(d) < 9.2e18 else { return nil }
-        // Integers keep full precision (doubles lose it above 2^53); fractions round to nearest.
-        let ms = d.rounded() == d ? n.int64Value : Int64(d.rounded())
+        guard let ms = FoundationJSON.millis(v) else { return nil }
         return storableMillis.contains(ms) ? ms : nil
     }
 
-    static func int64(_ v: Any?) -> Int64? {
-        guard let n = v as? NSNumber, !isBoolean(n) else { return nil }
-        let d = n.doubleValue
-        guard d.isFinite, d == d.rounded(), abs(d) < 9.2e18 else { return nil }
-        return n.int64Value
-    }
+    static func int64(_ v: Any?) -> Int64? { FoundationJSON.int64(v) }
 }
 
 /// Byte searches through libc's `memchr`: the generic `firstIndex(of:)` on a slice is instantiated

@@ -28,14 +28,21 @@ public struct NewEvent: Sendable, Equatable {
     /// The transaction's expiresDate, ms, when there is one.
     public var expiresAt: EpochMillis?
     /// The decoded message as UTF-8 JSON text (stored as jsonb).
-    public var payload: Data
+    public var payload: Data {
+        // A parsed tree of other bytes would give other facts than the stored payload.
+        didSet { parsed = nil }
+    }
     /// The exact bytes received, signatures included, so the evidence can be re-verified.
     public var raw: Data
+    /// `payload` as the source's verifier already parsed it, so the fact decoder does not parse
+    /// it again (issue 19: decoded once). Not stored and not part of equality: the stored bytes
+    /// say the same.
+    public var parsed: ParsedPayload?
 
     public init(
         streamId: String, dedupeKey: String, source: EventSource, type: String,
         environment: String? = nil, signedAt: EpochMillis? = nil, expiresAt: EpochMillis? = nil,
-        payload: Data, raw: Data
+        payload: Data, raw: Data, parsed: ParsedPayload? = nil
     ) {
         self.streamId = streamId
         self.dedupeKey = dedupeKey
@@ -46,7 +53,22 @@ public struct NewEvent: Sendable, Equatable {
         self.expiresAt = expiresAt
         self.payload = payload
         self.raw = raw
+        self.parsed = parsed
     }
+
+    public static func == (a: NewEvent, b: NewEvent) -> Bool {
+        a.streamId == b.streamId && a.dedupeKey == b.dedupeKey && a.source == b.source && a.type == b.type
+            && a.environment == b.environment && a.signedAt == b.signedAt && a.expiresAt == b.expiresAt
+            && a.payload == b.payload && a.raw == b.raw
+    }
+}
+
+/// A payload already parsed by whoever built the event (the tree of exactly the `payload` bytes).
+public enum ParsedPayload: Sendable {
+    /// JSONSerialization's object (the V2 verifier's).
+    case foundation(FoundationObject)
+    /// A `JSONValue` (the App Store API answers are built as one).
+    case value(JSONValue)
 }
 
 /// An event as stored: the envelope plus where and when the ledger recorded it.

@@ -15,7 +15,7 @@ extension LedgerConfiguration {
     /// | `LEDGER_APPLE_API_KEY_ID` | `keyId` | the In-App Purchase key's id |
     /// | `LEDGER_APPLE_API_PRIVATE_KEY` (or `_FILE`) | `privateKeyPath` | path of the .p8 (PEM text is accepted too, e.g. from a `_FILE` secret) |
     /// | `LEDGER_APPLE_API_BASE_URL` | `baseURL` | replaces both api.storekit hosts (tests, proxies) |
-    /// | `LEDGER_APPLE_API_BUNDLE_ID` | `bundleId` | the JWT's `bid`; default: the first of `LEDGER_APPLE_BUNDLE_IDS` |
+    /// | `LEDGER_APPLE_API_BUNDLE_ID` | `bundleId` | the JWT's `bid`: one app, or several comma-separated; default: every one of `LEDGER_APPLE_BUNDLE_IDS` (one client per app and environment) |
     /// | `LEDGER_RECONCILE_EVERY` | `reconcileEvery` | periodic reconciliation (`6h`, `30m`, `1d`); unset: off |
     /// | `LEDGER_APPLE_VERIFY_RECEIPT_BASE_URL` | `verifyReceiptBaseURL` | `<base>/production/verifyReceipt` and `<base>/sandbox/verifyReceipt` instead of Apple's hosts |
     /// | `LEDGER_APPLE_REFUND_PREFERENCE` | `refundPreference` | `RefundPreferencePolicy` (`none`, `DECLINE`, `usage:10:50:DECLINE`, or the object form) |
@@ -147,6 +147,22 @@ extension LedgerConfiguration {
             let key = try Self.privateKey(privateKey!.value)
             return try AppStoreServerAPIConfiguration(issuerId: issuerId!, keyId: keyId!, privateKey: key, bundleId: bid, baseURL: base,
                                                       allowsPlainHTTPLoopback: allowsPlainHTTPLoopback)
+        }
+
+        /// One client configuration per app (issue 20: one API client per configured bundle id):
+        /// the apps of `LEDGER_APPLE_API_BUNDLE_ID` (comma-separated), else every one of
+        /// `fallbackBundleIds` (LEDGER_APPLE_BUNDLE_IDS). Empty when no credential is given.
+        public func clientConfigurations(fallbackBundleIds: [String]) throws(AppStoreServerAPIConfigurationError) -> [AppStoreServerAPIConfiguration] {
+            let named = (bundleId ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            let apps = named.isEmpty ? fallbackBundleIds : named
+            var out: [AppStoreServerAPIConfiguration] = []
+            for app in apps.isEmpty ? [nil] : apps.map(Optional.some) {
+                var one = self
+                one.bundleId = app
+                guard let c = try one.clientConfiguration(fallbackBundleIds: []) else { return [] }
+                out.append(c)
+            }
+            return out
         }
 
         /// The .p8 at a path, or PEM text given directly (a `_FILE` secret holds the file itself).

@@ -95,7 +95,7 @@ public enum ReportBenchmark {
     public static func run(serverConninfo: String, options: Options, command: String,
                            log: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Result {
         let spawned = try SpawnedService(options: try ReliabilityOptions(serverConninfo: serverConninfo),
-                                         environment: ["LEDGER_TOKENS": "auditor:bench-reports-token"], start: false)
+                                         environment: ["LEDGER_TOKENS": "auditor:bench-reports-token-0123456789abcdef0123456789"], start: false)
         defer { spawned.stop() }
         let store = Store(.init(databaseURL: spawned.database.adminConninfo, poolSize: 12))
         let start = SimulationOptions.defaultStart(days: options.days)
@@ -125,7 +125,7 @@ public enum ReportBenchmark {
         log("starting ledger serve over \(events) events…")
         try spawned.start()
         let target = try LoopbackTarget(url: spawned.baseURL)
-        let auth = [("Authorization", "Bearer bench-reports-token")]
+        let auth = [("Authorization", "Bearer bench-reports-token-0123456789abcdef0123456789")]
         var requests: [LoadRequest] = []
         for name in ReportName.allCases {
             for interval in ReportInterval.allCases {

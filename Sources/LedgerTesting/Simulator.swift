@@ -26,6 +26,9 @@ public struct SimulationOptions: Sendable, Equatable {
     /// WeChat mini-program xpay subscribers simulated beside the App Store customers
     /// (`WeChatSimulation`, pushed to /v1/wechat/notifications with its push settings).
     public var wechatSubscribers = 0
+    /// Lifecycles that end with a notification whose `data.status` disputes the ledger (test data
+    /// for the Apple status check: it says REVOKED about a subscription nothing revoked).
+    public var disputedStatuses = 0
 
     public init(customers: Int, days: Int, start: EpochMillis) {
         self.customers = customers
@@ -94,7 +97,28 @@ public struct Simulator: Sendable {
             duplicateRate: 0)
     }
 
-    public func lifecycles() -> [SimulatedLifecycle] { generator.lifecycles() }
+    public func lifecycles() -> [SimulatedLifecycle] {
+        var all = generator.lifecycles()
+        var left = options.disputedStatuses
+        for i in all.indices where left > 0 {
+            guard let last = all[i].notifications.max(by: { $0.signedDate < $1.signedDate }), last.status == 1 else { continue }
+            // Apple's word that the ledger cannot agree with: REVOKED, a minute after the last
+            // message, with a transaction that states no revocation.
+            var disputed = last
+            disputed.notificationType = "DID_CHANGE_RENEWAL_STATUS"
+            disputed.subtype = "AUTO_RENEW_DISABLED"
+            disputed.notificationUUID = String(format: "d15b07ed-0000-4000-8000-%012x", i)
+            disputed.signedDate = last.signedDate + 60_000
+            disputed.status = 5
+            disputed.transaction.signedDate = AppleTime(disputed.signedDate)
+            disputed.renewal.signedDate = AppleTime(disputed.signedDate)
+            disputed.renewal.autoRenewStatus = 0
+            disputed.deliveredAt = max(last.deliveredAt, disputed.signedDate) + 1_000
+            all[i].notifications.append(disputed)
+            left -= 1
+        }
+        return all
+    }
 
     /// The WeChat subscribers (none unless `wechatSubscribers`).
     public var wechat: WeChatSimulation {

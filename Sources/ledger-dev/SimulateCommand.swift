@@ -30,6 +30,8 @@ enum SimulateCommand {
       --allow-remote       allow a non-loopback URL (a staging service you own)
       --shuffle            post in a seeded random order instead of the App Store's delivery order
       --duplicates K       post every notification K more times, identical bytes (default 0)
+      --disputed-statuses N  end N lifecycles with a notification whose data.status (REVOKED) the
+                           ledger disagrees with: test data for the drift page's Apple status check
       --concurrency C      requests in flight (default 8)
       --bundle-id ID       bundleId of the simulated app (default com.example.app)
       --environment E      Sandbox or Production (default Sandbox)
@@ -46,7 +48,7 @@ enum SimulateCommand {
     static func run(_ raw: [String]) async throws {
         let args = try parse(
             raw, command: "simulate",
-            valued: ["customers", "wechat", "days", "start", "seed", "url", "duplicates", "concurrency", "bundle-id",
+            valued: ["customers", "wechat", "days", "start", "seed", "url", "duplicates", "concurrency", "bundle-id", "disputed-statuses",
                      "environment", "app-apple-id", "root-file", "mint-root"],
             boolean: ["shuffle", "allow-remote", "dry-run"], help: help)
         guard args.positionals.isEmpty else {
@@ -69,6 +71,7 @@ enum SimulateCommand {
         options.shuffle = args.has("shuffle")
         options.duplicates = try int("duplicates", 0)
         options.wechatSubscribers = try int("wechat", 0)
+        options.disputedStatuses = try int("disputed-statuses", 0)
         let simulator: Simulator
         do { simulator = try Simulator(options: options) } catch {
             throw CommandFailure(message: "\(error)", exitCode: 2)

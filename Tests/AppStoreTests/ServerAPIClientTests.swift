@@ -593,7 +593,7 @@ final class ServerAPIClientTests: XCTestCase {
         XCTAssertEqual((items[0]["renewalInfo"] as? [String: Any])?["autoRenewStatus"] as? Int, 1)
         // Its facts fold (no unreadable).
         let facts = FactDecoder.facts(of: built[0])
-        XCTAssertEqual(facts.map(\.kind), [.transaction, .reversal, .renewal], "a transaction not revoked states a reversal")
+        XCTAssertEqual(facts.map(\.kind), [.transaction, .reversal, .renewal, .appleStatus], "a transaction not revoked states a reversal; the item's status is Apple's word")
         XCTAssertEqual(Set(facts.map(\.origin)), [.appleAPI])
 
         // Asked again: re-signed (different bytes), same keys. Changed: a new key for that one only.

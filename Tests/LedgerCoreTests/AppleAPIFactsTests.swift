@@ -96,7 +96,10 @@ final class AppleAPIFactsTests: XCTestCase {
         let e = Self.statusEvent([(1, Self.tx("1002", purchase: Self.d(30), expires: Self.d(60), signed: Self.d(40)),
                                    Self.renewal(auto: 0, next: Self.yearly, signed: Self.d(41)))])
         let f = FactDecoder.facts(of: e)
-        XCTAssertEqual(f.map(\.kind), [.transaction, .reversal, .renewal], "not revoked as of signing: a reversal")
+        XCTAssertEqual(f.map(\.kind), [.transaction, .reversal, .renewal, .appleStatus], "not revoked as of signing: a reversal")
+        XCTAssertEqual(f[3].details["status"], .integer(1), "the item's status, Apple's word (fact schema 6)")
+        XCTAssertEqual(f[3].details["source"]?.text, "api")
+        XCTAssertEqual(f[3].signedAt, Self.d(40), "dated by the transaction Apple signed for the answer")
         XCTAssertEqual(f[1].signedAt, Self.d(40))
         XCTAssertEqual(f[1].transactionId, "1002")
         XCTAssertEqual(Set(f.map(\.origin)), [.appleAPI])
@@ -122,10 +125,11 @@ final class AppleAPIFactsTests: XCTestCase {
              Self.renewal(auto: 0, signed: Self.d(40), otid: other)),
         ])
         let f = FactDecoder.facts(of: e)
-        XCTAssertEqual(f.map(\.kind), [.transaction, .reversal, .transaction, .revocation, .renewal])
+        XCTAssertEqual(f.map(\.kind), [.transaction, .reversal, .appleStatus, .transaction, .revocation, .renewal, .appleStatus])
         let otherKey = SubscriptionKey(environment: "Production", originalTransactionId: other)
-        XCTAssertEqual(f.map(\.subscription), [Self.key, Self.key, otherKey, otherKey, otherKey])
-        let revocation = f[3]
+        XCTAssertEqual(f.map(\.subscription), [Self.key, Self.key, Self.key, otherKey, otherKey, otherKey, otherKey])
+        XCTAssertEqual(f[6].details["status"], .integer(5))
+        let revocation = f[4]
         XCTAssertEqual(revocation.transactionId, other)
         XCTAssertEqual(revocation.signedAt, Self.d(40), "ordered by the transaction's own signedDate")
         XCTAssertEqual(revocation.effectiveAt, Self.d(10), "in effect from its revocationDate")
@@ -139,7 +143,7 @@ final class AppleAPIFactsTests: XCTestCase {
         tx["signedDate"] = nil
         var e = Self.statusEvent([(1, tx, nil)])
         e.signedAt = Self.d(45)
-        XCTAssertEqual(FactDecoder.facts(of: e).map(\.signedAt), [Self.d(45), Self.d(45)])
+        XCTAssertEqual(FactDecoder.facts(of: e).map(\.signedAt), [Self.d(45), Self.d(45), Self.d(45)])
         e.signedAt = nil
         let f = FactDecoder.facts(of: e)
         XCTAssertEqual(f.map(\.kind), [.unreadable])

@@ -114,10 +114,20 @@ final class AppleV2FactTests: XCTestCase {
         }
     }
 
-    func testNotificationsAboutNoSubscriptionGiveNoFacts() {
+    /// TEST states nothing; a mass extension's SUMMARY and RESCIND_CONSENT are statements about
+    /// no one subscription (fact schema 6): a summary without its request id, or a rescission
+    /// naming no app transaction, is kept as unreadable evidence.
+    func testNotificationsAboutNoSubscriptionGiveNoSubscriptionFacts() {
         XCTAssertEqual(FactDecoder.facts(of: event(#"{"notificationType":"TEST","signedDate":1}"#)), [])
-        XCTAssertEqual(FactDecoder.facts(of: event(#"{"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","summary":{"requestIdentifier":"r"},"signedDate":1}"#)), [])
-        XCTAssertEqual(FactDecoder.facts(of: event(#"{"notificationType":"RESCIND_CONSENT","appData":{"bundleId":"b"},"signedDate":1}"#)), [])
+        let summary = FactDecoder.facts(of: event(#"{"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","summary":{"requestIdentifier":"r"},"signedDate":1}"#))
+        XCTAssertEqual(summary.map(\.kind), [.extensionSummary])
+        XCTAssertEqual(summary.first?.subscription, nil)
+        XCTAssertEqual(summary.first?.details["requestIdentifier"]?.text, "r")
+        XCTAssertEqual(FactDecoder.facts(of: event(#"{"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","summary":{},"signedDate":1}"#)).map(\.kind),
+                       [.unreadable])
+        let rescinded = FactDecoder.facts(of: event(#"{"notificationType":"RESCIND_CONSENT","appData":{"bundleId":"b"},"signedDate":1}"#))
+        XCTAssertEqual(rescinded.map(\.kind), [.unreadable])
+        XCTAssertTrue(rescinded.first?.details["reason"]?.text?.contains("appTransactionId") ?? false)
     }
 
     func testEnvironmentComesFromTheTransactionThenDataThenTheColumn() {

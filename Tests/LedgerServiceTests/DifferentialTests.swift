@@ -141,6 +141,22 @@ final class DifferentialTests: XCTestCase {
         let liveGrants = Array(asked.dropFirst(lifecycles.count))
         print("differential[\(shuffle)]: \(asked.reduce(0) { $0 + $1.count }) questions in \(Self.seconds(since: t0))")
 
+        // 2b. A lost REFUND still opens its refund case (issue 20): the later snapshot states it.
+        // (Not of Sandbox twins: the generator gives a twin the same transaction ids as its
+        // Production lifecycle, and a refund case is keyed by transactionId, unique at Apple.)
+        let lost = lifecycles.filter { !$0.tags.contains("sandbox-twin") }.flatMap { l in l.lostRefundTransactions.map { (l.index, $0) } }
+        let cases = await client.run(lost.map { [DiffRequest(method: "GET", path: "/v1/refunds/apple:\($0.1)", token: "auditor-token-for-tests-0123456789abcdef")] },
+                                     workers: workers)
+        for ((l, tx), answer) in zip(lost, cases) {
+            let outcome = answer[0].status == 200 ? Self.json(answer[0].body)?["outcome"] as? String : nil
+            if outcome != "refunded" && outcome != "declined" {
+                findings.append(Finding(shuffle: shuffle, lifecycle: l, customer: nil, question: "refund case apple:\(tx) (its REFUND was lost)",
+                                        expected: "200, outcome refunded (or declined by a later REFUND_DECLINED)",
+                                        actual: "HTTP \(answer[0].status) \(answer[0].text.prefix(200))"))
+            }
+        }
+        if !lost.isEmpty { print("differential[\(shuffle)]: \(lost.count) refund cases of lost REFUNDs checked") }
+
         // 3. Rebuild every projection from the log, then ask the live tables again.
         t0 = Date()
         let rebuild = await client.run([[DiffRequest(method: "POST", path: "/v1/admin/rebuild", body: Data("{}".utf8),
@@ -151,6 +167,21 @@ final class DifferentialTests: XCTestCase {
         let rebuilt = asked.prefix(lifecycles.count).map { $0[0] }
         let rebuiltGrants = asked.dropFirst(lifecycles.count).map { $0[0] }
         print("differential[\(shuffle)]: rebuilt and asked again in \(Self.seconds(since: t0))")
+
+        // 3b. Apple's word (issue 20 item 2): every notification states data.status as the script's
+        // world has it at its signedDate; the ledger's fold of the facts signed by then must agree.
+        _ = try await h.app.store.worker.catchUp()
+        let drift = await client.run([[DiffRequest(method: "GET", path: "/v1/admin/drift", token: "auditor-token-for-tests-0123456789abcdef")]], workers: 1)[0][0]
+        let apple = Self.json(drift.body)?["apple"] as? [String: Any]
+        for d in (apple?["disagreements"] as? [[String: Any]]) ?? [] {
+            let otid = d["originalTransactionId"] as? String, env = d["environment"] as? String
+            let l = lifecycles.first { $0.originalTransactionId == otid && $0.environment == env }
+            findings.append(Finding(shuffle: shuffle, lifecycle: l?.index, customer: l == nil ? "\(env ?? "?")/\(otid ?? "?")" : nil,
+                                    question: "Apple status of \(d["message"] as? String ?? "?") at \(Self.int64(d["signedDate"]) ?? 0)",
+                                    expected: "the ledger agrees with Apple's \(d["appleStatusName"] as? String ?? "?")",
+                                    actual: "the ledger says \(d["ledgerStatus"] as? String ?? "nothing")"))
+        }
+        print("differential[\(shuffle)]: \((apple?["checked"] as? NSNumber)?.intValue ?? 0) Apple status statements checked")
 
         // 4. Compare with the model.
         for (i, l) in lifecycles.enumerated() {
@@ -167,6 +198,12 @@ final class DifferentialTests: XCTestCase {
                                             expected: expected?.description ?? "404 (no such subscription then)",
                                             actual: actual.error ?? actual.state?.description ?? "404"))
                 }
+            }
+            // V1 pending crossgrades show (issue 20): the next renewal's product, now.
+            if let pending = l.expectedAutoRenewProductId(at: now), answers[0].status == 200,
+               let stated = Self.json(answers[0].body)?["autoRenewProductId"] as? String, stated != pending {
+                findings.append(Finding(shuffle: shuffle, lifecycle: l.index, customer: nil, question: "live autoRenewProductId",
+                                        expected: pending, actual: stated))
             }
         }
         for (i, c) in customers.enumerated() {

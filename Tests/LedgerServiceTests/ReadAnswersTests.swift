@@ -26,7 +26,12 @@ final class ReadAnswersTests: XCTestCase {
                         customerId: customer == 0 ? nil : (text ?? "customer-1"),
                         customerSource: customer == 1 ? nil : (customer == 2 ? .tie : .openId),
                         implicitCustomerId: customer >= 2 ? "other \(j)" : nil,
-                        latestTransactionId: text, recentSubscriptionStartDate: number, renewalDate: number, revocationDate: number)
+                        latestTransactionId: text, recentSubscriptionStartDate: number, renewalDate: number, revocationDate: number,
+                        purchaseDate: number,
+                        // The table-named members (AppleFields) merge in at their canonical places.
+                        renewalExtras: customer % 2 == 0 ? AppleExtras()
+                            : AppleExtras(values: [number.map(AppleFieldValue.integer), text.map(AppleFieldValue.text),
+                                                   text.map(AppleFieldValue.text), text.map(AppleFieldValue.text)]))
                     let expected = Representation.subscription(state).canonicalJSON()
                     let written = Representation.subscriptionJSON(state)
                     XCTAssertEqual(String(decoding: written, as: UTF8.self), String(decoding: expected, as: UTF8.self))
@@ -48,9 +53,12 @@ final class ReadAnswersTests: XCTestCase {
                                                productId: "com.example.\(i)", originalTransactionId: "10000000000000\(i)",
                                                expiresDate: expires, status: status))
             }
+            let rescinded = (0..<count).map { ConsentRescission(appTransactionId: "70428957231113625\($0)", rescindedAt: Int64($0) - 3, position: 9) }
             let document: JSONValue = ["customerId": .string("c \"x\""), "environment": .string("Sandbox"), "asOf": .integer(-5),
-                                       "entitlements": .array(grants.map(Representation.entitlement))]
-            let written = Representation.entitlementsJSON(customerId: "c \"x\"", environment: "Sandbox", asOf: -5, grants: grants)
+                                       "entitlements": .array(grants.map(Representation.entitlement)),
+                                       "consentRescinded": .array(rescinded.map(\.json))]
+            let written = Representation.entitlementsJSON(customerId: "c \"x\"", environment: "Sandbox", asOf: -5, grants: grants,
+                                                          consentRescinded: rescinded)
             XCTAssertEqual(String(decoding: written, as: UTF8.self), String(decoding: document.canonicalJSON(), as: UTF8.self))
         }
     }

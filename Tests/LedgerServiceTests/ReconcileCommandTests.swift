@@ -52,11 +52,12 @@ final class ReconcileCommandTests: XCTestCase {
             ]
             // The key through a Docker-style secret file holding the .p8 itself.
             env["LEDGER_APPLE_API_PRIVATE_KEY_FILE"] = try XCTUnwrap(h.app.configuration.appleAPI.privateKey?.value)
-            let t0 = F.now - 40 * F.day
+            // Inside the 30 days of Sandbox history Apple keeps (20-day periods).
+            let t0 = F.now - 25 * F.day
             let otid = "1000000000001901", token = "aaaaaaaa-0000-4000-8000-000000001901"
-            fake.setSubscription(F.renewedMonthly(otid: otid, token: token, t0: t0))
+            fake.setSubscription(F.renewedMonthly(otid: otid, token: token, t0: t0, period: 20 * F.day))
             try await F.deliver(h, try fake.notify("SUBSCRIBED", about: otid, date: t0, transactionId: otid))
-            _ = try fake.notify("DID_RENEW", about: otid, date: t0 + 30 * F.day, failed: true)
+            _ = try fake.notify("DID_RENEW", about: otid, date: t0 + 20 * F.day, failed: true)
             let since = String(t0 - F.day)
 
             var r = try ledger(["reconcile", "--since", since, "--environment", "Sandbox", "--dry-run"], environment: env)

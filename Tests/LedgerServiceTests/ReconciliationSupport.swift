@@ -96,12 +96,14 @@ enum ReconciliationFixtures {
     }
 
     /// A monthly subscription bought 40 days ago and renewed once (its second period runs 20 more days).
-    static func renewedMonthly(otid: String, token: String, t0: Int64) -> FakeAppStoreServer.Subscription {
+    /// Bought at `t0`, renewed once after `period` (30 days; tests inside Apple's 30 days of Sandbox
+    /// notification history use shorter periods).
+    static func renewedMonthly(otid: String, token: String, t0: Int64, period: Int64 = 30 * day) -> FakeAppStoreServer.Subscription {
         FakeAppStoreServer.Subscription(
             originalTransactionId: otid,
-            transactions: [transaction(otid, otid: otid, purchase: t0, expires: t0 + 30 * day, token: token),
-                           transaction(next(otid, 1), otid: otid, purchase: t0 + 30 * day, expires: t0 + 60 * day, token: token)],
-            renewal: renewal(otid: otid, renews: t0 + 60 * day))
+            transactions: [transaction(otid, otid: otid, purchase: t0, expires: t0 + period, token: token),
+                           transaction(next(otid, 1), otid: otid, purchase: t0 + period, expires: t0 + 2 * period, token: token)],
+            renewal: renewal(otid: otid, renews: t0 + 2 * period))
     }
 
     static func next(_ otid: String, _ n: Int64) -> String { String(Int64(otid)! + n) }

@@ -24,12 +24,13 @@ final class ReconciliationTests: XCTestCase {
 
     func testBackfillStoresTheMissedNotificationsOnceAndASecondRunStoresNothing() async throws {
         try await withReconciliation { h, fake in
-            let t0 = F.now - 40 * day
+            // Inside the 30 days of Sandbox history Apple keeps (20-day periods).
+            let t0 = F.now - 25 * day
             let otid = "1000000000000101", token = "aaaaaaaa-0000-4000-8000-000000000101"
-            fake.setSubscription(F.renewedMonthly(otid: otid, token: token, t0: t0))
+            fake.setSubscription(F.renewedMonthly(otid: otid, token: token, t0: t0, period: 20 * day))
             // SUBSCRIBED reached the webhook; DID_RENEW was lost (Apple's history has both).
             try await F.deliver(h, try fake.notify("SUBSCRIBED", subtype: "INITIAL_BUY", about: otid, date: t0, transactionId: otid))
-            _ = try fake.notify("DID_RENEW", about: otid, date: t0 + 30 * day, failed: true)
+            _ = try fake.notify("DID_RENEW", about: otid, date: t0 + 20 * day, failed: true)
             let awaited1 = try await F.subscription(h, otid)["status"] as? String
             XCTAssertEqual(awaited1, "expired", "the ledger missed the renewal")
             let awaited2 = try await F.entitlements(h, token)
@@ -50,7 +51,7 @@ final class ReconciliationTests: XCTestCase {
             XCTAssertEqual(drift.after?.status, .active)
             XCTAssertEqual(drift.before?.entitlements, [])
             XCTAssertEqual(drift.after?.entitlements, ["premium"])
-            XCTAssertEqual(drift.after?.expiresDate, t0 + 60 * day)
+            XCTAssertEqual(drift.after?.expiresDate, t0 + 40 * day)
             XCTAssertEqual(drift.changed, ["status", "expiresDate", "entitlements"])
             // The backfilled notification went through the V2 path: its stored raw is the body.
             let renewals = try F.events(h, type: "DID_RENEW")
@@ -230,7 +231,7 @@ final class ReconciliationTests: XCTestCase {
 
     func testEveryPageIsWalkedAnd429sWithRetryAfterSlowTheRunDownButNeverStopIt() async throws {
         try await withReconciliation { h, fake in
-            let t0 = F.now - 40 * day
+            let t0 = F.now - 20 * day
             let otid = "1000000000000501", token = "aaaaaaaa-0000-4000-8000-000000000501"
             fake.setSubscription(F.renewedMonthly(otid: otid, token: token, t0: t0))
             fake.pageSize = 2
@@ -292,12 +293,12 @@ final class ReconciliationTests: XCTestCase {
             let c = try XCTUnwrap(h.app.appleAPI.reconciliation)
             let misconfigured = AppleReconciliation(
                 store: h.app.store, ingestor: c.ingestor,
-                clients: ["Sandbox": AppStoreServerAPIClient(
+                clients: AppStoreServerAPIClients(byEnvironment: ["Sandbox": AppStoreServerAPIClient(
                     configuration: try AppStoreServerAPIConfiguration(issuerId: fake.credentials.issuerId, keyId: fake.credentials.keyId,
                                                                       privateKey: wrongKey.key, bundleId: "com.example", baseURL: fake.baseURL,
                                                                       allowsPlainHTTPLoopback: true),
-                    environment: .sandbox)],
-                bundleId: "com.example", catalog: c.catalog, metrics: MetricsRegistry(), log: Log(minimum: .error))
+                    environment: .sandbox)]),
+                catalog: c.catalog, metrics: MetricsRegistry(), log: Log(minimum: .error))
             do {
                 _ = try await misconfigured.run(ReconcileRequest(since: t0 - day, environments: ["Sandbox"]))
                 XCTFail("a refused key must fail the run")

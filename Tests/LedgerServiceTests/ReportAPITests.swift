@@ -62,7 +62,7 @@ final class ReportAPITests: XCTestCase {
                 let shares = try XCTUnwrap(c["retainedShare"] as? [String], "\(c)")
                 XCTAssertEqual(shares, retained.map { ReportModel.share(Int64($0), of: Int64(members)) }, "\(c)")
             }
-            let retentionCSV = try await h.request("GET", "/v1/reports/retention?to=\(to.text)&format=csv", token: "auditor-token")
+            let retentionCSV = try await h.request("GET", "/v1/reports/retention?to=\(to.text)&format=csv", token: "auditor-token-for-tests-0123456789abcdef")
             XCTAssertTrue(retentionCSV.text.components(separatedBy: "\r\n")[1].hasPrefix("cohort,members,month_0,"), retentionCSV.text)
             XCTAssertTrue(retentionCSV.text.contains(",share_0,"), retentionCSV.text)
             let position = try h.eventCount()

@@ -49,7 +49,7 @@ final class FactPathTests: XCTestCase {
     func testFactColumnsMatchTheTable() throws {
         let rows = try database.adminQuery(
             "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'facts' ORDER BY ordinal_position")
-        XCTAssertEqual(try rows.rows.map { try $0.decode(String.self, "column_name") }, FactColumn.allCases.map(\.name))
+        XCTAssertEqual(try rows.rows.map { try $0.decode(String.self, "column_name") }, FactRows.columnNames)
     }
 
     /// Facts missing for stored events (a database from before the fact path, a new schema
@@ -80,7 +80,8 @@ final class FactPathTests: XCTestCase {
 
         // Blue/green: facts of another version stay until dropped, then go; its checkpoint retires.
         let current = try allFacts().count
-        XCTAssertEqual(current, recorded.count + 3, "the late purchase states a transaction, its not-revoked statement and renewal info")
+        XCTAssertEqual(current, recorded.count + 4,
+                       "the late purchase states a transaction, its not-revoked statement, renewal info and Apple's status")
         try database.adminScript("""
             INSERT INTO facts SELECT 1, position, ordinal, recorded_at, stream_id, subscription, kind, origin, message, signed_at,
               effective_at, transaction_id, order_alias, customer_id, has_transaction, tx_original_transaction_id,
@@ -89,7 +90,8 @@ final class FactPathTests: XCTestCase {
               offer_identifier, app_account_token, environment, in_app_ownership_type, has_renewal, r_product_id,
               auto_renew_product_id, auto_renew_status, expiration_intent, is_in_billing_retry_period, grace_period_expires_date,
               price_increase_status, r_offer_type, r_offer_identifier, recent_subscription_start_date, renewal_date,
-              r_app_account_token, r_signed_date, detail FROM facts WHERE schema_version = \(FactDecoder.schemaVersion);
+              r_app_account_token, r_signed_date, detail, offer_discount_type, app_transaction_id, renewal_price, r_currency,
+              r_offer_discount_type, r_app_transaction_id FROM facts WHERE schema_version = \(FactDecoder.schemaVersion);
             INSERT INTO projection_checkpoints (projection, position) VALUES ('facts.v1', \(head + 1));
             """)
         XCTAssertEqual(try deriver.status().otherVersions, [1: head + 1])

@@ -61,8 +61,9 @@ final class ProjectionLiveTests: XCTestCase {
         XCTAssertEqual(failures.all, [], "the live hook must not fail on generated or hostile events")
 
         let head = try await store.headPosition()
-        // Refund cases have a hook of their own; reports are kept after the commit (no live hook).
-        let statuses = try await ProjectionStatusReader.statuses(pool).filter { $0.name != "refund_cases" && $0.name != "reports" }
+        // Refund cases have a hook of their own; reports and the Apple status check are kept by the
+        // worker only (no live hook).
+        let statuses = try await ProjectionStatusReader.statuses(pool).filter { !["refund_cases", "reports", "apple_status"].contains($0.name) }
         XCTAssertEqual(statuses.map(\.name), ["entitlements", "facts.v\(FactDecoder.schemaVersion)", "subscriptions", "transactions"])
         for status in statuses {
             XCTAssertEqual(status.position, head, "\(status.name) must be advanced in the append transaction")
@@ -138,7 +139,7 @@ final class ProjectionLiveTests: XCTestCase {
         let live = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
         try await ProjectionFixture.append(Array(events.dropFirst(20)), to: live)
         XCTAssertEqual(try database.checkpoints().filter { !$0.key.hasPrefix("facts") },
-                       ["subscriptions": 0, "transactions": 0, "entitlements": 0],
+                       ["subscriptions": 0, "transactions": 0, "entitlements": 0, "apple_status": 0],
                        "the hook must not jump a checkpoint over events it did not apply")
         let rows = try database.dumpTables()
         XCTAssertEqual(rows["subscriptions"], [], "a projection that is behind is not written by the hook")
@@ -147,7 +148,8 @@ final class ProjectionLiveTests: XCTestCase {
         _ = try await worker.catchUp()
         let head = try await live.headPosition()
         XCTAssertEqual(try database.checkpoints(),
-                       ["subscriptions": head, "transactions": head, "entitlements": head, "facts.v\(FactDecoder.schemaVersion)": head])
+                       ["subscriptions": head, "transactions": head, "entitlements": head, "facts.v\(FactDecoder.schemaVersion)": head,
+                        "apple_status": head])
         let oracle = try await ProjectionFixture.oracle(live)
         let queries = ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog)
         for (key, _) in oracle.subscriptions {

@@ -228,7 +228,7 @@ public struct AppleAPIAnswerEvents: Sendable {
             streamId: stream, dedupeKey: key, source: .apple, type: type, environment: environment,
             signedAt: signedAt.flatMap { JSONNumbers.storableMillis.contains($0) ? $0 : nil },
             expiresAt: expiresAt.flatMap { JSONNumbers.storableMillis.contains($0) ? $0 : nil },
-            payload: payload.canonicalJSON(), raw: raw)
+            payload: payload.canonicalJSON(), raw: raw, parsed: .value(payload))
     }
 
     /// Parses JSON through the same guard notifications pass (depth, NUL escapes, repeated

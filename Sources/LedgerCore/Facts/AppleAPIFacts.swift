@@ -34,6 +34,7 @@ import Foundation
 /// | each `transactionInfo` with a `revocationDate` | `revocation` of it | its signedDate, else the event's | revocationDate |
 /// | each `transactionInfo` without one | `reversal` of it (`detail.basis`): not revoked as of signing, so earlier revocations no longer hold | its signedDate, else the event's | signedAt |
 /// | each `renewalInfo` | `renewal` (the snapshot, absent fields cleared) | its signedDate, else the event's | signedAt |
+/// | each statuses item's `status` (1–5) | `apple_status` (`detail.status`, `detail.source` = api) | its transaction's signedDate, else its renewal info's, else the event's | signedAt |
 /// | receipt: each `latest_receipt_info` entry with `expires_date_ms` | `transaction` | the entry's own latest date (purchase, cancellation) | purchase_date_ms |
 /// | receipt: each such entry with `cancellation_date_ms`, but upgraded ones (`is_upgraded`: the upgrade, not a refund) | `revocation` | cancellation_date_ms | cancellation_date_ms |
 /// | receipt: the `pending_renewal_info` entry of each subscription | `renewal` | `receipt.request_date_ms` (Apple's answer time), else the subscription's latest date | signedAt |
@@ -123,76 +124,57 @@ enum AppleAPIFacts {
 
     // MARK: Get All Subscription Statuses
 
-    struct StatusPayload: Decodable {
-        var statusResponse: StatusBody?
-    }
-
-    struct StatusBody: Decodable {
-        var environment: String?
-        var bundleId: String?
-        var data: [Group]?
-
-        init(from decoder: any Decoder) throws {
-            let c = try decoder.container(keyedBy: CodingKeys.self)
-            environment = c.lenient(.environment)
-            bundleId = c.lenient(.bundleId)
-            data = try c.decodeIfPresent([Group].self, forKey: .data)
+    /// The stored payload as a tree: the one the builder made (`NewEvent.parsed`), else parsed once.
+    static func tree(_ event: NewEvent) throws(FactDecodingError) -> JSONValue {
+        if case .value(let v)? = event.parsed { return v }
+        do { return try JSONValue(json: event.payload) } catch {
+            throw FactDecodingError("the payload is not JSON: \(error)")
         }
-
-        enum CodingKeys: String, CodingKey { case environment, bundleId, data }
-    }
-
-    struct Group: Decodable {
-        var lastTransactions: [Item]?
-    }
-
-    struct Item: Decodable {
-        var originalTransactionId: String?
-        var transactionInfo: AppleTransaction?
-        var renewalInfo: AppleRenewalInfo?
-
-        init(from decoder: any Decoder) throws {
-            let c = try decoder.container(keyedBy: CodingKeys.self)
-            originalTransactionId = c.lenient(.originalTransactionId)
-            transactionInfo = c.lenient(.transactionInfo)
-            renewalInfo = c.lenient(.renewalInfo)
-        }
-
-        enum CodingKeys: String, CodingKey { case originalTransactionId, transactionInfo, renewalInfo }
     }
 
     static func statusFacts(_ event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let payload: StatusPayload
-        do { payload = try JSONDecoder().decode(StatusPayload.self, from: event.payload) } catch {
-            throw FactDecodingError("the payload is not a stored subscription status answer: \(error)")
-        }
-        guard let body = payload.statusResponse else {
+        let payload = try tree(event)
+        guard let body = payload.child(AppleAPIEvents.statusResponseKey) else {
             throw FactDecodingError("the payload has no \(AppleAPIEvents.statusResponseKey) member")
         }
         var facts: [Fact] = []
-        for group in body.data ?? [] {
-            for item in group.lastTransactions ?? [] {
+        for group in body.children("data") ?? [] {
+            for item in group.children("lastTransactions") ?? [] {
+                let tx = item.child("transactionInfo"), renewal = item.child("renewalInfo")
                 let environment = try environment(
-                    item.transactionInfo?.environment ?? item.renewalInfo?.environment ?? body.environment ?? event.environment)
-                if let tx = item.transactionInfo {
-                    if let stated = item.originalTransactionId, let inTx = tx.originalTransactionId, stated != inTx {
+                    tx?.text("environment") ?? renewal?.text("environment") ?? body.text("environment") ?? event.environment)
+                var subject: (key: SubscriptionKey, transactionId: String?, signed: EpochMillis?)?
+                if let tx {
+                    if let stated = item.text("originalTransactionId"), let inTx = tx.text("originalTransactionId"), stated != inTx {
                         throw FactDecodingError("an item names originalTransactionId \(stated) but its transaction \(inTx)")
                     }
-                    facts += try transactionFacts(tx, environment: environment, bundleId: body.bundleId, event: event)
+                    let own = try transactionFacts(tx, environment: environment, bundleId: body.text("bundleId"), event: event)
+                    facts += own
+                    if let first = own.first, let key = first.subscription { subject = (key, first.transactionId, first.signedAt) }
                 }
-                if let renewal = item.renewalInfo {
-                    guard let original = renewal.originalTransactionId ?? item.originalTransactionId
-                        ?? item.transactionInfo?.originalTransactionId, !original.isEmpty else {
+                if let renewal {
+                    guard let original = renewal.text("originalTransactionId") ?? item.text("originalTransactionId")
+                        ?? tx?.text("originalTransactionId"), !original.isEmpty else {
                         throw FactDecodingError("a renewalInfo has no originalTransactionId")
                     }
-                    guard let signed = renewal.signedDate?.millis ?? event.signedAt else {
+                    let fields = AppleFields.renewal(from: renewal)
+                    guard let signed = fields.signedDate ?? event.signedAt else {
                         throw FactDecodingError("a renewalInfo has no signedDate, so its facts cannot be ordered")
                     }
-                    let fields = RenewalFact(renewal)
+                    let key = SubscriptionKey(environment: environment, originalTransactionId: original)
+                    if subject == nil { subject = (key, nil, signed) }
                     facts.append(Fact(
-                        subscription: SubscriptionKey(environment: environment, originalTransactionId: original),
-                        kind: .renewal, origin: .appleAPI, message: event.type, signedAt: signed,
+                        subscription: key, kind: .renewal, origin: .appleAPI, message: event.type, signedAt: signed,
                         customerId: fields.appAccountToken, renewal: fields))
+                }
+                if let status = item.integer("status"), AppleStatusFacts.documented.contains(status), let subject,
+                   let signed = subject.signed ?? event.signedAt {
+                    // "The status of the auto-renewable subscription" as Apple answers when asked
+                    // (Get All Subscription Statuses, lastTransactionsItem.status): dated by the
+                    // signed data Apple made for the answer.
+                    facts.append(AppleStatusFacts.statement(
+                        status, key: subject.key, transactionId: subject.transactionId, origin: .appleAPI,
+                        message: event.type, signedAt: signed, source: .api))
                 }
             }
         }
@@ -201,60 +183,38 @@ enum AppleAPIFacts {
 
     // MARK: Get Transaction History
 
-    struct HistoryPayload: Decodable {
-        var historyTransaction: HistoryBody?
-    }
-
-    struct HistoryBody: Decodable {
-        var environment: String?
-        var bundleId: String?
-        var transactionInfo: AppleTransaction?
-
-        init(from decoder: any Decoder) throws {
-            let c = try decoder.container(keyedBy: CodingKeys.self)
-            environment = c.lenient(.environment)
-            bundleId = c.lenient(.bundleId)
-            transactionInfo = c.lenient(.transactionInfo)
-        }
-
-        enum CodingKeys: String, CodingKey { case environment, bundleId, transactionInfo }
-    }
-
     static func historyFacts(_ event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let payload: HistoryPayload
-        do { payload = try JSONDecoder().decode(HistoryPayload.self, from: event.payload) } catch {
-            throw FactDecodingError("the payload is not a stored transaction history entry: \(error)")
-        }
-        guard let body = payload.historyTransaction else {
+        let payload = try tree(event)
+        guard let body = payload.child(AppleAPIEvents.historyTransactionKey) else {
             throw FactDecodingError("the payload has no \(AppleAPIEvents.historyTransactionKey) member")
         }
-        guard let tx = body.transactionInfo else { throw FactDecodingError("the history entry has no transactionInfo") }
-        let environment = try environment(tx.environment ?? body.environment ?? event.environment)
-        return try transactionFacts(tx, environment: environment, bundleId: body.bundleId, event: event)
+        guard let tx = body.child("transactionInfo") else { throw FactDecodingError("the history entry has no transactionInfo") }
+        let environment = try environment(tx.text("environment") ?? body.text("environment") ?? event.environment)
+        return try transactionFacts(tx, environment: environment, bundleId: body.text("bundleId"), event: event)
     }
 
     /// The transaction snapshot and its revocation (with a revocationDate) or reversal (without);
     /// all dated by the transaction's own signedDate (the request time), so they outrank what the
     /// ledger knew before it asked.
     static func transactionFacts(
-        _ tx: AppleTransaction, environment: String, bundleId: String?, event: NewEvent
+        _ tx: JSONValue, environment: String, bundleId: String?, event: NewEvent
     ) throws(FactDecodingError) -> [Fact] {
-        guard let id = tx.transactionId, !id.isEmpty else { throw FactDecodingError("a transactionInfo has no transactionId") }
-        guard let original = tx.originalTransactionId, !original.isEmpty else {
+        guard var snapshot = AppleFields.transaction(from: tx) else { throw FactDecodingError("a transactionInfo has no transactionId") }
+        let id = snapshot.transactionId
+        guard let original = snapshot.originalTransactionId, !original.isEmpty else {
             throw FactDecodingError("transactionInfo \(id) has no originalTransactionId")
         }
-        guard var snapshot = TransactionFact(tx) else { throw FactDecodingError("a transactionInfo has no transactionId") }
         if snapshot.bundleId == nil { snapshot.bundleId = bundleId }
         if snapshot.environment == nil { snapshot.environment = environment }
-        guard let signed = tx.signedDate?.millis ?? event.signedAt else {
+        guard let signed = snapshot.signedDate ?? event.signedAt else {
             throw FactDecodingError("transactionInfo \(id) has no signedDate, so its facts cannot be ordered")
         }
         let key = SubscriptionKey(environment: environment, originalTransactionId: original)
         var facts = [Fact(
             subscription: key, kind: .transaction, origin: .appleAPI, message: event.type, signedAt: signed,
-            effectiveAt: tx.purchaseDate?.millis ?? signed, transactionId: id,
+            effectiveAt: snapshot.purchaseDate ?? signed, transactionId: id,
             customerId: snapshot.appAccountToken, transaction: snapshot)]
-        if let revoked = tx.revocationDate?.millis {
+        if let revoked = snapshot.revocationDate {
             facts.append(Fact(
                 subscription: key, kind: .revocation, origin: .appleAPI, message: event.type, signedAt: signed,
                 effectiveAt: revoked, transactionId: id, customerId: snapshot.appAccountToken, transaction: snapshot))
@@ -280,10 +240,7 @@ enum AppleAPIFacts {
     // MARK: verifyReceipt
 
     static func receiptFacts(_ event: NewEvent) throws(FactDecodingError) -> [Fact] {
-        let stored: JSONValue
-        do { stored = try JSONDecoder().decode(JSONValue.self, from: event.payload) } catch {
-            throw FactDecodingError("the payload is not JSON: \(error)")
-        }
+        let stored = try tree(event)
         guard let body = stored[AppleAPIEvents.verifyReceiptKey], body.objectValue != nil else {
             throw FactDecodingError("the payload has no \(AppleAPIEvents.verifyReceiptKey) member")
         }

@@ -83,6 +83,19 @@ public enum FactKind: String, Sendable, Hashable, CaseIterable, Codable {
     /// An ordinary WeChat purchase (a delivery without AppleSubscriptionInfo): the order, its
     /// amount and customer, for auditors. No subscription folds it.
     case purchase
+    /// Apple's own word on the subscription's status when it signed: a V2 notification's
+    /// `data.status` or a Get All Subscription Statuses item's `status` (`detail.status` 1–5,
+    /// `detail.source` notification | api). No fold reads it: the Apple status check compares it
+    /// with the fold (`AppleStatusCheck`).
+    case appleStatus = "apple_status"
+    /// Apple RESCIND_CONSENT: the customer of an app transaction withdrew consent
+    /// (`detail.appTransactionId`). No subscription folds it; the entitlements answer shows it
+    /// beside the grants of every subscription with that appTransactionId (the app decides).
+    case consentRescinded = "consent_rescinded"
+    /// Apple RENEWAL_EXTENSION/SUMMARY: a mass renewal-date extension finished (`detail`:
+    /// requestIdentifier, productId, succeededCount, failedCount, storefrontCountryCodes). Checked
+    /// against the RENEWAL_EXTENDED notifications received (`ExtensionSummaryCheck`).
+    case extensionSummary = "extension_summary"
 }
 
 /// Which decoder a fact came from.

@@ -26,11 +26,19 @@ import Foundation
 /// Version 5 (WeChat): times of the wrong magnitude (refund_time or PaidTime in ms, SignedTime,
 /// UnsignedTime or RenewalDate in s) are refused as unreadable.
 ///
+/// Version 6 (Apple, issue 20 items 1–2 and issue 19 item 3) — "Apple status facts + consent +
+/// extension summary + the new Apple fields": every V2 `data.status` and every Get All
+/// Subscription Statuses item's `status` is an `apple_status` fact; RESCIND_CONSENT is a
+/// `consent_rescinded` fact and RENEWAL_EXTENSION/SUMMARY an `extension_summary` fact (both
+/// without a subscription); transaction and renewal snapshots are read through `AppleFields`
+/// and carry `offerDiscountType`, `appTransactionId`, `renewalPrice` and the renewal `currency`.
+///
 /// `schemaVersion` names the fact schema these decoders produce. Change it whenever a decoder
 /// would derive different facts from the same event; `ledger rederive` then derives the new
 /// version beside the old one (blue/green) and the readers switch when it is complete.
 public enum FactDecoder {
-    public static let schemaVersion = 5
+    /// 6: Apple status facts + consent + extension summary + the new Apple fields (see above).
+    public static let schemaVersion = 6
 
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).

@@ -27,6 +27,8 @@ public struct TransactionFact: Sendable, Hashable {
     public var environment: String?
     public var type: String?
     public var inAppOwnershipType: String?
+    /// The fields no fold reads (`AppleFields.transactionExtras`, in that order).
+    public var extras = AppleExtras()
 
     public init(
         transactionId: String, originalTransactionId: String? = nil, webOrderLineItemId: String? = nil,
@@ -35,7 +37,7 @@ public struct TransactionFact: Sendable, Hashable {
         revocationReason: Int? = nil, revocationType: String? = nil, revocationPercentage: Int? = nil,
         isUpgraded: Bool = false, price: Int64? = nil, currency: String? = nil, offerType: Int? = nil,
         offerIdentifier: String? = nil, appAccountToken: String? = nil, environment: String? = nil,
-        type: String? = nil, inAppOwnershipType: String? = nil
+        type: String? = nil, inAppOwnershipType: String? = nil, extras: AppleExtras = AppleExtras()
     ) {
         self.transactionId = transactionId
         self.originalTransactionId = originalTransactionId
@@ -58,22 +60,7 @@ public struct TransactionFact: Sendable, Hashable {
         self.environment = environment
         self.type = type
         self.inAppOwnershipType = inAppOwnershipType
-    }
-
-    /// Nil when the transaction has no id: without one it cannot be merged with anything.
-    public init?(_ tx: AppleTransaction) {
-        guard let id = tx.transactionId else { return nil }
-        self.init(
-            transactionId: id, originalTransactionId: tx.originalTransactionId,
-            webOrderLineItemId: tx.webOrderLineItemId, bundleId: tx.bundleId, productId: tx.productId,
-            purchaseDate: tx.purchaseDate?.millis, expiresDate: tx.expiresDate?.millis,
-            signedDate: tx.signedDate?.millis, revocationDate: tx.revocationDate?.millis,
-            revocationReason: tx.revocationReason, revocationType: tx.revocationType,
-            revocationPercentage: tx.revocationPercentage, isUpgraded: tx.isUpgraded ?? false,
-            price: tx.price, currency: tx.currency, offerType: tx.offerType,
-            offerIdentifier: tx.offerIdentifier, appAccountToken: CustomerId.normalised(appAccountToken: tx.appAccountToken),
-            environment: tx.environment, type: tx.type, inAppOwnershipType: tx.inAppOwnershipType
-        )
+        self.extras = extras
     }
 }
 
@@ -99,13 +86,16 @@ public struct RenewalFact: Sendable, Hashable {
     public var renewalDate: EpochMillis?
     public var appAccountToken: String?
     public var signedDate: EpochMillis?
+    /// The fields no fold reads (`AppleFields.renewalExtras`, in that order).
+    public var extras = AppleExtras()
 
     public init(
         productId: String? = nil, autoRenewProductId: String? = nil, autoRenewStatus: Int? = nil,
         expirationIntent: Int? = nil, isInBillingRetryPeriod: Bool? = nil,
         gracePeriodExpiresDate: EpochMillis? = nil, priceIncreaseStatus: Int? = nil, offerType: Int? = nil,
         offerIdentifier: String? = nil, recentSubscriptionStartDate: EpochMillis? = nil,
-        renewalDate: EpochMillis? = nil, appAccountToken: String? = nil, signedDate: EpochMillis? = nil
+        renewalDate: EpochMillis? = nil, appAccountToken: String? = nil, signedDate: EpochMillis? = nil,
+        extras: AppleExtras = AppleExtras()
     ) {
         self.productId = productId
         self.autoRenewProductId = autoRenewProductId
@@ -120,20 +110,6 @@ public struct RenewalFact: Sendable, Hashable {
         self.renewalDate = renewalDate
         self.appAccountToken = appAccountToken
         self.signedDate = signedDate
-    }
-
-    public init(_ r: AppleRenewalInfo) {
-        self.init(
-            productId: r.productId, autoRenewProductId: r.autoRenewProductId,
-            autoRenewStatus: r.autoRenewStatus, expirationIntent: r.expirationIntent,
-            isInBillingRetryPeriod: r.isInBillingRetryPeriod,
-            gracePeriodExpiresDate: r.gracePeriodExpiresDate?.millis,
-            priceIncreaseStatus: r.priceIncreaseStatus, offerType: r.offerType,
-            offerIdentifier: r.offerIdentifier,
-            recentSubscriptionStartDate: r.recentSubscriptionStartDate?.millis,
-            renewalDate: r.renewalDate?.millis, appAccountToken: CustomerId.normalised(appAccountToken: r.appAccountToken),
-            signedDate: r.signedDate?.millis
-        )
+        self.extras = extras
     }
 }
-

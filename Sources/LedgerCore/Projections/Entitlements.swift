@@ -8,10 +8,20 @@ import Foundation
 ///
 /// Without a configured catalog (`ProductCatalog.productIds`), every product grants one
 /// entitlement named after its productId, so a newcomer sees active subscribers entitled at once.
+///
+/// `durationDays` (optional) is how long a **non-renewing subscription** grants from its purchase:
+/// Apple states no expiry for one ("the app is responsible for the duration" of a Non-Renewing
+/// Subscription), so without `durationDays` it grants nothing (its status is `purchased`, like a
+/// consumable): `{"products": {"com.example.season": {"entitlements": ["premium"], "durationDays": 90}}}`.
 public struct ProductCatalog: Sendable, Hashable, Codable {
     public struct Product: Sendable, Hashable, Codable {
         public var entitlements: [String]
-        public init(entitlements: [String]) { self.entitlements = entitlements }
+        /// Non-renewing subscriptions: days of access from the purchase (nil: none).
+        public var durationDays: Int?
+        public init(entitlements: [String], durationDays: Int? = nil) {
+            self.entitlements = entitlements
+            self.durationDays = durationDays
+        }
     }
 
     public var products: [String: Product]
@@ -64,8 +74,16 @@ public struct ProductCatalog: Sendable, Hashable, Codable {
             for name in product.entitlements where name.trimmingCharacters(in: .whitespaces).isEmpty {
                 throw .emptyEntitlement(productId: productId)
             }
+            if let days = product.durationDays, !(1...36_500).contains(days) {
+                throw .invalidDuration(productId: productId, days: days)
+            }
         }
         return catalog
+    }
+
+    /// How long a non-renewing purchase of the product grants, in ms (nil: the catalog states none).
+    public func nonRenewingDuration(of productId: String) -> EpochMillis? {
+        products[productId]?.durationDays.map { EpochMillis($0) * 86_400_000 }
     }
 
     /// Entitlements of a product, sorted and without repeats; empty for a product not listed
@@ -81,6 +99,7 @@ public enum ProductCatalogError: Error, Equatable, CustomStringConvertible {
     case malformed(reason: String)
     case emptyProductId
     case emptyEntitlement(productId: String)
+    case invalidDuration(productId: String, days: Int)
 
     public var description: String {
         switch self {
@@ -90,6 +109,8 @@ public enum ProductCatalogError: Error, Equatable, CustomStringConvertible {
             return "the product catalog lists a product with an empty id; use the App Store productId as the key"
         case .emptyEntitlement(let productId):
             return "product \(productId) in the product catalog grants an empty entitlement name; remove it or name it"
+        case .invalidDuration(let productId, let days):
+            return "product \(productId) in the product catalog has durationDays \(days); give the days a non-renewing purchase of it grants, 1 to 36500"
         }
     }
 }
@@ -119,17 +140,33 @@ public struct EntitlementGrant: Sendable, Hashable, Codable {
         self.status = status
     }
 
-    /// The grants one subscription state gives: none unless it is entitled (active or in grace)
-    /// and names a customer; one per entitlement of its current product.
+    /// The grants one subscription state gives: none unless it is entitled (active or in grace;
+    /// a non-renewing purchase for the catalog's `durationDays`, `entitlement(of:catalog:)`) and
+    /// names a customer; one per entitlement of its current product.
     public static func grants(of state: SubscriptionState, catalog: ProductCatalog) -> [EntitlementGrant] {
-        guard state.status.isEntitled, let customer = state.customerId, let product = state.productId else { return [] }
+        guard let customer = state.customerId, let product = state.productId,
+              let (status, until) = entitlement(of: state, catalog: catalog) else { return [] }
         return catalog.entitlements(for: product).map {
             EntitlementGrant(
                 customerId: customer, environment: state.environment ?? SubscriptionKey.production,
                 entitlement: $0, productId: product,
-                originalTransactionId: state.originalTransactionId, expiresDate: state.entitledUntil,
-                status: state.status)
+                originalTransactionId: state.originalTransactionId, expiresDate: until, status: status)
         }
+    }
+
+    /// Whether a state (evaluated at its `evaluatedAt`) entitles, with the grant's status and end:
+    /// active or in grace until `entitledUntil`; a non-renewing purchase (status `purchased`: Apple
+    /// states no expiry) `active` from its purchase for the catalog's `durationDays`, and nothing
+    /// without them or once refunded. Every reader of grants goes through this (the fold's, the
+    /// table's re-evaluation, webhooks, drift).
+    public static func entitlement(of state: SubscriptionState, catalog: ProductCatalog) -> (status: SubscriptionStatus, until: EpochMillis?)? {
+        if state.status == .purchased, state.productType == ProductType.nonRenewing {
+            guard let product = state.productId, let duration = catalog.nonRenewingDuration(of: product),
+                  let start = state.purchaseDate, start <= state.evaluatedAt else { return nil }
+            let end = start > EpochMillis.max - duration ? EpochMillis.max : start + duration
+            return state.evaluatedAt < end ? (.active, end) : nil
+        }
+        return state.status.isEntitled ? (state.status, state.entitledUntil) : nil
     }
 
     /// Deterministic order for lists of grants.

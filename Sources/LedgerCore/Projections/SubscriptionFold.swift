@@ -130,6 +130,10 @@ public struct SubscriptionFold: Sendable {
         case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable,
              .consent, .consumptionAnswer:
             link(fact.transactionId, fact.orderAlias)
+        case .appleStatus, .consentRescinded, .extensionSummary:
+            // Apple's statements about the subscription, its customer or a mass extension:
+            // compared with the fold (AppleStatusCheck, ExtensionSummaryCheck), never folded.
+            return
         case .purchase:
             // An ordinary purchase belongs to no subscription: nothing to fold.
             return
@@ -245,7 +249,9 @@ public struct SubscriptionFold: Sendable {
             recentSubscriptionStartDate: timeline.map { weChatRunStart(at: asOf, $0) } ?? r?.recentSubscriptionStartDate,
             renewalDate: isWeChat ? period.end : r?.renewalDate,
             revocationDate: revokedAt,
-            validUntil: nextChange(after: asOf, timeline)
+            validUntil: nextChange(after: asOf, timeline),
+            purchaseDate: period.start,
+            renewalExtras: r?.extras ?? AppleExtras()
         )
     }
 
@@ -692,9 +698,12 @@ public struct SubscriptionFold: Sendable {
         if a.origin == .appleV1, b.origin == .appleV1, a.signedAt == b.signedAt {
             // V1 dates a body by its receipt's dates, so a DID_FAIL_TO_RENEW or
             // DID_CHANGE_RENEWAL_PREF about the current period carries the very time of the
-            // purchase that began it: at one time, the renewal-state message is the later news.
-            let ra = v1RenewalStateMessages.contains(a.message ?? ""), rb = v1RenewalStateMessages.contains(b.message ?? "")
-            if ra != rb { return rb }
+            // purchase that began it (or of the last auto-renew change): at one time, the
+            // renewal-state message is the later news, and among those a message with no date of
+            // its own (a preference change) comes after the auto-renew change whose date it
+            // carries, and a failure to renew (at the period's end) after both (`v1RenewalRank`).
+            let ra = v1RenewalRank(a.message), rb = v1RenewalRank(b.message)
+            if ra != rb { return ra < rb }
         }
         return signedPrecedes(a, b)
     }
@@ -704,6 +713,18 @@ public struct SubscriptionFold: Sendable {
     static let v1RenewalStateMessages: Set<String> = [
         "V1/DID_FAIL_TO_RENEW", "V1/DID_CHANGE_RENEWAL_PREF", "V1/DID_CHANGE_RENEWAL_STATUS", "V1/PRICE_INCREASE_CONSENT",
     ]
+
+    /// Which of two V1 renewal states at one business time is the later news: purchases (0) <
+    /// DID_CHANGE_RENEWAL_STATUS (1, dated by its own change) < DID_CHANGE_RENEWAL_PREF and
+    /// PRICE_INCREASE_CONSENT (2, no date of their own) < DID_FAIL_TO_RENEW (3, the period's end).
+    static func v1RenewalRank(_ message: String?) -> Int {
+        switch message {
+        case "V1/DID_FAIL_TO_RENEW"?: 3
+        case "V1/DID_CHANGE_RENEWAL_PREF"?, "V1/PRICE_INCREASE_CONSENT"?: 2
+        case "V1/DID_CHANGE_RENEWAL_STATUS"?: 1
+        default: 0
+        }
+    }
 
     // MARK: - Transactions
 
@@ -761,7 +782,8 @@ public struct SubscriptionFold: Sendable {
             environment: key.environment,
             type: tx.type,
             inAppOwnershipType: tx.inAppOwnershipType,
-            signedDate: slot.snapshot.signedAt
+            signedDate: slot.snapshot.signedAt,
+            extras: tx.extras
         )
     }
 }

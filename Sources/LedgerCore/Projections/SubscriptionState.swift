@@ -72,6 +72,13 @@ public struct SubscriptionState: Sendable, Hashable {
     /// purchaseDate, a future revocation date): a stored state is only re-evaluated, not refolded,
     /// before it. Nil: nothing known changes it but time.
     public var validUntil: EpochMillis?
+    /// When the period in effect began (the transaction in effect's purchaseDate; a WeChat
+    /// period's placed start): a non-renewing purchase grants from it for the catalog's
+    /// `durationDays` (`EntitlementGrant.grants`).
+    public var purchaseDate: EpochMillis?
+    /// The renewal info in effect's fields no fold reads that the answer shows (`AppleFields`
+    /// renewal rows with a projection column; the others nil): renewalPrice, currency, ….
+    public var renewalExtras: AppleExtras
 
     public init(
         originalTransactionId: String, evaluatedAt: EpochMillis, status: SubscriptionStatus,
@@ -83,7 +90,8 @@ public struct SubscriptionState: Sendable, Hashable {
         customerId: String? = nil, customerSource: CustomerSource? = nil, implicitCustomerId: String? = nil,
         latestTransactionId: String? = nil,
         recentSubscriptionStartDate: EpochMillis? = nil, renewalDate: EpochMillis? = nil,
-        revocationDate: EpochMillis? = nil, validUntil: EpochMillis? = nil
+        revocationDate: EpochMillis? = nil, validUntil: EpochMillis? = nil, purchaseDate: EpochMillis? = nil,
+        renewalExtras: AppleExtras = AppleExtras()
     ) {
         self.originalTransactionId = originalTransactionId
         self.evaluatedAt = evaluatedAt
@@ -110,6 +118,8 @@ public struct SubscriptionState: Sendable, Hashable {
         self.renewalDate = renewalDate
         self.revocationDate = revocationDate
         self.validUntil = validUntil
+        self.purchaseDate = purchaseDate
+        self.renewalExtras = AppleFields.projected(renewalExtras, AppleFields.renewalExtras)
     }
 
     /// Until when access lasts if nothing else happens: the grace end in grace, else expiresDate.
@@ -148,6 +158,8 @@ public struct TransactionRecord: Sendable, Hashable {
     public var inAppOwnershipType: String?
     /// The signedDate of the transaction snapshot these fields came from.
     public var signedDate: EpochMillis
+    /// The snapshot's fields no fold reads (`AppleFields.transactionExtras`): offerDiscountType, ….
+    public var extras: AppleExtras
 
     public var isRevoked: Bool { revocationDate != nil }
 
@@ -159,7 +171,7 @@ public struct TransactionRecord: Sendable, Hashable {
         refundReversedSignedDate: EpochMillis? = nil, isUpgraded: Bool = false, price: Int64? = nil,
         currency: String? = nil, offerType: Int? = nil, offerIdentifier: String? = nil,
         appAccountToken: String? = nil, environment: String? = nil, type: String? = nil,
-        inAppOwnershipType: String? = nil, signedDate: EpochMillis
+        inAppOwnershipType: String? = nil, signedDate: EpochMillis, extras: AppleExtras = AppleExtras()
     ) {
         self.transactionId = transactionId
         self.originalTransactionId = originalTransactionId
@@ -184,5 +196,6 @@ public struct TransactionRecord: Sendable, Hashable {
         self.type = type
         self.inAppOwnershipType = inAppOwnershipType
         self.signedDate = signedDate
+        self.extras = AppleFields.projected(extras, AppleFields.transactionExtras)
     }
 }

@@ -6,7 +6,7 @@ import Foundation
 /// timestamps; absent values are JSON null, so every documented key is always present.
 extension SubscriptionState {
     public var representation: JSONValue {
-        [
+        var o: [String: JSONValue] = [
             "originalTransactionId": .string(originalTransactionId),
             "status": .string(status.rawValue),
             "asOf": .integer(evaluatedAt),
@@ -29,7 +29,20 @@ extension SubscriptionState {
             "recentSubscriptionStartDate": .optional(recentSubscriptionStartDate),
             "renewalDate": .optional(renewalDate),
             "revocationDate": .optional(revocationDate),
+            "purchaseDate": .optional(purchaseDate),
         ]
+        // The renewal info's fields an answer shows, by the table (`AppleFields`): a new one
+        // appears here without code.
+        for (name, value) in renewalExtraMembers { o[name] = value }
+        return .object(o)
+    }
+
+    /// The renewal info's shown fields (`AppleFields` renewal rows with a projection column), each
+    /// by its API name, JSON null when not stated.
+    public var renewalExtraMembers: [(String, JSONValue)] {
+        AppleFields.renewalExtras.enumerated().compactMap { i, field in
+            field.projection == nil ? nil : (field.apiName, renewalExtras[i]?.json ?? .null)
+        }
     }
 
     /// Who the subscription belongs to and why: `source` is `tie` (an explicit

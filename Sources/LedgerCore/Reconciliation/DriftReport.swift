@@ -88,6 +88,8 @@ public struct DriftEntry: Sendable, Equatable {
 ///  "notifications": {"seen", "backfilled", "alreadyStored", "refused"},
 ///  "statuses": {"subscriptionsAsked", "answersStored", "answersUnchanged", "unknownToApple", "rateLimitedWaits"},
 ///  "transactions": {"subscriptionsAsked", "stored"},
+///  "outcomes": {"<environment>[/<bundleId>]": "ok" | "failed"}, "backfilledUpTo": {"<environment>": ms}, "windowsClamped",
+///  "apple": {"flaggedSubscriptions", "disagreements": [AppleStatusCheck.json …]},
 ///  "drift": [{"environment", "originalTransactionId", "changed": [...],
 ///             "before": {"status", "productId", "expiresDate", "autoRenewStatus", "autoRenewProductId",
 ///                        "customerId", "entitlements": [...]} | null,
@@ -108,6 +110,10 @@ public struct DriftReport: Sendable, Equatable {
         public var rateLimitedWaits = 0
         public var historySubscriptionsAsked = 0
         public var historyTransactionsStored = 0
+        /// Environments whose window started before the history Apple keeps (clamped).
+        public var windowsClamped = 0
+        /// Subscriptions whose Apple statements the ledger disagreed with since the last run.
+        public var appleFlagged = 0
 
         public init() {}
 
@@ -142,6 +148,14 @@ public struct DriftReport: Sendable, Equatable {
     public var counts = Counts()
     public var drift: [DriftEntry] = []
     public var problems: [Problem] = []
+    /// Per environment (or environment/app when several apps are configured): `ok` or `failed`
+    /// (the problem says why). One failing does not stop the others.
+    public var outcomes: [String: String] = [:]
+    /// Where each environment's backfill read Apple's history up to (ms).
+    public var backfilledUpTo: [String: EpochMillis] = [:]
+    /// Apple's statements about the subscriptions the run touched or that Apple's word flagged,
+    /// that the ledger's fold after the run disagrees with (the ledger compared with Apple).
+    public var appleDisagreements: [AppleStatusCheck] = []
 
     public init(runId: String, trigger: String, requestedBy: JSONValue, environments: [String], since: EpochMillis,
                 until: EpochMillis, all: Bool, dryRun: Bool, startedAt: EpochMillis) {
@@ -171,6 +185,11 @@ public struct DriftReport: Sendable, Equatable {
                                  "answersUnchanged": n(c.statusAnswersUnchanged), "unknownToApple": n(c.unknownToApple),
                                  "rateLimitedWaits": n(c.rateLimitedWaits)]),
             "transactions": .object(["subscriptionsAsked": n(c.historySubscriptionsAsked), "stored": n(c.historyTransactionsStored)]),
+            "outcomes": .object(outcomes.mapValues(JSONValue.string)),
+            "backfilledUpTo": .object(backfilledUpTo.mapValues(JSONValue.integer)),
+            "windowsClamped": n(c.windowsClamped),
+            "apple": .object(["flaggedSubscriptions": n(c.appleFlagged),
+                              "disagreements": .array(appleDisagreements.map(\.json))]),
             "drift": .array(drift.map(\.json)),
             "problems": .array(problems.map { p in
                 .object(["stage": .string(p.stage), "environment": .string(p.environment),
@@ -188,7 +207,12 @@ public struct DriftReport: Sendable, Equatable {
             "statuses: \(c.subscriptionsAsked) subscriptions asked, \(c.statusAnswersStored) answers stored, \(c.statusAnswersUnchanged) unchanged, \(c.unknownToApple) unknown to Apple, \(c.rateLimitedWaits) waits for rate limits",
             "transaction history: \(c.historySubscriptionsAsked) subscriptions asked, \(c.historyTransactionsStored) transactions stored",
             "drift: \(drift.count) subscription\(drift.count == 1 ? "" : "s") changed",
+            "Apple's word: \(appleDisagreements.count) statement\(appleDisagreements.count == 1 ? "" : "s") the ledger disagrees with, \(c.appleFlagged) flagged since the last run",
         ]
+        for (unit, outcome) in outcomes.sorted(by: { $0.key < $1.key }) where outcome != "ok" { lines.append("  \(unit): \(outcome)") }
+        for a in appleDisagreements {
+            lines.append("  \(a.key.environment) \(a.key.originalTransactionId): Apple \(AppleStatusCheck.name(of: a.appleStatus)) at \(a.signedAt), ledger \(a.ledgerStatus?.rawValue ?? "nothing") (event \(a.position))")
+        }
         func describe(_ s: SubscriptionSnapshot?) -> String {
             guard let s else { return "(unknown)" }
             return "\(s.status.rawValue) \(s.productId ?? "-") expires \(s.expiresDate.map(String.init) ?? "-") autoRenew \(s.autoRenewStatus.map(String.init) ?? "-") entitlements [\(s.entitlements.joined(separator: ","))]"

@@ -122,7 +122,8 @@ extension LedgerApp {
             group.add("GET", "/audit/drift") { [self] request in
                 try await page(request) { csrf in
                     AuditPages.drift(DriftPageModel(view: try await appleAPI.drift.latest(),
-                                                    unavailable: appleAPI.reconciliation == nil ? appleAPI.notConfigured : nil), csrf: csrf)
+                                                    unavailable: appleAPI.reconciliation == nil ? appleAPI.notConfigured : nil,
+                                                    apple: try await appleAPI.drift.appleChecks()), csrf: csrf)
                 }
             }
             group.add("GET", "/audit/projections") { [self] request in

@@ -8,8 +8,17 @@ struct DriftPageModel: Sendable {
     var view: DriftReports.View
     /// Nil when this service can run reconciliation; else what to configure.
     var unavailable: String?
+    /// Apple's word beside the ledger's (issue 20 item 2); nil when it could not be read.
+    var apple: DriftReports.AppleChecks?
     /// Subscriptions listed at most; the rest are in `GET /v1/admin/drift`.
     var limit = 300
+
+    init(view: DriftReports.View, unavailable: String? = nil, apple: DriftReports.AppleChecks? = nil, limit: Int = 300) {
+        self.view = view
+        self.unavailable = unavailable
+        self.apple = apple
+        self.limit = limit
+    }
 }
 
 /// The drift report page. The report is read as stored JSON, field by field, never trusted to
@@ -20,6 +29,8 @@ extension AuditPages {
     static func drift(_ model: DriftPageModel, csrf: String) -> HTML {
         let view = model.view
         var body: HTML = "<h1>Drift report</h1>"
+        // Apple's word first: it needs no reconciliation run (every notification states a status).
+        if let apple = model.apple { body = body + appleChecks(apple, limit: model.limit) }
         if view.report == nil && view.run == nil {
             let how: HTML = model.unavailable.map { why in
                 "<p class=\"notice error\" id=\"drift-unavailable\">This service cannot reconcile yet: \(why).</p>" as HTML
@@ -203,6 +214,57 @@ extension AuditPages {
         <div class="body scroll"><table class="responsive"><thead><tr><th>Field</th><th>Before the run</th><th>After the run</th></tr></thead>
         <tbody>\(rows)</tbody></table></div></section>
         """
+    }
+
+    /// Apple's stated statuses the ledger disagrees with (both statuses, the evidence), and the
+    /// mass-extension summaries whose RENEWAL_EXTENDED notifications fell short.
+    static func appleChecks(_ a: DriftReports.AppleChecks, limit: Int) -> HTML {
+        var body: HTML = """
+        <h2>Apple’s word vs the ledger</h2>
+        <div class="card" id="apple-status"><p>Every Apple notification of an auto-renewable subscription states its status as of
+        its signedDate (<code>data.status</code>), as does every answer of Get All Subscription Statuses. The ledger compares each
+        with its own status at that time, folded from the facts signed by then. <strong>\(a.counts.checked)</strong> statements
+        checked, <strong id="apple-status-disagreeing">\(a.counts.disagreeing)</strong> disagree now,
+        \(a.counts.onArrival.values.reduce(0, +)) disagreed when they arrived. A disagreement makes the next reconciliation
+        fetch that customer’s transaction history.</p></div>
+        """
+        if a.disagreements.isEmpty {
+            body = body + "<p class=\"notice\" id=\"no-apple-disagreements\">The ledger agrees with every status Apple stated.</p>"
+        } else {
+            let rows = HTML.join(a.disagreements.prefix(limit).map { c in
+                let evidence = AuditURL("events", String(c.position), "raw")
+                return """
+                <tr class="changed"><td data-label="Subscription"><a class="subscription" href="\(AuditURL("subscriptions", c.key.originalTransactionId, query: [("environment", c.key.environment)]))">\(c.key.originalTransactionId)</a>
+                <span class="muted">\(c.key.environment)</span></td>
+                <td data-label="Apple said"><strong class="apple-status">\(AppleStatusCheck.name(of: c.appleStatus)) (\(c.appleStatus))</strong></td>
+                <td data-label="Ledger says"><strong class="ledger-status">\(c.ledgerStatus?.rawValue ?? "nothing in effect")\(c.ledgerStatus.map { " (\($0.appleStatus))" as HTML } ?? .empty)</strong></td>
+                <td data-label="Signed">\(time(c.signedAt))</td>
+                <td data-label="Evidence">\(c.source) \(c.message ?? "") — <a href="\(evidence)">event \(c.position)</a></td>
+                <td data-label="Customer">\(c.customerId ?? "—")</td></tr>
+                """
+            })
+            body = body + """
+            <div class="scroll"><table class="responsive" id="apple-status-disagreements"><thead><tr><th>Subscription</th><th>Apple said</th>
+            <th>Ledger says</th><th>Signed</th><th>Evidence</th><th>Customer</th></tr></thead><tbody>\(rows)</tbody></table></div>
+            """
+        }
+        let short = a.extensions.filter { $0.shortfall > 0 }
+        if !short.isEmpty {
+            let rows = HTML.join(short.map { e in
+                """
+                <tr><td data-label="Request">\(e.requestIdentifier)</td><td data-label="Product">\(e.productId ?? "—")</td>
+                <td data-label="Apple extended">\(e.succeededCount)</td><td data-label="Ledger received">\(e.received)</td>
+                <td data-label="Missing"><strong>\(e.shortfall)</strong></td><td data-label="Summary">\(time(e.signedAt)) —
+                <a href="\(AuditURL("events", String(e.position), "raw"))">event \(e.position)</a></td></tr>
+                """
+            })
+            body = body + """
+            <h3>Renewal-date extensions with missing notifications</h3>
+            <div class="scroll"><table class="responsive" id="extension-shortfalls"><thead><tr><th>Request</th><th>Product</th>
+            <th>Apple extended</th><th>Ledger received</th><th>Missing</th><th>Summary</th></tr></thead><tbody>\(rows)</tbody></table></div>
+            """
+        }
+        return body
     }
 
     /// Who asked for a run, from its stored `requestedBy` (role and token fingerprint, or the

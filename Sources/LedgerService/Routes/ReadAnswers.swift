@@ -15,7 +15,7 @@ extension Representation {
     }
 
     static func writeSubscription(_ s: SubscriptionState, to out: inout [UInt8]) {
-        var w = MemberWriter(&out)
+        var w = MemberWriter(&out, extras: s.renewalExtraMembers)
         w.string("appAccountToken", s.appAccountToken, &out)
         w.integer("asOf", s.evaluatedAt, &out)
         w.string("autoRenewProductId", s.autoRenewProductId, &out)
@@ -46,6 +46,7 @@ extension Representation {
         w.integer("priceIncreaseStatus", s.priceIncreaseStatus.map(Int64.init), &out)
         w.string("productId", s.productId, &out)
         w.string("productType", s.productType, &out)
+        w.integer("purchaseDate", s.purchaseDate, &out)
         w.integer("recentSubscriptionStartDate", s.recentSubscriptionStartDate, &out)
         w.integer("renewalDate", s.renewalDate, &out)
         w.integer("revocationDate", s.revocationDate, &out)
@@ -53,12 +54,17 @@ extension Representation {
         w.finish(&out)
     }
 
-    /// `{"asOf","customerId","entitlements":[…],"environment"}` as the entitlements route answers.
-    static func entitlementsJSON(customerId: String, environment: String, asOf: EpochMillis, grants: [EntitlementGrant]) -> Data {
+    /// `{"asOf","consentRescinded":[…],"customerId","entitlements":[…],"environment"}` as the
+    /// entitlements route answers (`consentRescinded`: Apple RESCIND_CONSENT statements in force
+    /// for the customer's purchases, `ConsentRescission`; the app decides what they mean).
+    static func entitlementsJSON(customerId: String, environment: String, asOf: EpochMillis, grants: [EntitlementGrant],
+                                 consentRescinded: [ConsentRescission] = []) -> Data {
         var out: [UInt8] = []
         out.reserveCapacity(128 + grants.count * 200)
         var w = MemberWriter(&out)
         w.integer("asOf", asOf, &out)
+        w.key("consentRescinded", &out)
+        out.append(contentsOf: JSONValue.array(consentRescinded.map(\.json)).canonicalJSON())
         w.string("customerId", customerId, &out)
         w.key("entitlements", &out)
         out.append(UInt8(ascii: "["))
@@ -81,19 +87,41 @@ extension Representation {
 }
 
 /// Writes one JSON object's members, in the order given (the caller's order must be canonical),
-/// into the caller's buffer.
+/// into the caller's buffer. `extras` (members named by a table, e.g. `AppleFields`) are merged in
+/// at their canonical places.
 private struct MemberWriter {
     private var first = true
+    /// Table-named members not written yet, in canonical (UTF-8 byte) order.
+    private var pending: [(name: String, value: JSONValue)]
 
-    init(_ out: inout [UInt8]) { out.append(UInt8(ascii: "{")) }
+    init(_ out: inout [UInt8], extras: [(String, JSONValue)] = []) {
+        pending = extras.map { (name: $0.0, value: $0.1) }.sorted { Array($0.name.utf8).lexicographicallyPrecedes(Array($1.name.utf8)) }
+        out.append(UInt8(ascii: "{"))
+    }
 
     mutating func key(_ name: StaticString, _ out: inout [UInt8]) {
-        if !first { out.append(UInt8(ascii: ",")) }
-        first = false
+        let bytes = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+        while let next = pending.first, Array(next.name.utf8).lexicographicallyPrecedes(bytes) {
+            pending.removeFirst()
+            member(next.name, next.value, &out)
+        }
+        separate(&out)
         out.append(UInt8(ascii: "\""))
-        out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        out.append(contentsOf: bytes)
         out.append(UInt8(ascii: "\""))
         out.append(UInt8(ascii: ":"))
+    }
+
+    private mutating func separate(_ out: inout [UInt8]) {
+        if !first { out.append(UInt8(ascii: ",")) }
+        first = false
+    }
+
+    private mutating func member(_ name: String, _ value: JSONValue, _ out: inout [UInt8]) {
+        separate(&out)
+        JSONValue.writeString(name, to: &out)
+        out.append(UInt8(ascii: ":"))
+        out.append(contentsOf: value.canonicalJSON())
     }
 
     mutating func string(_ name: StaticString, _ value: String?, _ out: inout [UInt8]) {
@@ -111,5 +139,9 @@ private struct MemberWriter {
         out.append(contentsOf: (value ? "true" : "false").utf8)
     }
 
-    func finish(_ out: inout [UInt8]) { out.append(UInt8(ascii: "}")) }
+    mutating func finish(_ out: inout [UInt8]) {
+        for next in pending { member(next.name, next.value, &out) }
+        pending = []
+        out.append(UInt8(ascii: "}"))
+    }
 }

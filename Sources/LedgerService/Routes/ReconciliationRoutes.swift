@@ -49,9 +49,12 @@ extension LedgerApp {
                                    "reportPosition": .optional(view.reportPosition)])
             }
             let view = try await appleAPI.drift.latest()
+            // Apple's word beside the ledger's, whatever the runs did (issue 20 item 2).
+            let apple = try await appleAPI.drift.appleChecks()
             return .json(200, [
                 "report": view.report ?? .null, "reportPosition": .optional(view.reportPosition),
                 "reportRecordedAt": .optional(view.reportRecordedAt), "latestRun": view.run?.json ?? .null,
+                "apple": apple.json,
             ])
         }
     }

@@ -60,19 +60,24 @@ enum Representation {
             "orderAlias": .optional(f.orderAlias), "customerId": .optional(f.customerId),
         ]
         if let t = f.transaction {
-            o["transaction"] = [
+            var tx: [String: JSONValue] = [
                 "transactionId": .string(t.transactionId), "productId": .optional(t.productId), "type": .optional(t.type),
                 "purchaseDate": .optional(t.purchaseDate), "expiresDate": .optional(t.expiresDate),
                 "revocationDate": .optional(t.revocationDate), "isUpgraded": .bool(t.isUpgraded), "price": .optional(t.price),
-                "currency": .optional(t.currency),
+                "currency": .optional(t.currency), "inAppOwnershipType": .optional(t.inAppOwnershipType),
             ]
+            // The fields of the table (`AppleFields`) no fold reads, by their API names.
+            for (i, field) in AppleFields.transactionExtras.enumerated() { tx[field.apiName] = t.extras[i]?.json ?? .null }
+            o["transaction"] = .object(tx)
         }
         if let r = f.renewal {
-            o["renewal"] = [
+            var renewal: [String: JSONValue] = [
                 "autoRenewProductId": .optional(r.autoRenewProductId), "autoRenewStatus": .optional(r.autoRenewStatus),
                 "expirationIntent": .optional(r.expirationIntent), "isInBillingRetryPeriod": .optional(r.isInBillingRetryPeriod),
                 "gracePeriodExpiresDate": .optional(r.gracePeriodExpiresDate), "renewalDate": .optional(r.renewalDate),
             ]
+            for (i, field) in AppleFields.renewalExtras.enumerated() { renewal[field.apiName] = r.extras[i]?.json ?? .null }
+            o["renewal"] = .object(renewal)
         }
         if let d = f.detail, let parsed = try? JSONValue(json: Data(d.utf8)) { o["detail"] = parsed }
         return .object(o)

@@ -23,40 +23,41 @@ public struct AppleAPIUseCases: Sendable {
     init(configuration: LedgerConfiguration, ingestion: AppleIngestion, store: Store, catalog: ProductCatalog,
          metrics: MetricsRegistry, log: Log) throws(LedgerAppError) {
         let api = configuration.appleAPI
-        let clientConfiguration: AppStoreServerAPIConfiguration?
+        let clientConfigurations: [AppStoreServerAPIConfiguration]
         do {
-            clientConfiguration = try api.clientConfiguration(fallbackBundleIds: configuration.apple.bundleIds.sorted())
+            clientConfigurations = try api.clientConfigurations(fallbackBundleIds: configuration.apple.bundleIds.sorted())
         } catch {
             throw .configuration("App Store Server API: \(error)")
         }
-        // Clients for the environments the deployment accepts.
-        var clients: [String: AppStoreServerAPIClient] = [:]
-        var consumptionClients: [String: AppStoreServerAPIClient] = [:]
-        if let clientConfiguration {
+        // One client per app and environment the deployment accepts (issue 20 item 3).
+        var clients: [AppStoreServerAPIClient] = []
+        var consumptionClients: [AppStoreServerAPIClient] = []
+        for clientConfiguration in clientConfigurations {
             for environment in configuration.apple.environments {
                 guard let env = AppStoreEnvironment(text: environment) else { continue }
-                clients[environment] = AppStoreServerAPIClient(configuration: clientConfiguration, environment: env, metrics: metrics)
+                clients.append(AppStoreServerAPIClient(configuration: clientConfiguration, environment: env, metrics: metrics))
                 // The outbox retries later itself; each pass makes few attempts of its own.
                 var quick = clientConfiguration
                 quick.retry.maxAttempts = 2
-                consumptionClients[environment] = AppStoreServerAPIClient(configuration: quick, environment: env, metrics: metrics)
+                consumptionClients.append(AppStoreServerAPIClient(configuration: quick, environment: env, metrics: metrics))
             }
         }
-        notConfigured = clientConfiguration == nil
+        let registry = AppStoreServerAPIClients(clients)
+        notConfigured = clientConfigurations.isEmpty
             ? "set LEDGER_APPLE_API_ISSUER_ID, LEDGER_APPLE_API_KEY_ID and LEDGER_APPLE_API_PRIVATE_KEY (the In-App Purchase key, .p8)"
             : ingestion.ingestor == nil ? ingestion.refusal : ""
-        if let ingestor = ingestion.ingestor, let clientConfiguration, !clients.isEmpty {
-            reconciliation = AppleReconciliation(store: store, ingestor: ingestor, clients: clients, bundleId: clientConfiguration.bundleId,
-                                                 catalog: catalog, metrics: metrics, log: log)
+        if let ingestor = ingestion.ingestor, !registry.isEmpty {
+            reconciliation = AppleReconciliation(store: store, ingestor: ingestor, clients: registry, catalog: catalog, metrics: metrics, log: log)
         } else {
             reconciliation = nil
         }
         consumption = ConsumptionResponder(
-            store: store, clients: consumptionClients,
+            store: store, clients: AppStoreServerAPIClients(consumptionClients),
             assessment: ConsumptionAssessment(catalog: catalog, policy: api.refundPreference, sampleContent: api.sampleContent),
             metrics: metrics, log: log)
         consent = ConsentDesk(store: store)
         drift = DriftReports(store: store)
+        drift.registerMetrics(metrics)
         var verifyReceipt: VerifyReceiptConfiguration
         do { verifyReceipt = try api.verifyReceiptConfiguration(sharedSecret: configuration.apple.sharedSecret) } catch {
             throw .configuration("\(error)")

@@ -18,13 +18,18 @@ public struct ReconcileRequest: Sendable, Equatable {
     public var dryRun: Bool
     /// Ask about every subscription the ledger knows, not only those not expired for more than 60 days.
     public var all: Bool
+    /// Backfill only the notifications Apple could not deliver (Get Notification History
+    /// `onlyFailures`): what the periodic runner asks; an operator's run reads the full history.
+    public var onlyFailures: Bool
 
-    public init(since: EpochMillis, until: EpochMillis? = nil, environments: [String]? = nil, dryRun: Bool = false, all: Bool = false) {
+    public init(since: EpochMillis, until: EpochMillis? = nil, environments: [String]? = nil, dryRun: Bool = false, all: Bool = false,
+                onlyFailures: Bool = false) {
         self.since = since
         self.until = until
         self.environments = environments
         self.dryRun = dryRun
         self.all = all
+        self.onlyFailures = onlyFailures
     }
 }
 
@@ -96,9 +101,8 @@ public final class AppleReconciliation: Sendable {
     let store: Store
     let ingestor: AppleNotificationIngestor
     let answers: AppleAPIAnswerEvents
-    /// One client per environment the deployment accepts.
-    let clients: [String: AppStoreServerAPIClient]
-    let bundleId: String
+    /// One client per app (bundle id) and environment the deployment accepts.
+    let clients: AppStoreServerAPIClients
     let catalog: ProductCatalog
     let metrics: MetricsRegistry
     let log: Log
@@ -119,15 +123,15 @@ public final class AppleReconciliation: Sendable {
     private let background = Mutex<[String: Task<Void, Never>]>([:])
     private let lastFinished = LatestTime()
 
-    init(store: Store, ingestor: AppleNotificationIngestor, clients: [String: AppStoreServerAPIClient], bundleId: String,
+    init(store: Store, ingestor: AppleNotificationIngestor, clients: AppStoreServerAPIClients,
          catalog: ProductCatalog, metrics: MetricsRegistry, log: Log, clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis,
          sleep: @escaping @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) },
-         longestWait: Duration = .seconds(3600)) {
+         longestWait: Duration = .seconds(3600), backfillPageBudget: Int = 2_000) {
+        self.backfillPageBudget = max(1, backfillPageBudget)
         self.store = store
         self.ingestor = ingestor
         self.answers = AppleAPIAnswerEvents(verifier: ingestor.verifier, acceptance: ingestor.acceptance)
         self.clients = clients
-        self.bundleId = bundleId
         self.catalog = catalog
         self.metrics = metrics
         self.log = log
@@ -145,7 +149,19 @@ public final class AppleReconciliation: Sendable {
         }
     }
 
-    public var environments: [String] { clients.keys.sorted() }
+    public var environments: [String] { clients.environments }
+
+    /// How far back Get Notification History reaches per environment (issue 20 item 3): Apple keeps
+    /// 180 days of Production history and 30 days of Sandbox history; an older startDate is
+    /// refused, so each environment's window is clamped (an hour inside the limit, for clock skew).
+    public static func historyLimit(environment: String) -> EpochMillis {
+        (environment == SubscriptionKey.sandbox ? 30 : 180) * 86_400_000 - 3_600_000
+    }
+
+    /// Pages one backfill reads per run at most (2,000 pages of 20: 40,000 notifications): a
+    /// periodic run saves its progress after every page and continues there next run, so a large
+    /// history never makes a run fail.
+    let backfillPageBudget: Int
 
     // MARK: - Running
 
@@ -217,8 +233,10 @@ public final class AppleReconciliation: Sendable {
             succeeded = try await store.reconciliation.latestSucceededRun()
         } catch { throw .store(error) }
         if let last, now - last.startedAt < everyMillis { return nil }
+        // The window of the backfill moves forward page by page from where each app's last pass got
+        // to (`reconciliation_progress`); per environment it is clamped to what Apple keeps.
         let since = max(succeeded.map { $0.until - Self.overlap } ?? (now - everyMillis - Self.overlap), now - 29 * 86_400_000)
-        let request = ReconcileRequest(since: since, until: now)
+        let request = ReconcileRequest(since: since, until: now, onlyFailures: true)
         let requester = Requester(fields: ["via": "periodic", "host": .string(ProcessInfo.processInfo.hostName),
                                            "pid": .integer(Int64(getpid()))])
         let run = try await record(request, trigger: .periodic, requestedBy: requester)
@@ -258,7 +276,7 @@ public final class AppleReconciliation: Sendable {
         guard request.since < until else {
             throw .invalidRequest("since (\(request.since)) must be before until (\(until)); both are epoch milliseconds")
         }
-        for e in request.environments ?? [] where clients[e] == nil {
+        for e in request.environments ?? [] where !clients.has(environment: e) {
             throw .invalidRequest("environment \(e) is not accepted here (accepted: \(environments.joined(separator: ", ")))")
         }
     }
@@ -278,7 +296,8 @@ public final class AppleReconciliation: Sendable {
                          progress: @escaping @Sendable (String, Int, Int) -> Void) async throws(ReconciliationError) -> DriftReport {
         var pass = Pass(owner: self, report: DriftReport(
             runId: run.runId, trigger: run.trigger, requestedBy: run.requestedBy, environments: run.environments,
-            since: run.since, until: run.until, all: run.all, dryRun: run.dryRun, startedAt: run.startedAt), progress: progress)
+            since: run.since, until: run.until, all: run.all, dryRun: run.dryRun, startedAt: run.startedAt), progress: progress,
+            onlyFailures: request.onlyFailures, periodic: run.trigger == Trigger.periodic.rawValue)
         do {
             try await pass.perform()
         } catch {
@@ -335,7 +354,7 @@ public final class AppleReconciliation: Sendable {
     /// end-to-end check of the deployment: Apple's URL, TLS, verification, the database).
     public func testNotification(environment: String, timeout: Duration = .seconds(60),
                                  poll: Duration = .milliseconds(500)) async throws(ReconciliationError) -> TestNotificationOutcome {
-        guard let client = clients[environment] else {
+        guard let client = clients.client(environment: environment, bundleId: nil) else {
             throw .invalidRequest("environment \(environment) is not configured here (configured: \(environments.joined(separator: ", ")))")
         }
         let started = ContinuousClock.now
@@ -378,6 +397,10 @@ private struct Pass {
     let owner: AppleReconciliation
     var report: DriftReport
     let progress: @Sendable (String, Int, Int) -> Void
+    /// Backfill asks only for what Apple could not deliver (`onlyFailures`).
+    let onlyFailures: Bool
+    /// A periodic run: its backfill saves and resumes its progress (`reconciliation_progress`).
+    let periodic: Bool
     var problemsDropped = 0
     /// The head before the run stored anything: "before" folds facts up to it.
     var headBefore: Int64 = 0
@@ -386,30 +409,80 @@ private struct Pass {
     /// Dry run: the events it would have stored, for the "after" fold.
     var wouldStore: [NewEvent] = []
 
-    init(owner: AppleReconciliation, report: DriftReport, progress: @escaping @Sendable (String, Int, Int) -> Void) {
+    init(owner: AppleReconciliation, report: DriftReport, progress: @escaping @Sendable (String, Int, Int) -> Void,
+         onlyFailures: Bool = false, periodic: Bool = false) {
         self.owner = owner
         self.report = report
         self.progress = progress
+        self.onlyFailures = onlyFailures
+        self.periodic = periodic
     }
 
     var store: Store { owner.store }
 
     mutating func perform() async throws(ReconciliationError) {
         do { headBefore = try await store.events.headPosition() } catch { throw .store(error) }
+        // Apple said something the ledger disagreed with since the last run: those customers'
+        // transaction history is asked for this run (issue 20 item 2).
+        let flagged = try await flaggedByApple()
+        // Each environment (and app) on its own: Apple refusing one (Production answers 401 until
+        // the app's first release) is reported and the others still run (issue 20 item 3).
+        var failures: [ReconciliationError] = []
+        var units = 0
         for environment in report.environments {
-            guard let client = owner.clients[environment] else { continue }
-            let seen = try await backfill(environment, client)
-            try await statuses(environment, client, seen: seen)
+            for (bundleId, client) in owner.clients.clients(environment: environment) {
+                units += 1
+                let unit = owner.clients.clients(environment: environment).count > 1 ? "\(environment)/\(bundleId)" : environment
+                do {
+                    let seen = try await backfill(environment, bundleId: bundleId, client)
+                    try await statuses(environment, bundleId: bundleId, client, seen: seen)
+                    report.outcomes[unit] = "ok"
+                } catch {
+                    guard case .apple(let apple) = error else { throw error }
+                    failures.append(error)
+                    report.outcomes[unit] = "failed"
+                    var message = apple.message
+                    if case .unauthorized = apple, environment == SubscriptionKey.production {
+                        message = "Production answered 401: until the app has had its first Production release Apple refuses every Production call (then this is expected and harmless); otherwise check the key. The other environments were reconciled. (\(apple.message))"
+                    }
+                    problem("environment", environment, nil, message)
+                }
+            }
         }
-        report.drift = try await drift()
-        // Subscriptions that drifted: what happened to their other transactions (refunds of
-        // earlier periods, renewals the ledger never saw)?
-        var asked = Set<String>()
-        for entry in report.drift {
-            guard let client = owner.clients[entry.key.environment], asked.insert(entry.key.text).inserted else { continue }
-            try await history(entry.key, client)
+        if units > 0, failures.count == units, let first = failures.first { throw first }
+        var (drift, after) = try await driftAndFacts()
+        report.drift = drift
+        // Subscriptions that drifted or that Apple's word disputes: what happened to their other
+        // transactions (refunds of earlier periods, renewals the ledger never saw)? Asked once per
+        // customer: Get Transaction History answers for every subscription of the customer.
+        let wanted = Set(report.drift.map(\.key)).union(flagged.map(\.key))
+        try await histories(for: wanted)
+        if report.counts.historyTransactionsStored > 0 { (drift, after) = try await driftAndFacts(); report.drift = drift }
+        // The ledger compared with Apple, not only with itself: Apple's statements about the
+        // subscriptions the run touched or that were flagged, against the fold after the run.
+        var apple: [AppleStatusCheck] = []
+        let checkedKeys = Set(touched).union(wanted)
+        var facts = after
+        let missing = checkedKeys.subtracting(Set(after.compactMap(\.subscription)))
+        if !missing.isEmpty {
+            do { facts += try await store.projections.facts(of: missing.sorted()) } catch {
+                throw .store(StoreError.unavailable("the facts of the flagged subscriptions could not be read: \(error)"))
+            }
         }
-        if report.counts.historyTransactionsStored > 0 { report.drift = try await drift() }
+        let byKey = Dictionary(grouping: facts.filter { $0.subscription != nil }, by: { $0.subscription! })
+        for key in checkedKeys.sorted() {
+            apple += AppleStatusCheck.checks(key: key, facts: byKey[key] ?? []).filter { !$0.agrees }
+        }
+        report.appleDisagreements = apple
+        report.counts.appleFlagged = flagged.count
+        // A mass extension's summary against the RENEWAL_EXTENDED notifications the ledger holds
+        // (after the backfill): a shortfall is notifications the ledger never received.
+        do {
+            for e in try await store.reconciliation.extensionSummaryChecks() where e.shortfall > 0 {
+                problem("renewalExtension", e.environment ?? report.environments.joined(separator: ","), nil,
+                        "RENEWAL_EXTENSION/SUMMARY \(e.requestIdentifier) (\(e.productId ?? "every product")): Apple extended \(e.succeededCount) subscriptions, the ledger holds RENEWAL_EXTENDED for \(e.received); \(e.shortfall) missing (evidence: event \(e.position)). Run a full reconciliation (not onlyFailures) over the window since \(e.windowStart) to backfill them.")
+            }
+        } catch { throw .store(error) }
         if problemsDropped > 0 {
             report.problems.append(.init(stage: "report", environment: report.environments.joined(separator: ","),
                                          message: "\(problemsDropped) more problems were not listed"))
@@ -421,17 +494,45 @@ private struct Pass {
         report.problems.append(.init(stage: stage, environment: environment, originalTransactionId: otid, message: message))
     }
 
+    /// The statements the ledger disagrees with now that were recorded since the previous run
+    /// started (every one, before a first run).
+    func flaggedByApple() async throws(ReconciliationError) -> [AppleStatusCheck] {
+        do {
+            let previous = try await store.reconciliation.latestSucceededRun()
+            return try await store.reconciliation.appleStatusDisagreements(recordedSince: previous?.startedAt, limit: 10_000)
+                .filter { report.environments.contains($0.key.environment) }
+        } catch { throw .store(error) }
+    }
+
     // MARK: backfill
 
-    /// Every page of the window's notification history through the verified V2 path. Returns the
-    /// originalTransactionIds of the subscriptions the notifications are about.
-    mutating func backfill(_ environment: String, _ client: AppStoreServerAPIClient) async throws(ReconciliationError) -> [String] {
-        let request = NotificationHistoryRequest(startDate: report.since, endDate: report.until)
+    /// The window's notification history through the verified V2 path (only the failures, for a
+    /// periodic run). Returns the originalTransactionIds of the subscriptions the notifications are
+    /// about. The window is clamped to what Apple keeps for the environment; a periodic run starts
+    /// where the app's last pass got to and saves its progress after every page.
+    mutating func backfill(_ environment: String, bundleId: String, _ client: AppStoreServerAPIClient) async throws(ReconciliationError) -> [String] {
+        let now = owner.clock()
+        var since = report.since
+        let floor = now - AppleReconciliation.historyLimit(environment: environment)
+        if periodic {
+            let saved: EpochMillis?
+            do { saved = try await store.reconciliation.backfillCursor(environment: environment, bundleId: bundleId) } catch { throw .store(error) }
+            if let saved { since = max(since, saved - AppleReconciliation.overlap) }
+        }
+        if since < floor {
+            problem("notificationHistory", environment, nil,
+                    "the window starts \(since), before the \(environment == SubscriptionKey.sandbox ? "30" : "180") days of history Apple keeps for \(environment); asked from \(floor) instead")
+            report.counts.windowsClamped += 1
+            since = floor
+        }
+        guard since < report.until else { return [] }
+        let request = NotificationHistoryRequest(startDate: since, endDate: report.until, onlyFailures: onlyFailures ? true : nil)
         var token: String?
         var tokens = Set<String>()
         var restarted = false
         var pages = 0
         var seen: [String] = []
+        var cursor = since
         while true {
             let page: NotificationHistoryResponse
             do {
@@ -467,15 +568,31 @@ private struct Pass {
                             "asked \(environment), Apple's history holds a \(event.environment ?? "?") notification; check LEDGER_APPLE_API_BASE_URL")
                     continue
                 }
+                if let t = event.signedAt { cursor = max(cursor, min(t, report.until)) }
                 events.append(event)
                 if StreamId(event.streamId).isSubscription { seen.append(event.streamId) }
             }
             let (new, old) = try await keep(events, stage: "notificationHistory", environment: environment)
             report.counts.notificationsBackfilled += new
             report.counts.notificationsAlreadyStored += old
-            guard page.hasMore, let next = page.paginationToken else { break }
-            guard tokens.insert(next).inserted, pages < AppStoreServerAPIClient.maxPages else {
+            let done = !page.hasMore || page.paginationToken == nil
+            // Apple lists history oldest first: everything before the last item read is read.
+            if periodic && !report.dryRun {
+                do {
+                    try await store.reconciliation.saveBackfillCursor(environment: environment, bundleId: bundleId,
+                                                                      cursor: done ? report.until : cursor, now: owner.clock())
+                } catch { throw .store(error) }
+            }
+            report.backfilledUpTo[environment] = done ? report.until : cursor
+            if done { break }
+            let next = page.paginationToken!
+            guard tokens.insert(next).inserted else {
                 throw .apple(.paging(endpoint: "Get Notification History", reason: "Apple returned the same pagination token twice"))
+            }
+            if pages >= owner.backfillPageBudget {
+                problem("notificationHistory", environment, nil,
+                        "read \(pages) pages (up to \(cursor)); \(periodic ? "the next periodic run continues from there" : "run again with since=\(cursor) for the rest")")
+                break
             }
             token = next
         }
@@ -484,11 +601,11 @@ private struct Pass {
 
     // MARK: statuses
 
-    mutating func statuses(_ environment: String, _ client: AppStoreServerAPIClient, seen: [String]) async throws(ReconciliationError) {
+    mutating func statuses(_ environment: String, bundleId: String, _ client: AppStoreServerAPIClient, seen: [String]) async throws(ReconciliationError) {
         let known: [String]
         do {
             known = try await store.reconciliation.knownSubscriptions(
-                environment: environment, bundleId: owner.bundleId,
+                environment: environment, bundleId: bundleId,
                 expiredSince: report.all ? nil : owner.clock() - AppleReconciliation.expiredLimit)
         } catch { throw .store(error) }
         var candidates: [String] = []
@@ -533,17 +650,38 @@ private struct Pass {
 
     // MARK: history
 
-    mutating func history(_ key: SubscriptionKey, _ client: AppStoreServerAPIClient) async throws(ReconciliationError) {
+    /// Get Transaction History once per customer: a subscription whose id an earlier answer of
+    /// this run listed is covered by it (Apple answers with every transaction of the customer).
+    /// Filtered to auto-renewable subscriptions (`productType=AUTO_RENEWABLE`, Get Transaction
+    /// History v2): the folds compare nothing else.
+    mutating func histories(for keys: Set<SubscriptionKey>) async throws(ReconciliationError) {
+        guard !keys.isEmpty else { return }
+        let apps: [SubscriptionKey: String]
+        do { apps = try await store.reconciliation.bundleIds(of: keys.sorted()) } catch { throw .store(error) }
+        var covered = Set<SubscriptionKey>()
+        for key in keys.sorted() where !covered.contains(key) {
+            guard let client = owner.clients.client(environment: key.environment, bundleId: apps[key]) else { continue }
+            let listed = try await history(key, client)
+            covered.insert(key)
+            for otid in listed { covered.insert(SubscriptionKey(environment: key.environment, originalTransactionId: otid)) }
+        }
+    }
+
+    /// Every page of one customer's history (through `key`); the originalTransactionIds it lists.
+    mutating func history(_ key: SubscriptionKey, _ client: AppStoreServerAPIClient) async throws(ReconciliationError) -> Set<String> {
         report.counts.historySubscriptionsAsked += 1
+        var query = TransactionHistoryQuery()
+        query.productTypes = ["AUTO_RENEWABLE"]
         var revision: String?
         var revisions = Set<String>()
         var restarted = false
         var pages = 0
+        var listed = Set<String>()
         while true {
             let page: HistoryResponse
             do {
                 page = try await patiently { () async throws(AppStoreServerAPIError) in
-                    try await client.transactionHistoryPage(transactionId: key.originalTransactionId, revision: revision)
+                    try await client.transactionHistoryPage(transactionId: key.originalTransactionId, query: query, revision: revision)
                 }
             } catch .apple(let e) where e.handling == .restartPaging && revision != nil && !restarted {
                 restarted = true
@@ -552,22 +690,23 @@ private struct Pass {
                 continue
             } catch .apple(let e) where !Self.isFatal(e) {
                 problem("transactionHistory", key.environment, key.originalTransactionId, e.message)
-                return
+                return listed
             }
             pages += 1
             progress("transaction history", report.counts.historySubscriptionsAsked, report.drift.count)
             let built: [NewEvent]
             do { built = try owner.answers.transactionHistoryEvents(page) } catch {
                 problem("transactionHistory", key.environment, key.originalTransactionId, "a page was refused (\(error.code)): \(error.message)")
-                return
+                return listed
             }
             let events = try await keyedAfterOtherEvents(built).filter { $0.environment == key.environment }
+            for e in events where StreamId(e.streamId).isSubscription { listed.insert(e.streamId) }
             let (new, _) = try await keep(events, stage: "transactionHistory", environment: key.environment)
             report.counts.historyTransactionsStored += new
-            guard page.hasMore, let next = page.revision else { return }
+            guard page.hasMore, let next = page.revision else { return listed }
             guard revisions.insert(next).inserted, pages < AppStoreServerAPIClient.maxPages else {
                 problem("transactionHistory", key.environment, key.originalTransactionId, "Apple returned the same revision twice; paging stopped")
-                return
+                return listed
             }
             revision = next
         }
@@ -576,9 +715,9 @@ private struct Pass {
     // MARK: drift
 
     /// The subscriptions the run touched, folded from the facts before the run and from all of
-    /// them (plus, dry, what it would store), compared at the same time.
-    func drift() async throws(ReconciliationError) -> [DriftEntry] {
-        guard !touched.isEmpty else { return [] }
+    /// them (plus, dry, what it would store), compared at the same time; and those facts.
+    func driftAndFacts() async throws(ReconciliationError) -> ([DriftEntry], [Fact]) {
+        guard !touched.isEmpty else { return ([], []) }
         let keys = touched.sorted()
         var facts: [Fact]
         do { facts = try await store.projections.facts(of: keys) } catch {
@@ -593,8 +732,9 @@ private struct Pass {
                 f.placed(position: position, ordinal: i, recordedAt: now, streamId: event.streamId)
             }
         }
-        return DriftEntry.entries(keys: keys, before: SubscriptionProjection(facts: before).view(at: now),
-                                  after: SubscriptionProjection(facts: facts).view(at: now), catalog: owner.catalog)
+        let entries = DriftEntry.entries(keys: keys, before: SubscriptionProjection(facts: before).view(at: now),
+                                         after: SubscriptionProjection(facts: facts).view(at: now), catalog: owner.catalog)
+        return (entries, facts)
     }
 
     // MARK: storing

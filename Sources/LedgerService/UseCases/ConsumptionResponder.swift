@@ -31,13 +31,13 @@ import LedgerStore
 public final class ConsumptionResponder: Sendable {
     let store: Store
     /// One client per environment; empty when the API is not configured.
-    let clients: [String: AppStoreServerAPIClient]
+    let clients: AppStoreServerAPIClients
     let assessment: ConsumptionAssessment
     let metrics: MetricsRegistry
     let log: Log
     let clock: @Sendable () -> EpochMillis
 
-    init(store: Store, clients: [String: AppStoreServerAPIClient], assessment: ConsumptionAssessment, metrics: MetricsRegistry, log: Log,
+    init(store: Store, clients: AppStoreServerAPIClients, assessment: ConsumptionAssessment, metrics: MetricsRegistry, log: Log,
          clock: @escaping @Sendable () -> EpochMillis = Clock.nowMillis) {
         self.store = store
         self.clients = clients
@@ -92,7 +92,7 @@ public final class ConsumptionResponder: Sendable {
             try await record(item, outcome: .notSent, reason: reason, message: message, request: nil, answer: nil, basis: nil, attempted: false)
             return .answered
         }
-        guard let client = clients[key.environment] else {
+        guard clients.has(environment: key.environment) else {
             return try await notSent(.noCredentials, "the App Store Server API is not configured (LEDGER_APPLE_API_ISSUER_ID, LEDGER_APPLE_API_KEY_ID, LEDGER_APPLE_API_PRIVATE_KEY): nothing can be sent")
         }
         if now >= item.deadline {
@@ -120,6 +120,10 @@ public final class ConsumptionResponder: Sendable {
         }
         let request = ConsumptionRequest(information)
         let productType = fold.transaction(item.transactionId)?.type
+        // The client of the transaction's app: Apple's token names one app (`bid`).
+        guard let client = clients.client(environment: key.environment, bundleId: fold.transaction(item.transactionId)?.bundleId) else {
+            return try await notSent(.noCredentials, "no App Store Server API client for \(key.environment)")
+        }
         do {
             try await client.sendConsumptionInformation(transactionId: item.transactionId, request, productType: productType)
         } catch {

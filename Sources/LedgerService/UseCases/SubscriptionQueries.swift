@@ -61,6 +61,23 @@ struct SubscriptionQueries: Sendable {
         }
     }
 
+    /// Apple RESCIND_CONSENT statements in force at `moment` for the customer's purchases in
+    /// `environment` (issue 20: recorded, shown beside the grants; the app decides).
+    func consentRescissions(customer: String, environment: String, at moment: Moment) async throws -> [ConsentRescission] {
+        try await store.read(atLeast: moment.minPosition) { reads in
+            if moment.isNow {
+                return try await reads.projections.consentRescissions(customerId: customer, environment: environment, now: moment.at)
+            }
+            let rescinded = try await reads.projections.consentRescissionFacts()
+            if rescinded.isEmpty { return [] }
+            let keys = try await reads.projections.subscriptions(customerId: customer).filter { $0.environment == environment }
+            var facts = try await reads.projections.facts(of: keys)
+            if let recorded = moment.recordedBy { facts = facts.filter { $0.recordedAt <= recorded } }
+            return ConsentRescission.inForce(rescinded, appTransactionIds: ConsentRescission.appTransactionIds(in: facts),
+                                             environment: environment, at: moment.at, recordedBy: moment.recordedBy)
+        }
+    }
+
     /// The entitlements `customer` holds in `environment` at `moment`, under the catalog in force
     /// then (as recorded by the time the question is about).
     func entitlements(customer: String, environment: String, at moment: Moment) async throws -> [EntitlementGrant] {

@@ -2,9 +2,10 @@ import Foundation
 import LedgerCore
 internal import Postgres
 
-/// `public.facts` ⇄ `Fact`: the column order (Migrations/0004_facts.sql), the COPY lines the
-/// writers send, and the one row reader every projection uses (binary query rows and COPY text
-/// rows alike, through `FactFields`). A test checks the column list against the migration.
+/// `public.facts` ⇄ `Fact`: the column order (Migrations/0004_facts.sql, then the columns of the
+/// non-core Apple fields, `AppleFields`, in table order), the COPY lines the writers send, and the
+/// one row reader every projection uses (binary query rows and COPY text rows alike, through
+/// `FactFields`). A test checks the column list against the migrations.
 enum FactColumn: Int, CaseIterable {
     case schemaVersion, position, ordinal, recordedAt, streamId, subscription, kind, origin, message, signedAt, effectiveAt
     case transactionId, orderAlias, customerId
@@ -73,9 +74,17 @@ enum FactColumn: Int, CaseIterable {
 }
 
 enum FactRows {
+    /// The columns of the Apple fields no fold reads (`AppleFields`): after the fixed ones.
+    static let transactionExtras = AppleFields.transactionExtras
+    static let renewalExtras = AppleFields.renewalExtras
+    static let firstTransactionExtra = FactColumn.allCases.count
+    static let firstRenewalExtra = firstTransactionExtra + transactionExtras.count
+    /// Every column name, in the order of COPY lines and SELECT lists.
+    static let columnNames = FactColumn.allCases.map(\.name) + transactionExtras.map(\.column) + renewalExtras.map(\.column)
+    static var columnCount: Int { columnNames.count }
     /// Every column, in table order (for COPY and SELECT).
-    static let columns = FactColumn.allCases.map(\.name).joined(separator: ", ")
-    static let qualifiedColumns = FactColumn.allCases.map { "f." + $0.name }.joined(separator: ", ")
+    static let columns = columnNames.joined(separator: ", ")
+    static let qualifiedColumns = columnNames.map { "f." + $0 }.joined(separator: ", ")
 
     /// One fact as a line of `COPY facts (columns) FROM STDIN` (text format).
     static func append(_ f: Fact, version: Int, to out: inout [UInt8]) {
@@ -97,7 +106,34 @@ enum FactRows {
         out.field(r?.isInBillingRetryPeriod); out.field(r?.gracePeriodExpiresDate); out.field(r?.priceIncreaseStatus)
         out.field(r?.offerType); out.field(r?.offerIdentifier); out.field(r?.recentSubscriptionStartDate)
         out.field(r?.renewalDate); out.field(r?.appAccountToken); out.field(r?.signedDate)
-        out.field(f.detail, last: true)
+        out.field(f.detail)
+        let count = transactionExtras.count + renewalExtras.count
+        for i in 0..<count {
+            let value = i < transactionExtras.count ? t?.extras[i] : r?.extras[i - transactionExtras.count]
+            let last = i == count - 1
+            switch value {
+            case .text(let v)?: out.field(v, last: last)
+            case .integer(let v)?: out.field(v, last: last)
+            case .bool(let v)?: out.field(v, last: last)
+            case nil: out.field(nil as String?, last: last)
+            }
+        }
+    }
+
+    /// The extras of a row: each column read as its field's type, starting at `first`.
+    static func extras<S>(_ r: some FactFields, _ fields: [AppleField<S>], first: Int) -> AppleExtras {
+        var values: [AppleFieldValue?] = []
+        var any = false
+        for (i, field) in fields.enumerated() {
+            let value: AppleFieldValue? = switch field.type {
+            case .text: r.string(at: first + i).map(AppleFieldValue.text)
+            case .integer, .millis: r.integer(at: first + i).map(AppleFieldValue.integer)
+            case .bool: r.bool(at: first + i).map(AppleFieldValue.bool)
+            }
+            if value != nil { any = true }
+            values.append(value)
+        }
+        return any ? AppleExtras(values: values) : AppleExtras()
     }
 
     /// One stored fact. Throws `ProjectionError.corrupt` for a row this build cannot read.
@@ -128,7 +164,8 @@ enum FactRows {
                 price: r.integer(.price), currency: r.string(.currency), offerType: r.int(.offerType),
                 offerIdentifier: r.string(.offerIdentifier), appAccountToken: r.string(.appAccountToken),
                 environment: r.string(.environment), type: r.string(.productType),
-                inAppOwnershipType: r.string(.inAppOwnershipType))
+                inAppOwnershipType: r.string(.inAppOwnershipType),
+                extras: extras(r, transactionExtras, first: firstTransactionExtra))
         }
         var renewal: RenewalFact?
         if r.bool(.hasRenewal) == true {
@@ -141,7 +178,7 @@ enum FactRows {
                 offerIdentifier: r.string(.rOfferIdentifier),
                 recentSubscriptionStartDate: r.integer(.recentSubscriptionStartDate),
                 renewalDate: r.integer(.renewalDate), appAccountToken: r.string(.rAppAccountToken),
-                signedDate: r.integer(.rSignedDate))
+                signedDate: r.integer(.rSignedDate), extras: extras(r, renewalExtras, first: firstRenewalExtra))
         }
         return Fact(
             position: position, ordinal: r.int(.ordinal) ?? 0, recordedAt: recordedAt, streamId: streamId,
@@ -172,28 +209,31 @@ enum FactRows {
 /// Field access shared by the two row formats (binary results of `query`, text rows of
 /// `COPY … TO STDOUT`).
 protocol FactFields {
-    func string(_ c: FactColumn) -> String?
+    func string(at index: Int) -> String?
     /// A bigint/smallint column.
-    func integer(_ c: FactColumn) -> Int64?
-    func bool(_ c: FactColumn) -> Bool?
+    func integer(at index: Int) -> Int64?
+    func bool(at index: Int) -> Bool?
 }
 
 extension FactFields {
+    func string(_ c: FactColumn) -> String? { string(at: c.rawValue) }
+    func integer(_ c: FactColumn) -> Int64? { integer(at: c.rawValue) }
+    func bool(_ c: FactColumn) -> Bool? { bool(at: c.rawValue) }
     func int(_ c: FactColumn) -> Int? { integer(c).map { Int(truncatingIfNeeded: $0) } }
 }
 
 /// A row of a binary query result whose columns are `FactRows.columns` in order.
 struct FactQueryRow: FactFields {
     let row: Row
-    func string(_ c: FactColumn) -> String? { try? row.decode(String?.self, at: c.rawValue) }
-    func integer(_ c: FactColumn) -> Int64? { try? row.decode(Int64?.self, at: c.rawValue) }
-    func bool(_ c: FactColumn) -> Bool? { try? row.decode(Bool?.self, at: c.rawValue) }
+    func string(at index: Int) -> String? { try? row.decode(String?.self, at: index) }
+    func integer(at index: Int) -> Int64? { try? row.decode(Int64?.self, at: index) }
+    func bool(at index: Int) -> Bool? { try? row.decode(Bool?.self, at: index) }
 }
 
 /// A row of `COPY (SELECT <FactRows.columns> …) TO STDOUT` in text format, read in place by the
 /// scan's reader (the row `split` last).
 extension CopyRowReader: FactFields {
-    func string(_ c: FactColumn) -> String? { string(c.rawValue) }
-    func integer(_ c: FactColumn) -> Int64? { integer(c.rawValue) }
-    func bool(_ c: FactColumn) -> Bool? { bool(c.rawValue) }
+    func string(at index: Int) -> String? { string(index) }
+    func integer(at index: Int) -> Int64? { integer(index) }
+    func bool(at index: Int) -> Bool? { bool(index) }
 }

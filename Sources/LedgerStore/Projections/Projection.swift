@@ -36,7 +36,8 @@ protocol Projection: Sendable {
 enum Projections {
     /// Every projection the ledger keeps, in the order the worker passes them.
     static func registered(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) -> [any Projection] {
-        [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(), ReportsProjection()]
+        [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(), ReportsProjection(),
+         AppleStatusChecksProjection()]
     }
 }
 

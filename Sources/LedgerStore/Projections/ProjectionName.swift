@@ -16,6 +16,9 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
     case refundCases = "refund_cases"
     /// The reports' daily rollups (`ReportsProjection`, Reports/ReportProjection.swift).
     case reports
+    /// Apple's stated status beside the ledger's (`AppleStatusChecksProjection`, issue 20 item 2):
+    /// not cut from subscription folds; kept by the catch-up worker.
+    case appleStatus = "apple_status"
 
     /// The projections cut from one fold of a subscription's facts (`Projector`).
     public static let subscriptionCuts: [ProjectionName] = [.subscriptions, .transactions, .entitlements]
@@ -33,7 +36,7 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
         case .subscriptions: [.subscriptions, .customerSubscriptions]
         case .transactions: [.transactions]
         case .entitlements: [.entitlements]
-        case .refundCases, .reports: []
+        case .refundCases, .reports, .appleStatus: []
         }
     }
 }

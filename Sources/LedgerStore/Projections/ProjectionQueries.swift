@@ -56,11 +56,11 @@ public struct ProjectionQueries: Sendable {
                     continue
                 }
                 let state = stored.reevaluated(at: now)
-                guard state.status.isEntitled else { continue }
+                guard let (status, until) = EntitlementGrant.entitlement(of: state, catalog: catalog) else { continue }
                 grants.append(EntitlementGrant(
                     customerId: customerId, environment: environment, entitlement: try row.decode(String.self, "entitlement"),
                     productId: try row.decode(String.self, "grant_product_id"),
-                    originalTransactionId: state.originalTransactionId, expiresDate: state.entitledUntil, status: state.status))
+                    originalTransactionId: state.originalTransactionId, expiresDate: until, status: status))
             }
             // Subscriptions of the customer without a row (nothing had begun when last folded)
             // are folded at `now` like stale ones.
@@ -81,6 +81,37 @@ public struct ProjectionQueries: Sendable {
                 }
             }
             return grants.sorted(by: EntitlementGrant.ordered)
+        }
+    }
+
+    /// Apple RESCIND_CONSENT statements in force at `now` for the customer's purchases in
+    /// `environment` (`ConsentRescission`). One indexed probe when no customer ever rescinded
+    /// (the usual case); the customer's appTransactionIds are read only when some did.
+    public func consentRescissions(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [ConsentRescission] {
+        try await read { connection in
+            let rescinded = try connection.queryPrepared(
+                "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' AND signed_at <= $2",
+                [.int64(Int64(FactStore.version)), .int64(now)], name: "consent rescissions")
+                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            if rescinded.isEmpty { return [] }
+            let ids = try connection.query(
+                """
+                SELECT DISTINCT t.app_transaction_id FROM projections.transactions t
+                JOIN projections.customer_subscriptions cs ON cs.subscription = t.subscription
+                WHERE cs.customer_id = $1 AND t.environment = $2 AND t.app_transaction_id IS NOT NULL
+                """, [.text(customerId), .text(environment)], name: "app transactions of customer")
+                .rows.map { try $0.decode(String.self, "app_transaction_id") }
+            return ConsentRescission.inForce(rescinded, appTransactionIds: Set(ids), environment: environment, at: now)
+        }
+    }
+
+    /// The `consent_rescinded` facts (RESCIND_CONSENT), for time travel.
+    public func consentRescissionFacts() async throws(ProjectionError) -> [Fact] {
+        try await read { connection in
+            try connection.query(
+                "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' ORDER BY position",
+                [.int64(Int64(FactStore.version))], name: "consent rescission facts")
+                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
         }
     }
 
@@ -171,8 +202,8 @@ enum SubscriptionRow {
         s.auto_renew_product_id, s.expires_date, s.grace_period_expires_date, s.is_in_billing_retry_period, \
         s.auto_renew_status, s.expiration_intent, s.price_increase_status, s.offer_type, s.offer_identifier, \
         s.app_account_token, s.latest_transaction_id, s.recent_subscription_start_date, s.renewal_date, \
-        s.revocation_date, s.valid_until
-        """
+        s.revocation_date, s.valid_until, s.purchase_date
+        """ + Projected.renewal.qualified("s")
 
     static func decode(_ row: Row) throws -> SubscriptionState {
         let statusText = try row.decode(String.self, "status")
@@ -200,7 +231,9 @@ enum SubscriptionRow {
             recentSubscriptionStartDate: try row.decode(Int64?.self, "recent_subscription_start_date"),
             renewalDate: try row.decode(Int64?.self, "renewal_date"),
             revocationDate: try row.decode(Int64?.self, "revocation_date"),
-            validUntil: try row.decode(Int64?.self, "valid_until"))
+            validUntil: try row.decode(Int64?.self, "valid_until"),
+            purchaseDate: try row.decode(Int64?.self, "purchase_date"),
+            renewalExtras: try Projected.renewal.read(row))
     }
 }
 
@@ -211,7 +244,7 @@ enum TransactionRow {
         t.purchase_date, t.expires_date, t.revocation_date, t.revocation_reason, t.revocation_type, t.revocation_percentage, \
         t.refund_signed_date, t.refund_reversed_signed_date, t.is_upgraded, t.price, t.currency, t.offer_type, \
         t.offer_identifier, t.app_account_token, t.environment, t.type, t.in_app_ownership_type, t.signed_date
-        """
+        """ + Projected.transaction.qualified("t")
 
     static func decode(_ row: Row) throws -> TransactionRecord {
         TransactionRecord(
@@ -232,6 +265,6 @@ enum TransactionRow {
             appAccountToken: try row.decode(String?.self, "app_account_token"),
             environment: try row.decode(String?.self, "environment"), type: try row.decode(String?.self, "type"),
             inAppOwnershipType: try row.decode(String?.self, "in_app_ownership_type"),
-            signedDate: try row.decode(Int64.self, "signed_date"))
+            signedDate: try row.decode(Int64.self, "signed_date"), extras: try Projected.transaction.read(row))
     }
 }

@@ -20,10 +20,13 @@ struct SubscriptionRows {
         // status at their own time, so the table is right for any evaluation time, not only for
         // times after this fold (and a rebuild on a host with a skewed clock changes nothing).
         if let state, let customer = state.customerId, let product = state.productId {
+            // A non-renewing purchase's row names its catalog end (readers decide with
+            // `EntitlementGrant.entitlement`, from the subscription row, at their own time).
+            let until = EntitlementGrant.entitlement(of: state, catalog: catalog)?.until ?? state.entitledUntil
             grants = catalog.entitlements(for: product).map {
                 EntitlementGrant(
                     customerId: customer, environment: fold.key.environment, entitlement: $0, productId: product,
-                    originalTransactionId: fold.key.originalTransactionId, expiresDate: state.entitledUntil, status: state.status)
+                    originalTransactionId: fold.key.originalTransactionId, expiresDate: until, status: state.status)
             }
         } else {
             grants = []
@@ -58,7 +61,8 @@ struct CopyBuffers {
                 subscriptions.field(s.expirationIntent); subscriptions.field(s.priceIncreaseStatus); subscriptions.field(s.offerType)
                 subscriptions.field(s.offerIdentifier); subscriptions.field(s.appAccountToken); subscriptions.field(s.latestTransactionId)
                 subscriptions.field(s.recentSubscriptionStartDate); subscriptions.field(s.renewalDate)
-                subscriptions.field(s.revocationDate); subscriptions.field(s.validUntil, last: true)
+                subscriptions.field(s.revocationDate); subscriptions.field(s.validUntil); subscriptions.field(s.purchaseDate)
+                Projected.renewal.write(s.renewalExtras, to: &subscriptions)
             }
             for customer in rows.customers { customerSubscriptions.field(customer); customerSubscriptions.field(key, last: true) }
         }
@@ -78,7 +82,8 @@ struct CopyBuffers {
                     transactions.field(t.pointee.currency); transactions.field(t.pointee.offerType)
                     transactions.field(t.pointee.offerIdentifier); transactions.field(t.pointee.appAccountToken)
                     transactions.field(t.pointee.environment); transactions.field(t.pointee.type)
-                    transactions.field(t.pointee.inAppOwnershipType); transactions.field(t.pointee.signedDate, last: true)
+                    transactions.field(t.pointee.inAppOwnershipType); transactions.field(t.pointee.signedDate)
+                    Projected.transaction.write(t.pointee.extras, to: &transactions)
                 }
             }
         }
@@ -150,13 +155,76 @@ extension ProjectionTable {
     var columns: String {
         switch self {
         case .subscriptions:
-            "subscription, environment, original_transaction_id, customer_id, customer_source, implicit_customer_id, status, evaluated_at, bundle_id, product_id, product_type, auto_renew_product_id, expires_date, grace_period_expires_date, is_in_billing_retry_period, auto_renew_status, expiration_intent, price_increase_status, offer_type, offer_identifier, app_account_token, latest_transaction_id, recent_subscription_start_date, renewal_date, revocation_date, valid_until"
+            "subscription, environment, original_transaction_id, customer_id, customer_source, implicit_customer_id, status, evaluated_at, bundle_id, product_id, product_type, auto_renew_product_id, expires_date, grace_period_expires_date, is_in_billing_retry_period, auto_renew_status, expiration_intent, price_increase_status, offer_type, offer_identifier, app_account_token, latest_transaction_id, recent_subscription_start_date, renewal_date, revocation_date, valid_until, purchase_date"
+                + Projected.renewal.columnList
         case .customerSubscriptions:
             "customer_id, subscription"
         case .transactions:
             "subscription, transaction_id, original_transaction_id, web_order_line_item_id, bundle_id, product_id, purchase_date, expires_date, revocation_date, revocation_reason, revocation_type, revocation_percentage, refund_signed_date, refund_reversed_signed_date, is_upgraded, price, currency, offer_type, offer_identifier, app_account_token, environment, type, in_app_ownership_type, signed_date"
+                + Projected.transaction.columnList
         case .entitlements:
             "customer_id, environment, entitlement, subscription, product_id, expires_date, status"
         }
     }
+}
+
+/// The projection columns of the Apple fields an answer shows (`AppleFields` rows with a
+/// `projection` column), in table order, after each table's fixed columns: the COPY writer, the
+/// column lists and the row readers walk this, so a new field needs no code here.
+struct ProjectedExtras<Snapshot> {
+    let table: [AppleField<Snapshot>]
+    /// (index in the extras, the field) of each shown field.
+    let shown: [(index: Int, field: AppleField<Snapshot>)]
+
+    init(_ table: [AppleField<Snapshot>]) {
+        self.table = table
+        shown = table.enumerated().compactMap { $0.element.projection == nil ? nil : ($0.offset, $0.element) }
+    }
+
+
+    /// `, col_a, col_b` (empty when none): appended to a table's fixed column list.
+    var columnList: String { shown.map { ", " + $0.field.projection! }.joined() }
+
+    /// The same with a table alias (`, t.col_a`).
+    func qualified(_ alias: String) -> String { shown.map { ", \(alias)." + $0.field.projection! }.joined() }
+
+    /// Writes the shown values; the last field of the row ends the line (none shown: the line ends here).
+    func write(_ extras: AppleExtras, to out: inout [UInt8]) {
+        if shown.isEmpty {
+            // The previous field ended with a tab: the row ends there instead.
+            out.removeLast()
+            out.append(0x0A)
+            return
+        }
+        for (n, (index, _)) in shown.enumerated() {
+            let last = n == shown.count - 1
+            switch extras[index] {
+            case .text(let v)?: out.field(v, last: last)
+            case .integer(let v)?: out.field(v, last: last)
+            case .bool(let v)?: out.field(v, last: last)
+            case nil: out.field(nil as String?, last: last)
+            }
+        }
+    }
+
+    /// The shown values of a row read by column name.
+    func read(_ row: Row) throws -> AppleExtras {
+        if shown.isEmpty { return AppleExtras() }
+        var values = [AppleFieldValue?](repeating: nil, count: table.count)
+        for (index, field) in shown {
+            let name = field.projection!
+            values[index] = switch field.type {
+            case .text: try row.decode(String?.self, name).map(AppleFieldValue.text)
+            case .integer, .millis: try row.decode(Int64?.self, name).map(AppleFieldValue.integer)
+            case .bool: try row.decode(Bool?.self, name).map(AppleFieldValue.bool)
+            }
+        }
+        return AppleExtras(values: values)
+    }
+}
+
+/// The shown extras of the two tables.
+enum Projected {
+    static let transaction = ProjectedExtras(AppleFields.transactionExtras)
+    static let renewal = ProjectedExtras(AppleFields.renewalExtras)
 }

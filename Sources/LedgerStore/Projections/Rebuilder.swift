@@ -276,7 +276,7 @@ public struct Rebuilder: Sendable {
             """, name: "stored entitlements")
         for row in rows.rows {
             let state = try SubscriptionRow.decode(row).reevaluated(at: now)
-            guard state.status.isEntitled else { continue }
+            guard EntitlementGrant.entitlement(of: state, catalog: projector.catalog) != nil else { continue }
             let key = try row.decode(String.self, "subscription")
             stored[key, default: []].insert(EntitlementChange(
                 customerId: try row.decode(String.self, "grant_customer_id"), entitlement: try row.decode(String.self, "entitlement"),
@@ -363,7 +363,7 @@ public struct Rebuilder: Sendable {
             }
             var current: SubscriptionKey?
             var currentBytes: [UInt8] = []
-            let columns = FactColumn.allCases.count
+            let columns = FactRows.columnCount
             let text = CopyRowReader(columns: columns)
             let subscriptionColumn = FactColumn.subscription.rawValue
             var facts: [Fact] = []

@@ -37,6 +37,9 @@ struct AppleNote: Sendable {
     /// where the revocation takes effect); REFUND_REVERSED: the snapshot states none.
     var revocation: AppleWorld.Revocation?
     var reinstated = false
+    /// Never delivered (issue 20: a lost REFUND). The world still has it; a later notification's
+    /// snapshot of the transaction states the revocation, and that is what the ledger learns from.
+    var lost = false
 
     var name: String { type + (subtype.map { "/" + $0 } ?? "") }
 }
@@ -185,6 +188,22 @@ struct AppleScript {
             let date = rng.chance(0.3) && u - purchase > 2 ? u - rng.int(1...min(2 * DiffTime.hour, u - purchase - 1)) : u
             revoke(curId, type: type, date: date, at: u)
             tags.insert(action == "refund" ? "refund" : "revoke")
+            // Issue 20: the REFUND is lost. Apple turns auto-renew off after a refund ("disable may
+            // be done by Apple after a refund request", reference/apple.md §2.3); that notification
+            // carries the transaction with its revocationDate: the ledger learns the refund from it.
+            if type == "REFUND", truth.autoRenewStatus == 1, rng.chance(0.25) {
+                let heal = u + rng.int(DiffTime.minute...DiffTime.hour)
+                if heal < expires - DiffTime.day, heal <= horizon {
+                    notes[notes.count - 1].lost = true
+                    world.transactions[txIndex(curId)].lostRefunds += 1
+                    setRenewal(at: heal) { $0.autoRenewStatus = 0 }
+                    note("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", at: heal, tx: curId,
+                         comment: "the REFUND before it was lost; this snapshot states the revocation")
+                    tags.insert("lost-refund")
+                    t = heal
+                    return
+                }
+            }
             afterRefund(type: type, at: u, periodEnd: expires)
         case "refund-older":
             let id = olderRefundable(at: u)!

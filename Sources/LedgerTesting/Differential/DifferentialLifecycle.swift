@@ -85,6 +85,20 @@ public struct DiffLifecycle: Sendable {
         }
     }
 
+    /// V1 lifecycles: the product the next renewal is for, as the script has it at T (a pending
+    /// crossgrade shows here: issue 20). Nil for other sources (not compared).
+    public func expectedAutoRenewProductId(at t: EpochMillis) -> String? {
+        guard source == .appleV1, case .apple(let w) = model else { return nil }
+        return w.renewal(at: t)?.autoRenewProductId
+    }
+
+    /// Transactions whose REFUND was never delivered: the ledger must still open their refund case
+    /// (`GET /v1/refunds/apple:<transactionId>`), learning the refund from a later snapshot.
+    public var lostRefundTransactions: [String] {
+        guard case .apple(let w) = model else { return [] }
+        return w.transactions.filter { $0.lostRefunds > 0 }.map(\.id)
+    }
+
     public func grants(at t: EpochMillis) -> [ExpectedGrant] {
         model.grants(at: t, environment: environment, originalTransactionId: originalTransactionId)
     }

@@ -119,6 +119,8 @@ struct AppleWorld: Sendable {
         var offerType: Int?
         var offerId: String?
         var reason: String
+        /// REFUNDs of it that were never delivered (the ledger must still open a refund case).
+        var lostRefunds = 0
 
         /// The expiry as the ledger knows it now (the last extension).
         var finalExpires: EpochMillis? { expiries.last?.expires }

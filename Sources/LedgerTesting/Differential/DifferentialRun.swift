@@ -132,7 +132,8 @@ public struct DifferentialRun: Sendable {
             if token == nil { s.tags.insert("no-customer") }
             if let tag { s.tags.insert(tag) }
             var messages: [DiffMessage] = []
-            for note in s.notes {
+            // A lost notification (issue 20: a lost REFUND) is in the script and the world, never sent.
+            for note in s.notes where !note.lost {
                 let body = try s.render(note, signer: signer)
                 messages.append(DiffMessage(
                     label: "\(note.name) tx=\(note.txId ?? "-") at \(DiffTime.iso(note.at))", at: note.at,

@@ -95,9 +95,18 @@ struct V1Script {
                         tagSet.insert("refund→resubscribe")
                         continue outer
                     }
+                } else if on == 1, product != .news, rng.chance(0.25) {
+                    // A pending crossgrade (issue 20: V1 DID_CHANGE_RENEWAL_PREF must show): the
+                    // next renewal is the other product; the current period stays as bought.
+                    let pending = w.renewal(at: u)?.autoRenewProductId ?? w.transactions.last!.productId
+                    let target = rng.pick(DiffProduct.standard.filter { $0.id != pending })
+                    w.renewals.append(AppleWorld.RenewalChange(at: u, state: AppleWorld.Renewal(autoRenewStatus: on, autoRenewProductId: target.id)))
+                    mine.append(V1Note(type: "DID_CHANGE_RENEWAL_PREF", sub: sub, at: u, latestReceipt: rng.digits(12)))
+                    lines.append("\(DiffTime.iso(u)) V1 DID_CHANGE_RENEWAL_PREF auto_renew_product_id=\(target.id)")
+                    tagSet.insert("v1-pending-downgrade")
                 } else {
                     on = 1 - on
-                    setAutoRenew(on, at: u, product: w.transactions.last!.productId, w: &w, changes: &changes)
+                    setAutoRenew(on, at: u, product: w.renewal(at: u)?.autoRenewProductId ?? w.transactions.last!.productId, w: &w, changes: &changes)
                     mine.append(V1Note(type: "DID_CHANGE_RENEWAL_STATUS", sub: sub, at: u, latestReceipt: rng.digits(12)))
                     lines.append("\(DiffTime.iso(u)) V1 DID_CHANGE_RENEWAL_STATUS auto_renew_status=\(on == 1)")
                     tagSet.insert(on == 1 ? "auto-renew-on" : "auto-renew-off")
@@ -107,7 +116,31 @@ struct V1Script {
                 // V1's business time of a renewal is its purchase (V1 has no signing time), even
                 // when Apple sends it hours early.
                 if expires > horizon { break }
-                let p = DiffProduct.named(w.transactions.last!.productId)
+                // A pending crossgrade takes effect at the renewal.
+                let p = DiffProduct.named(w.renewal(at: expires)?.autoRenewProductId ?? w.transactions.last!.productId)
+                if rng.chance(0.2) {
+                    // Issue 20: V1 grace. DID_FAIL_TO_RENEW at the period's end; its body states the
+                    // retry (and a grace period) but no date of its own (its business time is the
+                    // current period's purchase or last auto-renew change).
+                    let grace: EpochMillis? = rng.chance(0.6) ? expires + 16 * DiffTime.day : nil
+                    w.renewals.append(AppleWorld.RenewalChange(at: expires, state: AppleWorld.Renewal(
+                        autoRenewStatus: 1, autoRenewProductId: p.id, retry: true, graceEnd: grace, expirationIntent: 2)))
+                    w.billing.append(AppleWorld.Billing(txId: cur, failAt: expires, graceEnd: grace))
+                    mine.append(V1Note(type: "DID_FAIL_TO_RENEW", sub: sub, at: expires, latestReceipt: rng.digits(12)))
+                    lines.append("\(DiffTime.iso(expires)) V1 DID_FAIL_TO_RENEW tx=\(cur)\(grace.map { " grace until \(DiffTime.iso($0))" } ?? " (no grace)")")
+                    tagSet.insert(grace == nil ? "v1-billing-retry" : "v1-grace")
+                    t = expires
+                    guard rng.chance(0.5) else { break }
+                    let r = expires + rng.int(DiffTime.hour...40 * DiffTime.day)
+                    if r > horizon { break }
+                    cur = newTx(&w, p, r, "RENEWAL")
+                    w.renewals.append(AppleWorld.RenewalChange(at: r, state: AppleWorld.Renewal(autoRenewStatus: 1, autoRenewProductId: p.id)))
+                    mine.append(V1Note(type: "DID_RECOVER", sub: sub, at: r, latestReceipt: rng.digits(12)))
+                    lines.append("\(DiffTime.iso(r)) V1 DID_RECOVER tx=\(cur) until \(DiffTime.iso(r + p.period))")
+                    tagSet.insert("v1-billing-recovery")
+                    t = r
+                    continue
+                }
                 cur = newTx(&w, p, expires, "RENEWAL")
                 mine.append(V1Note(type: "DID_RENEW", sub: sub, at: expires, latestReceipt: rng.digits(12)))
                 lines.append("\(DiffTime.iso(expires)) V1 DID_RENEW tx=\(cur) until \(DiffTime.iso(expires + p.period))")
@@ -164,11 +197,14 @@ struct V1Script {
                 entries.append(e)
             }
             let state = world.renewal(at: note.at)!
-            pending.append([
+            var entry: [String: Any] = [
                 "auto_renew_product_id": state.autoRenewProductId, "auto_renew_status": String(state.autoRenewStatus),
                 "original_transaction_id": world.originalTransactionId, "product_id": known.last!.productId,
-                "is_in_billing_retry_period": "0",
-            ])
+                "is_in_billing_retry_period": state.retry ? "1" : "0",
+            ]
+            if let grace = state.graceEnd { entry["grace_period_expires_date_ms"] = Self.s(grace) }
+            if let intent = state.expirationIntent { entry["expiration_intent"] = String(intent) }
+            pending.append(entry)
         }
         // Apple lists the newest first; nothing may depend on the order.
         entries.sort { ($0["purchase_date_ms"] as! String).count != ($1["purchase_date_ms"] as! String).count
@@ -200,6 +236,12 @@ struct V1Script {
             out.append(i == 0 ? tx.purchase - 1 : tx.purchase)
             for r in tx.revocations { out += [r.date, r.date - 1] }
             if let e = tx.finalExpires { out += [e, e - 1] }
+        }
+        for b in w.billing {
+            if let g = b.graceEnd { out += [g, g - 1] }
+            if let e = w.transactions.first(where: { $0.id == b.txId })?.finalExpires {
+                out += [e + DiffTime.billingRetryLimit, e + DiffTime.billingRetryLimit - 1]
+            }
         }
         for c in w.renewals.dropFirst() { out += [c.at, c.at - 1] }
         return out

@@ -27,7 +27,7 @@ import FoundationNetworking
 ///   verbatim for malformed answers).
 ///
 /// Status filters (`?status=`) are not applied: the project's HTTP server keeps only the first
-/// value of a repeated query parameter.
+/// value of a repeated query parameter. Transaction history honours one `productType`.
 public final class FakeAppStoreServer: Sendable {
     public struct Credentials: Sendable {
         public var issuerId: String
@@ -231,9 +231,12 @@ public final class FakeAppStoreServer: Sendable {
     /// notification history (`failed`: Apple could not deliver it) and returns the V2 body, which
     /// a test posts to the webhook (delivered) or not (lost).
     @discardableResult
+    ///
+    /// `status` replaces the subscription's status as Apple states it (`data.status`);
+    /// `withTransaction: false` sends the renewal info alone (as DID_CHANGE_RENEWAL_STATUS may).
     public func notify(_ type: String, subtype: String? = nil, about originalTransactionId: String, date: Int64,
                        transactionId: String? = nil, failed: Bool = false, consumptionRequestReason: String? = nil,
-                       uuid: String = UUID().uuidString.lowercased()) throws -> Data {
+                       uuid: String = UUID().uuidString.lowercased(), status: Int? = nil, withTransaction: Bool = true) throws -> Data {
         guard let sub = subscription(originalTransactionId) else {
             preconditionFailure("notify: no subscription \(originalTransactionId); setSubscription first")
         }
@@ -248,10 +251,10 @@ public final class FakeAppStoreServer: Sendable {
         d.bundleId = credentials.bundleId
         d.bundleVersion = "1"
         d.environment = environment
-        d.status = sub.status
+        d.status = status ?? sub.status
         d.consumptionRequestReason = consumptionRequestReason
         n.data = d
-        let tx = transactionId.flatMap { id in sub.transactions.first { $0.transactionId == id } } ?? sub.latest
+        let tx = withTransaction ? transactionId.flatMap { id in sub.transactions.first { $0.transactionId == id } } ?? sub.latest : nil
         let body = try authority.signNotification(
             n, transaction: tx, renewal: sub.renewal, editTransaction: { $0["signedDate"] = date }, editRenewal: { $0["signedDate"] = date })
         addNotification(body: body, date: date, failed: failed,
@@ -438,7 +441,12 @@ public final class FakeAppStoreServer: Sendable {
             }
             offset = n
         }
-        let all = subs.flatMap(\.transactions).sorted {
+        // `productType` (Get Transaction History v2): only the first value is seen (see above).
+        let types: [String: String] = ["AUTO_RENEWABLE": "Auto-Renewable Subscription", "NON_RENEWABLE": "Non-Renewing Subscription",
+                                       "CONSUMABLE": "Consumable", "NON_CONSUMABLE": "Non-Consumable"]
+        if let asked = request.query["productType"], types[asked] == nil { return Self.error(400, 4_000_000, "Invalid request") }
+        let wanted = request.query["productType"].flatMap { types[$0] }
+        let all = subs.flatMap(\.transactions).filter { wanted == nil || $0.type == wanted }.sorted {
             ($0.purchaseDate?.millis ?? .min, $0.transactionId ?? "") < ($1.purchaseDate?.millis ?? .min, $1.transactionId ?? "")
         }
         let page = Array(all.dropFirst(offset).prefix(size))

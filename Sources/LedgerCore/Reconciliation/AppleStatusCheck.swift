@@ -1,0 +1,190 @@
+import Foundation
+
+/// Apple's word as a cross-check (issue 20 item 2): every `apple_status` fact (a V2 notification's
+/// `data.status`, a Get All Subscription Statuses item's `status`) compared with the ledger's own
+/// status at that signedDate.
+///
+/// Rule: Apple states the status "as of the signedDate" (App Store Server Notifications,
+/// `data.status`; App Store Server API, `lastTransactionsItem.status`). The ledger's side is the
+/// fold of the facts **signed by then** — every fact whose signedAt ≤ the statement's, plus the
+/// facts of the statement's own event (its transaction and renewal info are what Apple based it
+/// on) — evaluated at that signedDate and mapped to Apple's numbers (`SubscriptionStatus.appleStatus`).
+/// A fact signed later never changes the verdict; a fact signed earlier that arrives later (a lost
+/// notification backfilled) does, so the check is made twice:
+/// - **now**: with every such fact the ledger holds (`agrees`; what the drift page lists);
+/// - **on arrival**: with only those recorded at or before the statement's event (`arrivalAgrees`:
+///   what the ledger believed when Apple's word reached it; `ledger_apple_status_disagreements_total`
+///   counts these, so the count never goes down as the ledger heals).
+/// Both are pure functions of the facts (positions and signed times), so the projection that keeps
+/// them is rebuildable and order-independent.
+///
+/// Example: a REFUND is lost; the next DID_CHANGE_RENEWAL_STATUS says `status` 5 and carries the
+/// transaction with its revocationDate: the snapshot states the revocation (fact schema 5), so
+/// the fold says `revoked` (5) too — they agree. Were the transaction omitted, the fold would say
+/// `active` (1): a disagreement, listed with both statuses and the notification as evidence, and
+/// the next reconciliation fetches the customer's transaction history.
+public struct AppleStatusCheck: Sendable, Hashable {
+    public var key: SubscriptionKey
+    /// The statement's event and fact.
+    public var position: Int64
+    public var ordinal: Int
+    public var recordedAt: EpochMillis
+    public var source: String
+    public var message: String?
+    public var signedAt: EpochMillis
+    public var transactionId: String?
+    /// Apple's status: 1 active, 2 expired, 3 billing retry, 4 grace period, 5 revoked.
+    public var appleStatus: Int
+    /// The fold's status at `signedAt` from every fact signed by then (nil: nothing in effect).
+    public var ledgerStatus: SubscriptionStatus?
+    /// The same from the facts recorded by the statement's arrival.
+    public var arrivalLedgerStatus: SubscriptionStatus?
+    /// Who the subscription belongs to, per the fold now (for the reconciliation's history fetch).
+    public var customerId: String?
+
+    public init(key: SubscriptionKey, position: Int64, ordinal: Int, recordedAt: EpochMillis, source: String, message: String?,
+                signedAt: EpochMillis, transactionId: String?, appleStatus: Int, ledgerStatus: SubscriptionStatus?,
+                arrivalLedgerStatus: SubscriptionStatus?, customerId: String?) {
+        self.key = key
+        self.position = position
+        self.ordinal = ordinal
+        self.recordedAt = recordedAt
+        self.source = source
+        self.message = message
+        self.signedAt = signedAt
+        self.transactionId = transactionId
+        self.appleStatus = appleStatus
+        self.ledgerStatus = ledgerStatus
+        self.arrivalLedgerStatus = arrivalLedgerStatus
+        self.customerId = customerId
+    }
+
+    public var agrees: Bool { Self.agree(appleStatus, ledgerStatus) }
+    public var arrivalAgrees: Bool { Self.agree(appleStatus, arrivalLedgerStatus) }
+
+    static func agree(_ apple: Int, _ ledger: SubscriptionStatus?) -> Bool {
+        guard let ledger else { return false }
+        return ledger.appleStatus == apple
+    }
+
+    /// Apple's name for a status number.
+    public static func name(of status: Int) -> String {
+        switch status {
+        case 1: "ACTIVE"
+        case 2: "EXPIRED"
+        case 3: "BILLING_RETRY"
+        case 4: "BILLING_GRACE_PERIOD"
+        case 5: "REVOKED"
+        default: "UNKNOWN(\(status))"
+        }
+    }
+
+    /// The checks of every `apple_status` fact of `key` among `facts` (all of the subscription's
+    /// facts), in (position, ordinal) order.
+    public static func checks(key: SubscriptionKey, facts: [Fact]) -> [AppleStatusCheck] {
+        let mine = facts.filter { $0.subscription == key }
+        let statements = mine.filter { $0.kind == .appleStatus }.sorted { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }
+        if statements.isEmpty { return [] }
+        // Ordered by signedAt, so "signed by then" is a prefix (the statement's own event added).
+        let bySigned = mine.filter { $0.kind != .appleStatus }.sorted { $0.signedAt < $1.signedAt }
+        var out: [AppleStatusCheck] = []
+        for s in statements {
+            guard let status = s.details["status"]?.int64.flatMap({ Int(exactly: $0) }) else { continue }
+            let t = s.signedAt
+            var now = SubscriptionFold(key: key)
+            var arrival = SubscriptionFold(key: key)
+            for f in bySigned {
+                if f.signedAt > t && f.position != s.position { continue }
+                now.apply(f)
+                if f.position <= s.position { arrival.apply(f) }
+            }
+            let state = now.state(at: t)
+            out.append(AppleStatusCheck(
+                key: key, position: s.position, ordinal: s.ordinal, recordedAt: s.recordedAt,
+                source: s.details["source"]?.text ?? (s.origin == .appleAPI ? "api" : "notification"), message: s.message,
+                signedAt: t, transactionId: s.transactionId, appleStatus: status, ledgerStatus: state?.status,
+                arrivalLedgerStatus: arrival.state(at: t)?.status, customerId: state?.customerId))
+        }
+        return out
+    }
+
+    /// As JSON for `GET /v1/admin/drift` and reports.
+    public var json: JSONValue {
+        .object([
+            "environment": .string(key.environment), "originalTransactionId": .string(key.originalTransactionId),
+            "customerId": .optional(customerId), "source": .string(source), "message": .optional(message),
+            "signedDate": .integer(signedAt), "recordedAt": .integer(recordedAt),
+            "appleStatus": .integer(Int64(appleStatus)), "appleStatusName": .string(Self.name(of: appleStatus)),
+            "ledgerStatus": .optional(ledgerStatus?.rawValue),
+            "ledgerAppleStatus": ledgerStatus.map { .integer(Int64($0.appleStatus)) } ?? .null,
+            "agrees": .bool(agrees), "arrivalLedgerStatus": .optional(arrivalLedgerStatus?.rawValue),
+            "agreedOnArrival": .bool(arrivalAgrees), "transactionId": .optional(transactionId),
+            "evidence": .object(["position": .integer(position), "ordinal": .integer(Int64(ordinal))]),
+        ])
+    }
+}
+
+/// RENEWAL_EXTENSION/SUMMARY checked against the RENEWAL_EXTENDED notifications received (issue 20
+/// item 1). Apple: "the App Store completed extending the renewal date for all eligible
+/// subscribers" — `succeededCount` subscriptions, each announced by its own RENEWAL_EXTENDED
+/// (App Store Server Notifications, notificationType RENEWAL_EXTENDED / RENEWAL_EXTENSION).
+///
+/// Rule: the RENEWAL_EXTENDED notifications of the summary's product and environment (distinct
+/// subscriptions) signed after the previous summary of that product (else up to `window` before)
+/// and by the summary's signedDate are the ones it counts; fewer than `succeededCount` is a
+/// shortfall — notifications the ledger never received (a drift problem: reconciliation's backfill
+/// asks Apple for them). Example: SUMMARY succeededCount 3 and two RENEWAL_EXTENDED received →
+/// shortfall 1.
+public struct ExtensionSummaryCheck: Sendable, Hashable {
+    public var position: Int64
+    public var signedAt: EpochMillis
+    public var environment: String?
+    public var requestIdentifier: String
+    public var productId: String?
+    public var succeededCount: Int64
+    public var failedCount: Int64?
+    /// Distinct subscriptions whose RENEWAL_EXTENDED the ledger holds in the window.
+    public var received: Int
+    public var windowStart: EpochMillis
+
+    /// How far back a summary looks when no earlier summary of its product bounds it: Apple says
+    /// a mass extension "may take hours, or even days" (Get Status of Subscription Renewal Date
+    /// Extensions).
+    public static let window: EpochMillis = 14 * 86_400_000
+
+    public var shortfall: Int64 { max(0, succeededCount - Int64(received)) }
+
+    /// `summaries`: `extension_summary` facts; `extended`: transaction facts with message
+    /// RENEWAL_EXTENDED (any subscription). Checks in signedAt order.
+    public static func checks(summaries: [Fact], extended: [Fact]) -> [ExtensionSummaryCheck] {
+        let ordered = summaries.filter { $0.kind == .extensionSummary }
+            .sorted { ($0.signedAt, $0.position) < ($1.signedAt, $1.position) }
+        var out: [ExtensionSummaryCheck] = []
+        for (i, s) in ordered.enumerated() {
+            let d = s.details
+            guard let request = d["requestIdentifier"]?.text else { continue }
+            let product = d["productId"]?.text, environment = d["environment"]?.text
+            let previous = ordered[..<i].last { $0.details["productId"]?.text == product && $0.details["environment"]?.text == environment }
+            let start = previous?.signedAt ?? (s.signedAt - window)
+            let received = Set(extended.filter { f in
+                f.kind == .transaction && f.message == "RENEWAL_EXTENDED" && f.signedAt > start && f.signedAt <= s.signedAt
+                    && (product == nil || f.transaction?.productId == product)
+                    && (environment == nil || f.subscription?.environment == environment)
+            }.compactMap(\.subscription)).count
+            out.append(ExtensionSummaryCheck(
+                position: s.position, signedAt: s.signedAt, environment: environment, requestIdentifier: request,
+                productId: product, succeededCount: d["succeededCount"]?.int64 ?? 0, failedCount: d["failedCount"]?.int64,
+                received: received, windowStart: start))
+        }
+        return out
+    }
+
+    public var json: JSONValue {
+        .object([
+            "requestIdentifier": .string(requestIdentifier), "productId": .optional(productId), "environment": .optional(environment),
+            "signedDate": .integer(signedAt), "succeededCount": .integer(succeededCount), "failedCount": .optional(failedCount),
+            "renewalExtendedReceived": .integer(Int64(received)), "shortfall": .integer(shortfall),
+            "windowStart": .integer(windowStart), "evidence": .object(["position": .integer(position)]),
+        ])
+    }
+}

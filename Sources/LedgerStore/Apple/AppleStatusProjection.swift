@@ -1,0 +1,147 @@
+import Foundation
+import LedgerCore
+internal import Postgres
+
+/// The Apple status check (`projections.apple_status_checks`, Migrations/0017): one row per
+/// `apple_status` fact, Apple's status beside the ledger's (`AppleStatusCheck`). Kept by the
+/// catch-up worker only (checkpoint `apple_status`), never in the append transaction: a check
+/// folds the subscription once per statement, which the 200 of a notification must not wait for.
+/// A subscription is checked again whenever a fact of it arrives (a late fact signed earlier can
+/// change a verdict), and rebuilt from position 0 by `ledger rebuild --projection apple_status`.
+enum AppleStatusProjection {
+    static let name = ProjectionName.appleStatus
+
+    static func table(next: Bool) -> String { next ? "projections.apple_status_checks_next" : "projections.apple_status_checks" }
+
+    static let columns = """
+        subscription, position, ordinal, environment, original_transaction_id, customer_id, source, message, signed_at, \
+        recorded_at, apple_status, ledger_status, agrees, arrival_ledger_status, arrival_agrees, transaction_id
+        """
+
+    /// Checks again the subscriptions the facts at `range` touch that hold a statement.
+    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws {
+        let touched = try connection.query(
+            """
+            SELECT DISTINCT subscription FROM public.facts
+            WHERE schema_version = $1 AND position BETWEEN $2 AND $3 AND subscription IS NOT NULL AND origin IN ('apple.v2', 'apple.api', 'apple.v1')
+            """, [.int64(Int64(FactStore.version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "apple subscriptions of positions")
+            .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
+        guard !touched.isEmpty else { return }
+        let stated = try connection.query(
+            """
+            SELECT DISTINCT subscription FROM public.facts
+            WHERE schema_version = $1 AND subscription = ANY($2) AND kind = 'apple_status' AND position <= $3
+            """, [.int64(Int64(FactStore.version)), .array(touched.map { .text($0.text) }, of: .text), .int64(range.upperBound)],
+            name: "subscriptions with apple statements")
+            .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
+        try refold(stated.sorted(), upTo: range.upperBound, next: next, on: connection)
+    }
+
+    /// Replaces the checks of `keys` with those of their facts up to `upTo`.
+    static func refold(_ keys: [SubscriptionKey], upTo: Int64, next: Bool, on connection: Connection) throws {
+        guard !keys.isEmpty else { return }
+        for chunk in stride(from: 0, to: keys.count, by: 500) {
+            let slice = Array(keys[chunk..<min(chunk + 500, keys.count)])
+            let (attached, _) = try FactStore.facts(of: slice, upTo: upTo, on: connection)
+            try connection.query("DELETE FROM \(table(next: next)) WHERE subscription = ANY($1)",
+                                 [.array(slice.map { .text($0.text) }, of: .text)], name: "clear apple status checks")
+            try insert(slice.flatMap { AppleStatusCheck.checks(key: $0, facts: attached[$0] ?? []) }, next: next, on: connection)
+        }
+    }
+
+    static func insert(_ checks: [AppleStatusCheck], next: Bool, on connection: Connection) throws {
+        guard !checks.isEmpty else { return }
+        var out: [UInt8] = []
+        for c in checks {
+            out.field(c.key.text); out.field(c.position); out.field(c.ordinal); out.field(c.key.environment)
+            out.field(c.key.originalTransactionId); out.field(c.customerId); out.field(c.source); out.field(c.message)
+            out.field(c.signedAt); out.field(c.recordedAt); out.field(c.appleStatus); out.field(c.ledgerStatus?.rawValue)
+            out.field(c.agrees); out.field(c.arrivalLedgerStatus?.rawValue); out.field(c.arrivalAgrees)
+            out.field(c.transactionId, last: true)
+        }
+        let data = out
+        try connection.copyIn("COPY \(table(next: next)) (\(columns)) FROM STDIN") { writer in try writer.write(data) }
+    }
+
+    /// Every subscription with a statement up to `upTo` (the rebuild's bulk pass).
+    static func allStated(upTo: Int64, on connection: Connection) throws -> [SubscriptionKey] {
+        try connection.query(
+            "SELECT DISTINCT subscription FROM public.facts WHERE schema_version = $1 AND kind = 'apple_status' AND position <= $2",
+            [.int64(Int64(FactStore.version)), .int64(upTo)], name: "subscriptions with apple statements")
+            .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }.sorted()
+    }
+
+    // MARK: reading
+
+    static func decode(_ row: Row) throws -> AppleStatusCheck {
+        let key = SubscriptionKey(environment: try row.decode(String.self, "environment"),
+                                  originalTransactionId: try row.decode(String.self, "original_transaction_id"))
+        return AppleStatusCheck(
+            key: key, position: try row.decode(Int64.self, "position"), ordinal: try row.decode(Int.self, "ordinal"),
+            recordedAt: try row.decode(Int64.self, "recorded_at"), source: try row.decode(String.self, "source"),
+            message: try row.decode(String?.self, "message"), signedAt: try row.decode(Int64.self, "signed_at"),
+            transactionId: try row.decode(String?.self, "transaction_id"), appleStatus: try row.decode(Int.self, "apple_status"),
+            ledgerStatus: try row.decode(String?.self, "ledger_status").flatMap(SubscriptionStatus.init(rawValue:)),
+            arrivalLedgerStatus: try row.decode(String?.self, "arrival_ledger_status").flatMap(SubscriptionStatus.init(rawValue:)),
+            customerId: try row.decode(String?.self, "customer_id"))
+    }
+}
+
+/// The Apple status check as a registered projection (Projection.swift).
+struct AppleStatusChecksProjection: Projection {
+    var names: [ProjectionName] { [.appleStatus] }
+    var liveHook: (any AppendHook)? { nil }
+
+    func apply(_ range: ClosedRange<Int64>, to name: ProjectionName, on connection: Connection) throws {
+        try AppleStatusProjection.apply(range, on: connection)
+    }
+
+    func rebuild(_ names: Set<ProjectionName>, with rebuilder: Rebuilder, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
+        try rebuilder.rebuildAppleStatusChecks(progress: progress)
+    }
+}
+
+extension Rebuilder {
+    /// Rebuilds `projections.apple_status_checks` blue/green: every stated subscription checked
+    /// from the facts up to the facts checkpoint into `_next`, then the shared tail catch-up and
+    /// swap (`catchUpAndSwap`).
+    func rebuildAppleStatusChecks(progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
+        let started = ContinuousClock.now
+        let writer = try Connection.unbounded(conninfo: conninfo)
+        return try withRebuildLock(on: writer) {
+            try deriveMissingFacts(on: writer)
+            let live = AppleStatusProjection.table(next: false), next = AppleStatusProjection.table(next: true)
+            try writer.transaction { writer in
+                try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+                for table in [next, live + Self.oldSuffix] {
+                    try writer.query("DROP TABLE IF EXISTS \(table)", name: "drop stale apple status table")
+                }
+                try writer.query("CREATE TABLE \(next) (LIKE \(live) INCLUDING ALL)", name: "create next apple status checks")
+            }
+            let head = try FactStore.derivedUpTo(on: writer)
+            let keys = try AppleStatusProjection.allStated(upTo: head, on: writer)
+            progress(0, keys.count)
+            try writer.transaction { writer in
+                try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
+                for chunk in stride(from: 0, to: keys.count, by: 500) {
+                    let slice = Array(keys[chunk..<min(chunk + 500, keys.count)])
+                    try AppleStatusProjection.refold(slice, upTo: head, next: true, on: writer)
+                    progress(chunk + slice.count, keys.count)
+                }
+            }
+            let swap = try catchUpAndSwap([AppleStatusProjection.name], tables: [Rebuilder.SwapTable(live: live, next: next)],
+                                          from: head, on: writer) { after, upTo, writer in
+                try AppleStatusProjection.apply((after + 1)...upTo, next: true, on: writer)
+                return 0
+            }
+            let seconds = max(started.duration(to: .now).seconds, 1e-9)
+            var report = RebuildReport(
+                projections: [.appleStatus], dryRun: false, snapshotHead: head, swapHead: swap.swapHead, events: Int(head),
+                streams: keys.count, caughtUpStreams: 0, seconds: seconds, eventsPerSecond: Double(head) / seconds,
+                peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
+            report.bulkSeconds = started.duration(to: swap.caughtUpAt).seconds
+            report.swapSeconds = swap.swapStart.duration(to: .now).seconds
+            return report
+        }
+    }
+}
