@@ -50,7 +50,7 @@ public final class LedgerApp: Sendable {
         do { catalog = try configuration.catalog() } catch {
             throw .configuration("products: \(error)")
         }
-        store = Store(.init(
+        var storeConfiguration = Store.Configuration(
             databaseURL: configuration.databaseURL, poolSize: configuration.databasePoolSize, acquireTimeout: .seconds(5),
             catalog: catalog, readDatabaseURL: configuration.readDatabaseURL,
             replicaMaxLag: .milliseconds(Int64(configuration.replicaMaxLagSeconds * 1000)),
@@ -59,7 +59,9 @@ public final class LedgerApp: Sendable {
             onProjectionFailure: { failure in
                 metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
                 log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
-            }))
+            })
+        storeConfiguration.onCatchUpError = { error in log.error("projection worker", ["error": "\(error)"]) }
+        store = Store(storeConfiguration)
         let intake = NotificationIntake(events: store.events, metrics: metrics, log: log)
         do { apple = try AppleIngestion(configuration: configuration.apple, intake: intake) } catch {
             throw .configuration("Apple: \(error)")
@@ -209,16 +211,15 @@ public enum LedgerAppError: Error, CustomStringConvertible {
 }
 
 extension LedgerApp {
-    /// Runs the service until `stop` yields (SIGTERM/SIGINT): the HTTP listener (and the admin
-    /// listener when configured), the projection catch-up worker, the group-commit writer and the
-    /// start-up catalog record, under one `ServiceGroup`. Stopping drains in reverse order: the
-    /// listeners finish requests in flight, then the worker stops, then the writer commits and
-    /// answers what is queued and the store closes.
+    /// Runs the service until `stop` yields (SIGTERM/SIGINT): the store (its catch-up worker and
+    /// group-commit writer), the HTTP listener (and the admin listener when configured) and the
+    /// start-up jobs, under one `ServiceGroup`. Stopping drains in reverse order: the listeners
+    /// finish requests in flight, then the store stops its worker, commits and answers what is
+    /// queued and closes.
     public func serve(until stop: AsyncStream<Void>, onListening: @escaping @Sendable ([String]) -> Void = { _ in }) async throws {
         let main = HTTPServer(configuration: httpConfiguration(), router: makeRouter())
         main.observer = { [self] in observe($0) }
-        var services: [any LifecycleService] = [EventWriterService(store: store),
-                                                ProjectionWorkerService(worker: store.worker, log: log)]
+        var services: [any LifecycleService] = [store]
         var listeners = [main]
         services.append(HTTPService(name: "http", server: main))
         if let (host, port) = configuration.adminListen {

@@ -22,8 +22,8 @@ extension LifecycleService {
 
 /// Runs services together under one task group. A stop request (SIGTERM) or any service failing
 /// shuts them all down in reverse start order, so each part drains before what it depends on:
-/// the HTTP listeners finish their requests while the projection worker and the group-commit
-/// writer still run, then the worker stops, then the writer commits what is queued.
+/// the HTTP listeners finish their requests while the store (its catch-up worker and group-commit
+/// writer) still runs, then the store stops its worker and commits what is queued.
 public struct ServiceGroup: Sendable {
     public let services: [any LifecycleService]
     let log: Log
@@ -101,38 +101,10 @@ final class HTTPService: LifecycleService {
     }
 }
 
-/// The catch-up worker as a service.
-struct ProjectionWorkerService: LifecycleService {
-    let name = "projection-worker"
-    let worker: ProjectionWorker
-    let log: Log
-
-    func run() async throws {
-        await worker.run(pollInterval: .seconds(1)) { error in log.error("projection worker", ["error": "\(error)"]) }
-    }
-
-    func shutdown() async { worker.stop() }
-}
-
-/// The group-commit writer as a service: its `run()` lasts while the store takes appends; its
-/// shutdown refuses new appends (retry later), commits and answers the queued ones, then closes.
-struct EventWriterService: LifecycleService {
-    let name = "event-writer"
-    let store: Store
-    private let stopped = AsyncStream<Void>.makeStream()
-
-    init(store: Store) { self.store = store }
-
-    func run() async throws {
-        for await _ in stopped.stream { break }
-    }
-
-    func shutdown() async {
-        await store.events.finish()
-        store.close()
-        stopped.continuation.finish()
-    }
-}
+/// The store is a service of its own (`Store.run()`: the catch-up worker; its shutdown refuses
+/// new appends, commits and answers the queued ones, then closes the pools). It runs first, so it
+/// stops last, after the listeners have finished their requests.
+extension Store: LifecycleService {}
 
 /// A job that runs once at start (retrying while the database is down) and then is done.
 final class StartupJob: LifecycleService {

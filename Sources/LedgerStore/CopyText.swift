@@ -259,6 +259,20 @@ extension [UInt8] {
         field(value.map(Int64.init), last: last)
     }
 
+    /// A bytea in COPY text: the hex format `\x…`, its backslash doubled by COPY's own escaping.
+    mutating func field(bytea value: Data, last: Bool = false) {
+        append(0x5C)
+        append(0x5C)
+        append(UInt8(ascii: "x"))
+        for byte in value {
+            append(Self.hexDigits[Int(byte >> 4)])
+            append(Self.hexDigits[Int(byte & 0x0F)])
+        }
+        endField(last)
+    }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
     mutating func field(_ value: Bool?, last: Bool = false) {
         defer { endField(last) }
         guard let value else { appendNull(); return }

@@ -1,6 +1,5 @@
 /// LedgerStore owns the ledger's SQL: the append-only event log (append, read a stream, read all),
 /// the migrator, and the hooks through which live projections join the append transaction.
-import Dispatch
 import Foundation
 import LedgerCore
 internal import Postgres
@@ -107,49 +106,39 @@ public struct EventStoreMetrics: Sendable, Equatable {
 /// one already visible. `readAll(after:)` from a checkpoint therefore never skips a late commit.
 public final class EventStore: Sendable {
     let pool: ConnectionPool
+    /// Opens the writers' own sessions.
+    let connections: Connections
     public let maxBatch: Int
     private let hooks: [any AppendHook]
     /// Outbox items the batch's facts cause (and `outbox/*` steps), written with the facts.
     private let outbox: OutboxDerivation
     private let onHookFailure: (@Sendable (HookFailure) -> Void)?
-    private let queue: Mutex<PendingAppends>
+    /// The appends waiting for a writer, and the writers' threads.
+    private let queue: AppendQueue
     private let counters = Mutex(EventStoreMetrics())
-    /// Writer threads. Appends are serialised by the head lock, so one writer is the default: a
-    /// second lets the next batch reach the server while the current one commits, but halves the
-    /// batches (measured: no gain on 2 cores). Kept configurable for faster disks and more cores.
-    private let writers: [DispatchQueue]
     /// Each writer's own connection, outside the pool: the group commit never queues behind
     /// reads, `/readyz` probes or exports for a pooled connection, so a flood of those cannot turn
-    /// webhooks into 503s. Opened lazily on the writer's queue, replaced when it breaks.
+    /// webhooks into 503s. Opened lazily on the writer's thread, replaced when it breaks.
     private let writerConnections: Mutex<[Connection?]>
-    private let linger: DispatchTimeInterval
 
-    private struct Request: Sendable {
+    fileprivate struct Request: Sendable {
         let events: [NewEvent]
         /// Each event's facts (`FactDecoder`), derived on the caller's thread before it queues.
         let facts: [[Fact]]
         let complete: @Sendable (Result<[AppendOutcome], StoreError>) -> Void
     }
 
-    private struct PendingAppends: Sendable {
-        var requests: [Request] = []
-        var idleWriters: [Int]
-        /// Set by `finish()`: new appends are refused (retry later) while queued ones complete.
-        var closed = false
-    }
-
     init(
-        pool: ConnectionPool, hooks: [any AppendHook] = [], outbox: OutboxDerivation = .none, maxBatch: Int = 512, writers: Int = 1,
+        pool: ConnectionPool, connections: Connections? = nil, hooks: [any AppendHook] = [], outbox: OutboxDerivation = .none, maxBatch: Int = 512, writers: Int = 1,
         linger: Duration = .microseconds(500),
         onHookFailure: (@Sendable (HookFailure) -> Void)? = nil
     ) {
         precondition(maxBatch > 0, "maxBatch must be positive")
         precondition(writers > 0, "at least one writer")
-        self.linger = .nanoseconds(Int(linger.components.seconds * 1_000_000_000 + linger.components.attoseconds / 1_000_000_000))
-        self.writers = (0..<writers).map { DispatchQueue(label: "ledger.eventstore.append\($0)") }
         self.writerConnections = Mutex(Array(repeating: nil, count: writers))
-        queue = Mutex(PendingAppends(idleWriters: Array((0..<writers).reversed())))
+        queue = AppendQueue(writers: writers, maxBatch: maxBatch, linger: EpochTime.seconds(linger))
         self.pool = pool
+        self.connections = connections ?? Connections(conninfo: pool.conninfo)
         self.hooks = hooks
         self.outbox = outbox
         self.maxBatch = maxBatch
@@ -158,7 +147,7 @@ public final class EventStore: Sendable {
 
     public var metrics: EventStoreMetrics {
         var snapshot = counters.withLock { $0 }
-        snapshot.queued = queue.withLock { $0.requests.count }
+        snapshot.queued = queue.waiting
         snapshot.pool = ConnectionStatistics(pool.statistics)
         return snapshot
     }
@@ -183,21 +172,6 @@ public final class EventStore: Sendable {
         return try result.get()
     }
 
-    /// `append` for threads outside Swift concurrency (libmicrohttpd callbacks): blocks the calling
-    /// thread until the commit. Never call it from an async task.
-    public func appendBlocking(_ events: [NewEvent]) throws(StoreError) -> [AppendOutcome] {
-        if events.isEmpty { return [] }
-        for event in events { try Self.validate(event) }
-        let box = ResultBox()
-        let done = DispatchSemaphore(value: 0)
-        enqueue(Request(events: events, facts: events.map(FactDecoder.facts(of:)), complete: { result in
-            box.set(result)
-            done.signal()
-        }))
-        done.wait()
-        return try box.get()
-    }
-
     /// What the database would also refuse, caught early with a clearer message.
     static func validate(_ event: NewEvent) throws(StoreError) {
         if event.streamId.isEmpty { throw .invalidEvent("streamId is empty; every event needs a stream (see StreamId)") }
@@ -210,56 +184,31 @@ public final class EventStore: Sendable {
     }
 
     private func enqueue(_ request: Request) {
-        let admitted = queue.withLock { state -> (Bool, Int?) in
-            if state.closed { return (false, nil) }
-            state.requests.append(request)
-            return (true, state.idleWriters.popLast())
-        }
-        guard admitted.0 else {
+        guard queue.admit(request, startWriter: { slot in self.startWriter(slot) }) else {
             request.complete(.failure(.unavailable("the ledger is shutting down; nothing was stored — retry")))
             return
         }
-        if let startWriter = admitted.1 { writers[startWriter].async { self.drain(writer: startWriter) } }
     }
 
     /// Graceful stop, last of the service's parts: refuses new appends (their callers are told to
     /// retry), lets every queued append commit and be answered, then closes the writers' connections.
     public func finish() async {
-        queue.withLock { $0.closed = true }
-        while queue.withLock({ !$0.requests.isEmpty || $0.idleWriters.count < writers.count }) {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
+        await queue.close()
         writerConnections.withLock { connections in connections = connections.map { _ in nil } }
     }
 
-    /// Runs on writer `writer`'s queue until the queue is empty.
-    private func drain(writer: Int) {
-        var lastBatch = 0
-        while true {
-            // The callers just answered usually append again at once; if fewer requests are
-            // waiting than were just served, give them a moment to arrive so the next commit
-            // carries them too (PostgreSQL's commit_delay idea, bounded by `linger`).
-            if lastBatch > 1 {
-                let deadline = DispatchTime.now() + linger
-                while queue.withLock({ $0.requests.count }) < lastBatch && DispatchTime.now() < deadline {
-                    usleep(50)
-                }
-            }
-            let batch = queue.withLock { state -> [Request] in
-                var taken: [Request] = []
-                var events = 0
-                while let next = state.requests.first, taken.isEmpty || events + next.events.count <= maxBatch {
-                    taken.append(next)
-                    events += next.events.count
-                    state.requests.removeFirst()
-                }
-                if taken.isEmpty { state.idleWriters.append(writer) }
-                return taken
-            }
-            if batch.isEmpty { return }
-            lastBatch = batch.count
-            write(batch, writer: writer)
+    /// A writer on a dedicated thread, not a Swift task or a GCD queue: every libpq call blocks
+    /// its thread, and the group commit waits for more appends between batches; on the
+    /// cooperative pool (two threads on this machine's two cores) that would stall unrelated
+    /// tasks. The thread sleeps on the queue's condition until appends arrive and ends after
+    /// idling (`AppendQueue.idleExit`) or once the queue is closed and drained; the next append
+    /// starts it again, on the connection it kept.
+    private func startWriter(_ slot: Int) {
+        let thread = Thread { [self] in
+            while let batch = queue.next(slot) { write(batch, writer: slot) }
         }
+        thread.name = "ledger.append\(slot)"
+        thread.start()
     }
 
     /// Runs `body` on writer `writer`'s own connection, (re)connecting when there is none or it
@@ -270,7 +219,7 @@ public final class EventStore: Sendable {
         if let cached, !cached.isBroken, cached.isAliveWhenIdle() {
             connection = cached
         } else {
-            connection = try Connection(conninfo: pool.conninfo)
+            connection = try connections.open()
             writerConnections.withLock { $0[writer] = connection }
         }
         do {
@@ -471,12 +420,114 @@ public final class EventStore: Sendable {
     }
 }
 
-/// Carries a writer's answer to a thread blocked in `appendBlocking`.
-private final class ResultBox: Sendable {
-    private let value = Mutex<Result<[AppendOutcome], StoreError>?>(nil)
-    func set(_ result: Result<[AppendOutcome], StoreError>) { value.withLock { $0 = result } }
-    func get() throws(StoreError) -> [AppendOutcome] {
-        guard let result = value.withLock({ $0 }) else { throw .unavailable("the append was not answered") }
-        return try result.get()
+/// The appends waiting for a writer, guarded by one condition variable that the writers sleep on:
+/// an append wakes a sleeping writer (or starts one), and a writer lingering for more appends
+/// before its next commit wakes as soon as they arrive, never polling.
+private final class AppendQueue: @unchecked Sendable {
+    /// A writer with nothing to do for this long ends its thread (a store nobody appends to
+    /// holds no thread); the next append starts one again.
+    static let idleExit: TimeInterval = 5
+
+    private let condition = NSCondition()
+    private let writers: Int
+    private let maxBatch: Int
+    private let linger: TimeInterval
+    // Guarded by `condition`.
+    private var requests: [EventStore.Request] = []
+    /// Writer slots without a thread.
+    private var freeSlots: [Int]
+    /// Threads waiting for appends.
+    private var sleeping = 0
+    /// How many requests each slot's last batch took (the linger aims for as many again).
+    private var lastBatch: [Int]
+    /// Set by `close()`: new appends are refused (retry later) while queued ones complete.
+    private var closed = false
+    private var closers: [CheckedContinuation<Void, Never>] = []
+
+    init(writers: Int, maxBatch: Int, linger: TimeInterval) {
+        self.writers = writers
+        self.maxBatch = maxBatch
+        self.linger = linger
+        freeSlots = Array((0..<writers).reversed())
+        lastBatch = Array(repeating: 0, count: writers)
+    }
+
+    var waiting: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return requests.count
+    }
+
+    /// Queues `request` and wakes (or starts, through `startWriter`) a writer; false once closed.
+    func admit(_ request: EventStore.Request, startWriter: (Int) -> Void) -> Bool {
+        condition.lock()
+        if closed {
+            condition.unlock()
+            return false
+        }
+        requests.append(request)
+        // Wakes a sleeping writer, and a lingering one (it takes the batch as soon as it is as
+        // large as its last); starts a writer when none sleeps and a slot is free.
+        condition.broadcast()
+        let start = sleeping > 0 ? nil : freeSlots.popLast()
+        condition.unlock()
+        if let start { startWriter(start) }
+        return true
+    }
+
+    /// The next batch for the writer in `slot`; nil when its thread should end (idle, or closed
+    /// and drained).
+    func next(_ slot: Int) -> [EventStore.Request]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while requests.isEmpty {
+            if closed { return retire(slot) }
+            sleeping += 1
+            let woken = condition.wait(until: Date(timeIntervalSinceNow: Self.idleExit))
+            sleeping -= 1
+            if !woken && requests.isEmpty { return retire(slot) }
+        }
+        // The callers just answered usually append again at once; if fewer requests are waiting
+        // than were just served, give them a moment to arrive so the next commit carries them too
+        // (PostgreSQL's commit_delay idea, bounded by `linger`).
+        if lastBatch[slot] > 1 && !closed {
+            let deadline = Date(timeIntervalSinceNow: linger)
+            while requests.count < lastBatch[slot] && !closed && condition.wait(until: deadline) {}
+        }
+        var taken: [EventStore.Request] = []
+        var events = 0
+        while let first = requests.first, taken.isEmpty || events + first.events.count <= maxBatch {
+            taken.append(requests.removeFirst())
+            events += first.events.count
+        }
+        lastBatch[slot] = taken.count
+        return taken
+    }
+
+    /// Ends the writer in `slot` (called holding the lock); the last one out answers `close()`.
+    private func retire(_ slot: Int) -> [EventStore.Request]? {
+        freeSlots.append(slot)
+        lastBatch[slot] = 0
+        if freeSlots.count == writers && requests.isEmpty {
+            for closer in closers { closer.resume() }
+            closers = []
+        }
+        return nil
+    }
+
+    /// Refuses new appends and returns once every queued one was written and its writer ended.
+    func close() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            condition.lock()
+            closed = true
+            if freeSlots.count == writers && requests.isEmpty {
+                condition.unlock()
+                done.resume()
+                return
+            }
+            closers.append(done)
+            condition.broadcast()
+            condition.unlock()
+        }
     }
 }

@@ -52,7 +52,7 @@ public enum LongReadError: Error, Sendable, Equatable, CustomStringConvertible {
 ///   HTTP server cancels a handler whose deadline fired or whose client hung up — and its
 ///   connection closed, so the backend goes away with it.
 final class LongReads: Sendable {
-    let conninfo: String
+    let connections: Connections
     let settings: LongReadSettings
     static let applicationName = "ledger long read"
     private let state = Mutex(Counters())
@@ -65,9 +65,9 @@ final class LongReads: Sendable {
         var timedOut = 0
     }
 
-    init(conninfo: String, settings: LongReadSettings) {
+    init(connections: Connections, settings: LongReadSettings) {
         precondition(settings.concurrent > 0, "at least one long read")
-        self.conninfo = conninfo
+        self.connections = connections
         self.settings = settings
     }
 
@@ -91,8 +91,8 @@ final class LongReads: Sendable {
         let slot = CancelSlot()
         do {
             return try await withTaskCancellationHandler {
-                try await BlockingWork.run { [settings, conninfo] in
-                    let connection = try Connection(conninfo: conninfo)
+                try await BlockingWork.run { [settings, connections] in
+                    let connection = try connections.open()
                     guard slot.install(try connection.makeCanceller()) else { throw LongReadError.cancelled }
                     let millis = settings.statementTimeout.components.seconds * 1000
                         + settings.statementTimeout.components.attoseconds / 1_000_000_000_000_000

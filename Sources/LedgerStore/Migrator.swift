@@ -53,14 +53,14 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
 /// migrators (several instances starting at once) take turns, so each file runs once. Migration
 /// files must not contain transaction control or `CREATE INDEX CONCURRENTLY`.
 public struct Migrator: Sendable {
-    public let conninfo: String
+    let connections: Connections
     public let directory: URL
 
     /// Arbitrary constant ('LEDGMIGR'); every ledger migrator uses the same one.
     static let advisoryLockKey: Int64 = 0x4C45_4447_4D49_4752
 
-    public init(conninfo: String, directory: URL) {
-        self.conninfo = conninfo
+    init(connections: Connections, directory: URL) {
+        self.connections = connections
         self.directory = directory
     }
 
@@ -129,7 +129,7 @@ public struct Migrator: Sendable {
     public func migrate() throws(MigrationError) -> [String] {
         let migrations = try loadMigrations()
         let connection: Connection
-        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error.description, unavailable: error.isUnavailable) }
+        do { connection = try connections.open() } catch { throw .database(error.description, unavailable: error.isUnavailable) }
         do {
             try connection.query("SELECT pg_advisory_lock($1)", [.int64(Self.advisoryLockKey)], name: "migration lock")
             try connection.query("""
@@ -192,7 +192,7 @@ public struct Migrator: Sendable {
 
     public func status() throws(MigrationError) -> MigrationStatus {
         let connection: Connection
-        do { connection = try Connection(conninfo: conninfo) } catch { throw .database(error.description, unavailable: error.isUnavailable) }
+        do { connection = try connections.open() } catch { throw .database(error.description, unavailable: error.isUnavailable) }
         return try status(using: connection)
     }
 

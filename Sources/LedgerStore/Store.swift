@@ -2,10 +2,19 @@ import Foundation
 import LedgerCore
 internal import Postgres
 
-/// LedgerStore's one entry point for the service and the command line: it owns the connection
-/// pool and hands out everything that touches the database — the event log (`events`), the
-/// projection reads (`projections`, `refunds`), the catch-up worker, rebuilds, fact derivation,
-/// migrations and health. Nothing of libpq or of the pool appears in its API.
+/// LedgerStore's one entry point for the service, the command line and the tests: it owns the
+/// connection pool, the connections opened outside it (`Connections`: the group-commit writers',
+/// the catch-up's LISTEN session, long work), the group-commit writers and the catch-up worker,
+/// and hands out everything that touches the database — the event log (`events`), the projection
+/// reads (`projections`, `refunds`), the catch-up worker, rebuilds, fact derivation, migrations
+/// and health. Nothing of libpq or of the pool appears in its API.
+///
+/// A lifecycle service in the shape of postgres-nio's `PostgresClient`: `run()` is where the
+/// store's background work lives (the catch-up worker, unless `catchUpInRun` is off) and lasts
+/// until `shutdown()` or the task's cancellation; either then stops the worker, lets every queued
+/// append commit and be answered (new appends are told to retry), and closes the pools. A store
+/// used for one command (or a test) need not run: appends and reads work without `run()`, and
+/// `shutdown()` (or `close()`) ends it.
 public final class Store: Sendable {
     public struct Configuration: Sendable {
         /// libpq connection string or URL.
@@ -20,8 +29,8 @@ public final class Store: Sendable {
         /// The outbox's consumers (`OutboxConsumer`): their items are derived in the append
         /// transaction whether or not `liveProjections` is set (an item exists iff its cause did).
         public var outboxConsumers: [OutboxConsumer] = OutboxConsumer.registered
-        /// The projections' evaluation time (tests fix it).
-        public var clock: @Sendable () -> EpochMillis
+        /// The projections' evaluation time (tests fix or move it).
+        public var clock: LedgerClock
         /// Fold live projections in the append transaction (the service does; a store used only to
         /// record, e.g. by the command line, need not).
         public var liveProjections: Bool
@@ -33,10 +42,16 @@ public final class Store: Sendable {
         public var replicaMaxLag: Duration
         /// Exports and folds at a position (LongReads.swift): how many at once, their statement timeout.
         public var longReads: LongReadSettings
+        /// `run()` keeps the projections caught up (`worker`), woken by appends or every
+        /// `catchUpInterval`; off for a store that only records or reads.
+        public var catchUpInRun = true
+        public var catchUpInterval: Duration = .seconds(1)
+        /// Told when a catch-up pass in `run()` failed (database down: it is retried).
+        public var onCatchUpError: (@Sendable (ProjectionError) -> Void)?
 
         public init(
             databaseURL: String, poolSize: Int = 16, acquireTimeout: Duration = .seconds(5),
-            catalog: ProductCatalog = .productIds, clock: @escaping @Sendable () -> EpochMillis = Projector.wallClock,
+            catalog: ProductCatalog = .productIds, clock: LedgerClock = .system,
             liveProjections: Bool = true, readDatabaseURL: String? = nil, replicaMaxLag: Duration = .seconds(2),
             longReads: LongReadSettings = LongReadSettings(), onProjectionFailure: (@Sendable (HookFailure) -> Void)? = nil
         ) {
@@ -55,6 +70,10 @@ public final class Store: Sendable {
 
     public let configuration: Configuration
     let pool: ConnectionPool
+    /// Every connection the store opens outside the pool.
+    let connections: Connections
+    /// Ends `run()`: finished by `shutdown()` or the cancellation of `run()`'s task.
+    private let stop = AsyncStream<Void>.makeStream()
     let foldSnapshots = FoldSnapshots()
     public let projector: Projector
     /// Appends (group commit) and reads of the event log.
@@ -91,21 +110,23 @@ public final class Store: Sendable {
         self.configuration = configuration
         pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize,
                               acquireTimeout: configuration.acquireTimeout)
+        connections = Connections(conninfo: configuration.databaseURL)
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
         let derivation = OutboxDerivation(consumers: configuration.outboxConsumers)
         events = EventStore(
-            pool: pool, hooks: (configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).compactMap(\.liveHook) : [])
+            pool: pool, connections: connections,
+            hooks: (configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).filter(\.isLive).map { LiveProjectionHook($0) as any AppendHook } : [])
                 + [WeChatNonceHook()],
             outbox: derivation, onHookFailure: configuration.onProjectionFailure)
         outbox = Outbox(pool: pool, events: events, consumers: configuration.outboxConsumers)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
         refunds = RefundFactQueries(pool: pool)
-        worker = ProjectionWorker(pool: pool, projector: projector, outbox: derivation)
-        var deriver = FactDeriver(conninfo: configuration.databaseURL)
+        worker = ProjectionWorker(pool: pool, connections: connections, projector: projector, outbox: derivation)
+        var deriver = FactDeriver(connections: connections)
         deriver.outbox = derivation
         facts = deriver
         chain = ChainStore(pool: pool)
-        longReads = LongReads(conninfo: configuration.databaseURL, settings: configuration.longReads)
+        longReads = LongReads(connections: connections, settings: configuration.longReads)
         refundCases = RefundCaseQueries(pool: pool, longReads: longReads)
         reports = ReportQueries(pool: pool, longReads: longReads)
         primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
@@ -113,7 +134,7 @@ public final class Store: Sendable {
             ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,
                         catalog: configuration.catalog, maxLag: configuration.replicaMaxLag)
         }
-        reconciliation = ReconciliationStore(pool: pool, conninfo: configuration.databaseURL)
+        reconciliation = ReconciliationStore(pool: pool, connections: connections)
         wechat = WeChatQueries(pool: pool)
         webhookEndpoints = WebhookEndpointStore(pool: pool)
     }
@@ -149,15 +170,19 @@ public final class Store: Sendable {
     }
 
     /// A rebuild of the projections under this store's catalog (each run opens its own connections).
-    public func rebuilder() -> Rebuilder {
-        var rebuilder = Rebuilder(conninfo: configuration.databaseURL, projector: projector)
+    public func rebuilder() -> Rebuilder { rebuilder(projector: projector) }
+
+    /// A rebuild folding with `projector` (a dry run under another catalog, in tests).
+    func rebuilder(projector: Projector) -> Rebuilder {
+        var rebuilder = Rebuilder(connections: connections, projector: projector)
         rebuilder.outbox = OutboxDerivation(consumers: configuration.outboxConsumers)
         return rebuilder
     }
 
-    /// Migrations from `directory` (run them as the database owner, not the service role).
+    /// Migrations from `directory` (open the store as the database owner to run them, not as the
+    /// service role).
     public func migrator(directory: URL) -> Migrator {
-        Migrator(conninfo: configuration.databaseURL, directory: directory)
+        Migrator(connections: connections, directory: directory)
     }
 
     /// Every projection's (and the facts') checkpoint against the head, in name order.
@@ -170,7 +195,7 @@ public final class Store: Sendable {
     public func health(migrations: [Migration]) async -> StoreHealth {
         var health = StoreHealth()
         do {
-            let status = try await Migrator(conninfo: configuration.databaseURL, directory: URL(fileURLWithPath: "/"))
+            let status = try await Migrator(connections: connections, directory: URL(fileURLWithPath: "/"))
                 .status(pool: pool, migrations: migrations)
             health.migrations = status
         } catch {
@@ -210,6 +235,46 @@ public final class Store: Sendable {
     public func close() {
         pool.close()
         replica?.pool.close()
+    }
+
+    // MARK: lifecycle
+
+    /// The service's name in the lifecycle's logs.
+    public var name: String { "store" }
+
+    /// Runs the store's background work — the catch-up worker (`catchUpInRun`) — until
+    /// `shutdown()` or until this task is cancelled; then drains and closes the store (see the
+    /// type's comment) and returns.
+    public func run() async throws {
+        let stop = self.stop
+        await withTaskCancellationHandler {
+            await withTaskGroup(of: Void.self) { group in
+                if configuration.catchUpInRun {
+                    let (worker, interval, onError) = (self.worker, configuration.catchUpInterval, configuration.onCatchUpError)
+                    group.addTask { await worker.run(pollInterval: interval) { onError?($0) } }
+                }
+                for await _ in stop.stream {}
+                worker.stop()
+                await group.waitForAll()
+            }
+        } onCancel: {
+            stop.continuation.finish()
+        }
+        await drain()
+    }
+
+    /// Stops the catch-up worker, lets every queued append commit and be answered (new appends
+    /// are told to retry), closes the pools, and makes `run()` return. Also ends a store that
+    /// never ran.
+    public func shutdown() async {
+        stop.continuation.finish()
+        worker.stop()
+        await drain()
+    }
+
+    private func drain() async {
+        await events.finish()
+        close()
     }
 }
 

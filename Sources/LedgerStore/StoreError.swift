@@ -59,14 +59,4 @@ extension Connection {
     func asProjector() throws {
         try query("SET LOCAL ROLE ledger_projector", name: "projector role")
     }
-
-    /// A connection for work that legitimately runs long (rebuild, rederive, exports): the
-    /// service role's default `statement_timeout` / `lock_timeout` (Migrations/0005) bound request
-    /// work, and are lifted here for this session only.
-    static func unbounded(conninfo: String) throws -> Connection {
-        let connection = try Connection(conninfo: conninfo)
-        try connection.query("SET statement_timeout = 0", name: "unbounded statements")
-        try connection.query("SET lock_timeout = 0", name: "unbounded locks")
-        return connection
-    }
 }

@@ -131,7 +131,7 @@ public enum AppendBenchmark {
         guard let pgbench = pgbenchPath() else {
             throw PgbenchError(description: "pgbench not found (install postgresql or set LEDGER_PG_BIN)")
         }
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         try admin.query("""
             CREATE TABLE bench_single (
                 position bigserial PRIMARY KEY, stream_id text NOT NULL, dedupe_key text NOT NULL,

@@ -354,7 +354,7 @@ enum PgbenchIngest {
 
     /// The table the script inserts into: the events table's columns plus the facts as text.
     static func createTable(in database: TestDatabase, compressedLikeEventsOf ledgerConninfo: String) throws {
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         try admin.query("""
             CREATE TABLE bench_ingest (
                 position bigserial PRIMARY KEY, stream_id text NOT NULL, dedupe_key text NOT NULL,
@@ -365,7 +365,7 @@ enum PgbenchIngest {
         // The same TOAST compression as the ledger's events (Migrations/0010 sets lz4 where the
         // server has it): the baseline stores the same bytes the same way, so the comparison is of
         // the work around the insert, not of two compressors.
-        let compression = try Connection(conninfo: ledgerConninfo).query("""
+        let compression = try TestDatabase.connect(ledgerConninfo).query("""
             SELECT attcompression::text AS c FROM pg_attribute WHERE attrelid = 'public.events'::regclass AND attname = 'raw'
             """, name: "events compression").first?.decode(String.self, "c")
         if compression == "l" {
@@ -378,7 +378,7 @@ enum PgbenchIngest {
 
     /// Average bytes the ledger stored for these notifications, and one of them as a sample.
     static func storedBytes(dedupeKeys: [String], conninfo: String) throws -> (IngestSuite.StoredBytes, Sample) {
-        let connection = try Connection(conninfo: conninfo)
+        let connection = try TestDatabase.connect(conninfo)
         let keys = PostgresValue.array(dedupeKeys.map { .text($0) }, of: .text)
         guard let row = try connection.query("""
             WITH m AS (SELECT position, octet_length(raw) AS raw, octet_length(payload::text) AS payload

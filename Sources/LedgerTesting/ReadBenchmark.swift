@@ -87,7 +87,7 @@ public enum ReadBenchmark {
                                            environment: "Production", duplicateRate: 0)
         var ids: [String] = [], customers: [String] = [], moments: [EpochMillis] = []
         ids.reserveCapacity(subscriptions)
-        let connection = try Connection(conninfo: conninfo)
+        let connection = try TestDatabase.connect(conninfo)
         let raw = "\\\\x" + String(repeating: "5b706c616365686f6c6465725d", count: 4)  // bytea hex in COPY text
         var written = 0
         let groupSize = 2_000
@@ -127,11 +127,13 @@ public enum ReadBenchmark {
         }
         log("seeded \(written) events of \(subscriptions) subscriptions in \(since(started)); deriving facts…")
         let deriving = clock.now
-        _ = try await FactDeriver(conninfo: conninfo).run(batch: 5_000)
+        let store = Store(.init(databaseURL: conninfo, poolSize: 1, catalog: catalog, liveProjections: false))
+        defer { store.close() }
+        _ = try await store.facts.run(batch: 5_000)
         try connection.query("VACUUM ANALYZE facts", name: "vacuum facts")
         log("derived in \(since(deriving)); rebuilding the projections…")
         let rebuilding = clock.now
-        _ = try await Rebuilder(conninfo: conninfo, projector: Projector(catalog: catalog)).run()
+        _ = try await store.rebuilder().run()
         try connection.query("VACUUM ANALYZE", name: "vacuum")
         log("rebuilt in \(since(rebuilding))")
         let elapsed = started.duration(to: clock.now)

@@ -106,10 +106,12 @@ public enum RebuildBenchmark {
         let seedStart = clock.now
         let seeded = try seedEvents(conninfo: target, count: events, seed: seed, progress: progress)
         let seedSeconds = seconds(seedStart.duration(to: clock.now))
-        let analyze = try Connection(conninfo: target)
+        let analyze = try database.connect()
         try analyze.query("VACUUM ANALYZE events", name: "vacuum")
         let deriveStart = clock.now
-        _ = try await FactDeriver(conninfo: target).run(batch: 5_000) { done, total in progress("derive", Int(done), Int(total)) }
+        let owner = database.store(as: .admin, poolSize: 1, catalog: catalog, clock: { start + 730 * 86_400_000 }, liveProjections: false)
+        defer { owner.close() }
+        _ = try await owner.facts.run(batch: 5_000) { done, total in progress("derive", Int(done), Int(total)) }
         let deriveSeconds = seconds(deriveStart.duration(to: clock.now))
         try analyze.query("VACUUM ANALYZE facts", name: "vacuum facts")
         let facts = try analyze.query("SELECT count(*) AS n FROM facts WHERE subscription IS NOT NULL", name: "facts")
@@ -118,11 +120,10 @@ public enum RebuildBenchmark {
         // The read alone, same query, same rows: the floor the rebuild is compared with. Each run
         // is a COPY then a rebuild; the medians are compared.
         let loadAverage = Self.loadAverage()
-        let projector = Projector(catalog: catalog, clock: { start + 730 * 86_400_000 })
         var runs: [(copy: Double, copyMachine: Double?, report: RebuildReport, cpu: Double, machine: Double?)] = []
         resetPeakRSS()
         for _ in 0..<max(1, runCount) {
-            let reader = try Connection(conninfo: target)
+            let reader = try database.connect()
             let machineBeforeCopy = machineCPUSeconds()
             let copyStart = clock.now
             var copied = 0
@@ -133,7 +134,7 @@ public enum RebuildBenchmark {
 
             let cpuBefore = processCPUSeconds()
             let machineBefore = machineCPUSeconds()
-            let report = try await Rebuilder(conninfo: target, projector: projector).run { done, total in progress("rebuild", done, total) }
+            let report = try await owner.rebuilder().run { done, total in progress("rebuild", done, total) }
             let machine = machineCPUSeconds().flatMap { after in machineBefore.map { after - $0 } }
             runs.append((copySeconds, copyMachine, report, processCPUSeconds() - cpuBefore, machine))
         }
@@ -181,7 +182,7 @@ public enum RebuildBenchmark {
     /// `raw` is a small placeholder: a rebuild never reads it, and real raw bodies are TOASTed
     /// out of line, so their size does not change what the rebuild scans.
     static func seedEvents(conninfo: String, count: Int, seed: UInt64, progress: (String, Int, Int) -> Void) throws -> Int {
-        let connection = try Connection(conninfo: conninfo)
+        let connection = try TestDatabase.connect(conninfo)
         let generator = LifecycleGenerator(customers: 0, days: 730, start: start, seed: seed)
         let groupSize = 500
         var written = 0

@@ -130,7 +130,7 @@ public enum RefundInquiryBenchmark {
         let baseline = try await LoadGenerator(target: target, options: LoadOptions(connections: connections, limit: .count(inquiries)),
                                                cycling: [check]).run()
         // What the service measured, from the answers' facts (the one decoder's reading).
-        let db = try Connection(conninfo: spawned.database.adminConninfo)
+        let db = try spawned.database.connect()
         var decided: [Double] = []
         var fallbacks = 0
         for row in try db.query("SELECT detail FROM facts WHERE kind = 'refund_answer'", name: "answers").rows {

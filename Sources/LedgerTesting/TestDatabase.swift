@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 import LedgerStore
 import Postgres
 #if canImport(Glibc)
@@ -40,7 +41,7 @@ public struct TestDatabase: Sendable {
         let suffix = UInt64.random(in: 0...UInt64.max) & 0xffff_ffff_ffff
         let name = "\(prefix)_\(ProcessInfo.processInfo.processIdentifier)_\(String(suffix, radix: 16))"
         let info = try ConnectionInfo(parsing: server)
-        let connection = try Connection(conninfo: server)
+        let connection = try connect(server)
         dropAbandoned(prefix: prefix, on: connection)
         try connection.query("CREATE DATABASE \(try connection.quoteIdentifier(name))", name: "create test database")
         let database = TestDatabase(
@@ -50,7 +51,9 @@ public struct TestDatabase: Sendable {
             serverConninfo: server)
         if migrate {
             do {
-                try Migrator(conninfo: database.adminConninfo, directory: try Migrator.locateDirectory()).migrate()
+                let owner = database.store(as: .admin, poolSize: 1)
+                defer { owner.close() }
+                try owner.migrator(directory: try Migrator.locateDirectory()).migrate()
             } catch {
                 try? database.drop()
                 throw error
@@ -89,7 +92,7 @@ public struct TestDatabase: Sendable {
         guard let conninfo = replicaConninfo(user: "postgres") else { return false }
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if let c = try? Connection(conninfo: conninfo), (try? c.query("SELECT position FROM event_head")) != nil { return true }
+            if let c = try? connect(conninfo), (try? c.query("SELECT position FROM event_head")) != nil { return true }
             Thread.sleep(forTimeInterval: 0.05)
         }
         return false
@@ -97,9 +100,68 @@ public struct TestDatabase: Sendable {
 
     /// Drops the database, disconnecting anything still connected to it.
     public func drop() throws {
-        let connection = try Connection(conninfo: serverConninfo)
+        let connection = try Self.connect(serverConninfo)
         try connection.query("DROP DATABASE IF EXISTS \(try connection.quoteIdentifier(name)) WITH (FORCE)", name: "drop test database")
     }
+}
+
+/// The tests' ways into a test database: a `Store` (what the product uses, so a test exercises the
+/// same pool, writers and factory), and, for what only a test does — set up, wreck a table, hold a
+/// lock, prove what a role cannot do — raw SQL through the one connection helper here, instead of
+/// a `Connection(conninfo:)` of its own in every test.
+extension TestDatabase {
+    public enum Role: Sendable {
+        /// Superuser on this database.
+        case admin
+        /// The restricted role the service runs as.
+        case service
+    }
+
+    public func conninfo(_ role: Role) -> String {
+        switch role {
+        case .admin: adminConninfo
+        case .service: serviceConninfo
+        }
+    }
+
+    /// A store on this database as `role` (the service role by default). Close it (`close()` or
+    /// `shutdown()`) when done.
+    public func store(
+        as role: Role = .service, poolSize: Int = 4, acquireTimeout: Duration = .seconds(5), catalog: ProductCatalog = .productIds,
+        clock: (@Sendable () -> EpochMillis)? = nil, liveProjections: Bool = true, configure: (inout Store.Configuration) -> Void = { _ in }
+    ) -> Store {
+        var configuration = Store.Configuration(
+            databaseURL: conninfo(role), poolSize: poolSize, acquireTimeout: acquireTimeout, catalog: catalog,
+            liveProjections: liveProjections)
+        if let clock { configuration.clock = LedgerClock(clock) }
+        configure(&configuration)
+        return Store(configuration)
+    }
+
+    /// A connection of the test's own as `role` (superuser by default).
+    public func connect(as role: Role = .admin) throws -> Connection { try Self.connect(conninfo(role)) }
+
+    /// A connection to this database on the streaming replica as `user`; nil when none is configured.
+    public func connectReplica(user: String = "postgres") throws -> Connection? {
+        try replicaConninfo(user: user).map { try Self.connect($0) }
+    }
+
+    /// One statement as `role` (superuser by default).
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [PostgresValue] = [], as role: Role = .admin) throws -> QueryResult {
+        try connect(as: role).query(sql, parameters, name: "test query")
+    }
+
+    /// Several statements as `role` (superuser by default).
+    public func script(_ sql: String, as role: Role = .admin) throws {
+        try connect(as: role).execute(script: sql, name: "test script")
+    }
+
+    /// A connection to `conninfo` for test tools that are handed a server rather than a
+    /// `TestDatabase` (benchmarks' seeding, scale and ingest suites): the one place test support
+    /// opens a libpq connection.
+    public static func connect(_ conninfo: String) throws -> Connection { try Connection(conninfo: conninfo) }
+    func connect(_ conninfo: String) throws -> Connection { try Self.connect(conninfo) }
 }
 
 /// Stops, starts and restarts the project-local server through `scripts/db.sh`, for tests that

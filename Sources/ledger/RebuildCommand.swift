@@ -12,7 +12,8 @@ enum RebuildCommand {
     them in atomically (appends wait only for the swap) and sets their checkpoints to the head.
     Reads the decoded payload columns only, never the raw evidence. Works as the service role.
 
-      --projection NAME   subscriptions, transactions, entitlements or refund_cases (default: all four)
+      --projection NAME   subscriptions, transactions, entitlements, refund_cases or wechat_contracts
+                          (default: all of them)
       --dry-run           change nothing: fold everything under the CURRENT product catalog
                           (configuration "products") and print who would gain and who would lose
                           which entitlement compared with the stored entitlements table

@@ -23,7 +23,9 @@ enum RederiveCommand {
     static func run(_ raw: [String]) async throws {
         let args = try parse(raw, command: "rederive", boolean: ["status", "drop-other-versions"], help: help)
         let configuration = try loadConfiguration()
-        let deriver = FactDeriver(conninfo: configuration.databaseURL)
+        let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 1, liveProjections: false))
+        defer { store.close() }
+        let deriver = store.facts
         do {
             let before = try deriver.status()
             if args.has("status") {

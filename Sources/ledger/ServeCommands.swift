@@ -57,7 +57,9 @@ enum MigrateCommand {
         let configuration = try loadConfiguration()
         let directory: URL
         do { directory = try Migrator.locateDirectory() } catch { throw CommandFailure(message: "\(error)", exitCode: 2) }
-        let migrator = Migrator(conninfo: configuration.databaseURL, directory: directory)
+        let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 1, liveProjections: false))
+        defer { store.close() }
+        let migrator = store.migrator(directory: directory)
         do {
             if args.has("status") {
                 let s = try migrator.status()

@@ -170,7 +170,7 @@ final class AuditChainTests: XCTestCase {
             XCTAssertThrowsError(try h.admin.query("UPDATE event_chain SET hash = hash WHERE position = 1", name: "update link"))
             XCTAssertThrowsError(try h.admin.query("DELETE FROM event_chain", name: "delete links"))
             XCTAssertThrowsError(try h.admin.query("TRUNCATE event_chain CASCADE", name: "truncate links"))
-            let service = try Connection(conninfo: h.database.serviceConninfo)
+            let service = try h.database.connect(as: .service)
             XCTAssertThrowsError(try service.query("INSERT INTO event_chain VALUES (99, sha256('x'))", name: "insert link"))
         }
     }

@@ -247,7 +247,7 @@ final class ConsumptionAndReceiptTests: XCTestCase {
         await a.stop()
         XCTAssertEqual(fake.consumptionRequests.count, 0)
 
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         _ = try admin.query("UPDATE outbox_items SET next_attempt_at = 0 WHERE consumer = 'apple.consumption'", name: "backoff over")
         let b = try ServiceInstance(database: database, rootFile: rootFile, environment: api.environment)
         // B's sender service runs as `ledger serve` runs it, until both are answered.

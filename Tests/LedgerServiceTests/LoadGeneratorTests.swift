@@ -323,7 +323,7 @@ final class ReliabilityAuditTests: XCTestCase {
         let harness = try Harness(scenario: "audit-test", options: options)
         defer { harness.finish() }
         let mint = NotificationMint(authority: harness.authority, runTag: 0xfeed)
-        let connection = try Connection(conninfo: harness.database.adminConninfo)
+        let connection = try harness.database.connect()
         func store(stream: String, key: String) throws {
             _ = try connection.query("""
                 SELECT * FROM append_events(ARRAY[$1], ARRAY[$2], ARRAY['apple'], ARRAY['DID_RENEW'], ARRAY[NULL]::text[],

@@ -87,9 +87,11 @@ final class MigrationUpgradeTests: XCTestCase {
             }
             let b = try TestDatabase.create(migrate: false)
             defer { try? b.drop() }
-            let applied08 = try Migrator(conninfo: b.adminConninfo, directory: old).migrate()
+            let owner = b.store(as: .admin, poolSize: 1, liveProjections: false)
+            defer { owner.close() }
+            let applied08 = try owner.migrator(directory: old).migrate()
             XCTAssertEqual(applied08.last, "0008_wechat.sql")
-            let bc = try Connection(conninfo: b.adminConninfo)
+            let bc = try b.connect()
             XCTAssertEqual(try bc.query("SELECT to_regclass('public.event_chain') IS NULL AS absent", name: "no chain at 0008").first!.decode(Bool.self, "absent"), true)
 
             // A's log into B, as rows valid at 0008 (only B's columns are read from A's JSON).
@@ -109,9 +111,9 @@ final class MigrationUpgradeTests: XCTestCase {
             }
 
             // To head.
-            let applied = try Migrator(conninfo: b.adminConninfo, directory: all).migrate()
+            let applied = try owner.migrator(directory: all).migrate()
             XCTAssertEqual(applied.first, "0009_audit_chain.sql", "\(applied)")
-            XCTAssertFalse(try Migrator(conninfo: b.adminConninfo, directory: all).status().pending.contains { _ in true })
+            XCTAssertFalse(try owner.migrator(directory: all).status().pending.contains { _ in true })
 
             // The chain 0009 computed over the old log equals the one A's appends wrote.
             let chainA = try a.query("SELECT position, encode(hash, 'hex') AS h FROM event_chain ORDER BY position", name: "A chain").rows.map { try $0.decode(String.self, "h") }

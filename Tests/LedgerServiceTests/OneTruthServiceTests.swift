@@ -102,7 +102,7 @@ final class OneTruthServiceTests: XCTestCase {
             let then = try await h.request("GET", "/v1/customers/\(token)/entitlements?recordedAt=\(recordedBetween)", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual((then.json["entitlements"] as? [[String: Any]] ?? []).compactMap { $0["entitlement"] as? String },
                            ["basic"], "what the ledger knew then, under the catalog of then: \(then.text)")
-            let catalogEvents = try Connection(conninfo: database.adminConninfo).query(
+            let catalogEvents = try database.connect().query(
                 "SELECT type FROM events WHERE stream_id = $1 ORDER BY position", [.text(StreamId.ledgerConfig.text)])
                 .rows.map { try $0.decode(String.self, "type") }
             XCTAssertEqual(catalogEvents, [LedgerEventType.catalog, LedgerEventType.catalog])

@@ -180,7 +180,7 @@ final class ProductionShapeTests: XCTestCase {
     /// Migrations/0005 → 55P03 → 503) and by the request deadline, whichever is shorter.
     func testABlockedReadAnswers503WithinTheRequestDeadline() async throws {
         try await withService(environment: ["LEDGER_REQUEST_DEADLINE_SECONDS": "1"]) { h in
-            let locker = try Connection(conninfo: h.database.adminConninfo)
+            let locker = try h.database.connect()
             try locker.query("BEGIN")
             try locker.query("LOCK TABLE projections.subscriptions IN ACCESS EXCLUSIVE MODE")
             let started = ContinuousClock.now
@@ -192,7 +192,7 @@ final class ProductionShapeTests: XCTestCase {
             XCTAssertLessThan(waited, .seconds(3), "the deadline, not the lock, ended the request")
         }
         try await withService { h in
-            let locker = try Connection(conninfo: h.database.adminConninfo)
+            let locker = try h.database.connect()
             try locker.query("BEGIN")
             try locker.query("LOCK TABLE projections.subscriptions IN ACCESS EXCLUSIVE MODE")
             let answer = try await h.request("GET", "/v1/subscriptions/1000000000000001", token: "app-token-for-tests-0123456789abcdef")
@@ -236,7 +236,7 @@ final class ProductionShapeTests: XCTestCase {
         // The start-up job recorded the catalog (a job that ends does not stop the service).
         var recorded = false
         for _ in 0..<50 where !recorded {
-            let admin = try Connection(conninfo: database.adminConninfo)
+            let admin = try database.connect()
             recorded = try admin.query("SELECT count(*) AS n FROM events WHERE type = 'config/catalog'").first!.decode(Int64.self, "n") == 1
             if !recorded { try await Task.sleep(for: .milliseconds(100)) }
         }

@@ -27,7 +27,7 @@ final class ReadReplicaTests: XCTestCase {
     }
 
     private func waitUntilReplayed(_ h: ServiceHarness, _ position: Int64) async throws {
-        let replica = try Connection(conninfo: try XCTUnwrap(h.database.replicaConninfo(user: "postgres")))
+        let replica = try XCTUnwrap(try h.database.connectReplica())
         for _ in 0..<100 {
             let head = try replica.query("SELECT position FROM event_head").first!.decode(Int64.self, "position")
             if head >= position { return }
@@ -79,7 +79,7 @@ final class ReadReplicaTests: XCTestCase {
         try await withService(environment: ["LEDGER_READ_REPLICA_MAX_LAG_SECONDS": "0.5"], replica: true) { h in
             let before = try await post(h, otid: "8100000000000001")
             try await waitUntilReplayed(h, before)
-            let replica = try Connection(conninfo: try XCTUnwrap(h.database.replicaConninfo(user: "postgres")))
+            let replica = try XCTUnwrap(try h.database.connectReplica())
             try replica.query("SELECT pg_wal_replay_pause()")
             do {
                 let position = try await post(h, otid: "8100000000000002")

@@ -404,7 +404,7 @@ final class ReconciliationTests: XCTestCase {
         try await Task.sleep(for: .milliseconds(600))
         for s in services { await s.shutdown() }
         for t in running { _ = try await t.value }
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         XCTAssertEqual(try admin.query("SELECT count(*) AS n FROM reconciliation_runs WHERE trigger = 'periodic'", name: "periodic")
             .first!.decode(Int64.self, "n"), 1)
         XCTAssertEqual(try admin.query("SELECT count(*) AS n FROM events WHERE type = 'SUBSCRIBED'", name: "backfilled")

@@ -146,7 +146,8 @@ final class RefundExportTests: XCTestCase {
             // A rebuild of everything includes it.
             let all = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(all.status, 200, all.text)
-            XCTAssertEqual(all.json["projections"] as? [String], ["apple_status", "entitlements", "refund_cases", "reports", "subscriptions", "transactions"])
+            XCTAssertEqual(all.json["projections"] as? [String],
+                           ["apple_status", "entitlements", "refund_cases", "reports", "subscriptions", "transactions", "wechat_contracts"])
             let rebuiltAll = try await listed(h)
             XCTAssertEqual(rebuiltAll, expected)
         }

@@ -80,7 +80,7 @@ final class ServiceHarness: @unchecked Sendable {
         server.observer = { [app] in app.observe($0) }
         try server.start()
         baseURL = URL(string: "http://127.0.0.1:\(server.port!)")!
-        admin = try Connection(conninfo: database.adminConninfo)
+        admin = try database.connect()
     }
 
     func stop() async {

@@ -9,15 +9,17 @@ import XCTest
 /// no projection decodes the payload with SQL.
 final class FactPathTests: XCTestCase {
     var database: ProjectionScratchDatabase!
+    var db: Store!
     var pool: ConnectionPool!
 
     override func setUpWithError() throws {
         database = try ProjectionScratchDatabase()
-        pool = ConnectionPool(conninfo: database.service, maxConnections: 4)
+        db = database.store(poolSize: 4)
+        pool = db.pool
     }
 
     override func tearDown() {
-        pool?.close()
+        db?.close()
         database?.drop()
     }
 
@@ -63,7 +65,7 @@ final class FactPathTests: XCTestCase {
 
         // Forget them (as a database migrated from before 0004 would have none).
         try database.adminScript("DELETE FROM facts; UPDATE projection_checkpoints SET position = 0 WHERE projection LIKE 'facts.v%'")
-        let deriver = FactDeriver(conninfo: database.service)
+        let deriver = db.facts
         let before = try deriver.status()
         XCTAssertEqual(before.derivedUpTo, 0)
         XCTAssertFalse(before.isComplete)
@@ -120,7 +122,7 @@ final class FactPathTests: XCTestCase {
     }
 
     private func allFacts() throws -> [Fact] {
-        try Connection(conninfo: database.admin).query(
+        try database.connect().query(
             "SELECT \(FactRows.columns) FROM facts WHERE schema_version = $1 ORDER BY position, ordinal",
             [.int64(Int64(FactDecoder.schemaVersion))]).rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
     }

@@ -28,22 +28,24 @@ func eventually(_ what: String, timeout: TimeInterval = 5, _ condition: () throw
 
 class StoreTestCase: XCTestCase {
     var database: TestDatabase!
+    var db: Store!
     var pool: ConnectionPool!
     var store: EventStore!
 
     override func setUpWithError() throws {
         database = try TestDatabase.create()
-        pool = ConnectionPool(conninfo: database.serviceConninfo, maxConnections: 4, acquireTimeout: .seconds(3))
+        db = database.store(poolSize: 4, acquireTimeout: .seconds(3), liveProjections: false)
+        pool = db.pool
         store = EventStore(pool: pool)
     }
 
     override func tearDownWithError() throws {
-        pool?.close()
+        db?.close()
         try database?.drop()
     }
 
-    func admin() throws -> Connection { try Connection(conninfo: database.adminConninfo) }
-    func service() throws -> Connection { try Connection(conninfo: database.serviceConninfo) }
+    func admin() throws -> Connection { try database.connect() }
+    func service() throws -> Connection { try database.connect(as: .service) }
 
     /// Holds the head-row lock from another session so the store's writer blocks on it and later
     /// appends pile up in the queue: lets a test build one known batch.
@@ -253,9 +255,9 @@ final class EventStoreTests: StoreTestCase {
         XCTAssertEqual(committed.hooks.withLock { $0 }, ["good"], "after-commit actions run once per committed batch, never for a failed hook")
     }
 
-    func testAppendNotifiesListenersAtCommitAndBlockingAppendWorks() throws {
-        let listener = try NotificationListener(conninfo: database.serviceConninfo, channels: ["ledger_events"])
-        let outcomes = try store.appendBlocking([makeEvent(key: "n1"), makeEvent(key: "n2")])
+    func testAppendNotifiesListenersAtCommit() async throws {
+        let listener = try db.connections.listener(channels: ["ledger_events"])
+        let outcomes = try await store.append([makeEvent(key: "n1"), makeEvent(key: "n2")])
         XCTAssertEqual(outcomes.map(\.position), [1, 2])
         var received: [PostgresNotification] = []
         try eventually("the append's NOTIFY arrives") {
@@ -263,9 +265,55 @@ final class EventStoreTests: StoreTestCase {
             return !received.isEmpty
         }
         XCTAssertEqual(received.map(\.payload), ["2"], "the payload is the batch's last position")
-        XCTAssertEqual(try store.appendBlocking([makeEvent(key: "n1")]).map(\.duplicate), [true])
+        let again = try await store.append([makeEvent(key: "n1")])
+        XCTAssertEqual(again.map(\.duplicate), [true])
         XCTAssertEqual(try listener.wait(timeout: .milliseconds(200)), [], "a duplicate commits nothing and notifies nobody")
-        XCTAssertThrowsError(try store.appendBlocking([makeEvent(key: "")]))
+        do {
+            _ = try await store.append([makeEvent(key: "")])
+            XCTFail("an event without a dedupe key is refused")
+        } catch {
+            XCTAssertFalse(error.isUnavailable, "\(error)")
+        }
+    }
+
+    /// Shutting the writer down: appends already queued commit and are answered, later ones are
+    /// told to retry, and the writer's thread ends (nothing keeps running after `finish`).
+    func testFinishCommitsWhatIsQueuedAndRefusesTheRest() async throws {
+        let events = EventStore(pool: pool, maxBatch: 4)
+        let results = AppendResults()
+        let appenders = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for i in 0..<40 {
+                    group.addTask {
+                        let result: Result<AppendOutcome, StoreError>
+                        do throws(StoreError) {
+                            result = .success(try await events.append(makeEvent(key: "q\(i)")))
+                        } catch {
+                            result = .failure(error)
+                        }
+                        results.list.withLock { $0.append(result) }
+                    }
+                }
+            }
+        }
+        // Some of the 40 are written or queued when the writer is told to finish.
+        while events.metrics.batches == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        await events.finish()
+        await appenders.value
+        let all = results.list.withLock { $0 }
+        XCTAssertEqual(all.count, 40, "every append is answered")
+        let committed = all.filter { if case .success = $0 { return true } else { return false } }.count
+        XCTAssertGreaterThan(committed, 0)
+        for case .failure(let error) in all { XCTAssertTrue(error.isUnavailable, "refused appends are told to retry: \(error)") }
+        let stored = try admin().query("SELECT count(*)::bigint AS n FROM events").first?.decode(Int64.self, "n") ?? -1
+        XCTAssertEqual(stored, Int64(committed), "answered success exactly when stored")
+        do {
+            _ = try await events.append(makeEvent(key: "late"))
+            XCTFail("after finish an append is refused")
+        } catch {
+            XCTAssertTrue(error.isUnavailable, "\(error)")
+        }
+        XCTAssertEqual(events.metrics.queued, 0, "nothing is left waiting")
     }
 
     func testStoreAnswersUnavailableWhileTheServerIsDownAndRecoversAfter() async throws {
@@ -290,6 +338,10 @@ final class EventStoreTests: StoreTestCase {
     }
 }
 
+final class AppendResults: Sendable {
+    let list = Mutex<[Result<AppendOutcome, StoreError>]>([])
+}
+
 final class MigrationResults: Sendable {
     private let results = Mutex<[Result<[String], MigrationError>]>([])
     func add(_ result: Result<[String], MigrationError>) { results.withLock { $0.append(result) } }
@@ -300,8 +352,9 @@ final class MigrationResults: Sendable {
 /// (a `/readyz` or read flood) cannot make appends wait for the pool and answer 503.
 final class WriterConnectionTests: StoreTestCase {
     func testAppendsDoNotWaitForAnExhaustedPool() async throws {
-        let tiny = ConnectionPool(conninfo: database.serviceConninfo, maxConnections: 1, acquireTimeout: .milliseconds(200))
-        defer { tiny.close() }
+        let small = database.store(poolSize: 1, acquireTimeout: .milliseconds(200), liveProjections: false)
+        defer { small.close() }
+        let tiny = small.pool
         let store = EventStore(pool: tiny)
         let holding = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
@@ -491,11 +544,13 @@ final class MigratorTests: XCTestCase {
         try write("0002_second.sql", "INSERT INTO applied_log VALUES ('0002');")
         try write("0001_first.sql", "CREATE TABLE applied_log (name text); INSERT INTO applied_log VALUES ('0001');")
         try write("README.md", "not a migration")
-        let migrator = Migrator(conninfo: database.adminConninfo, directory: directory)
+        let owner = database.store(as: .admin, poolSize: 1)
+        defer { owner.close() }
+        let migrator = owner.migrator(directory: directory)
         XCTAssertEqual(try migrator.status().pending, ["0001_first.sql", "0002_second.sql"])
         XCTAssertEqual(try migrator.migrate(), ["0001_first.sql", "0002_second.sql"])
         XCTAssertEqual(try migrator.migrate(), [])
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         let order = try admin.query("SELECT name FROM applied_log").rows.map { try $0.decode(String.self, "name") }
         XCTAssertEqual(order, ["0001", "0002"])
         XCTAssertTrue(try migrator.status().isCurrent)
@@ -517,13 +572,15 @@ final class MigratorTests: XCTestCase {
     func testFailedMigrationRollsBackAndIsNotRecorded() throws {
         try write("0001_ok.sql", "CREATE TABLE ok_table (v int);")
         try write("0002_broken.sql", "CREATE TABLE half_done (v int); SELECT no_such_function();")
-        let migrator = Migrator(conninfo: database.adminConninfo, directory: directory)
+        let owner = database.store(as: .admin, poolSize: 1)
+        defer { owner.close() }
+        let migrator = owner.migrator(directory: directory)
         XCTAssertThrowsError(try migrator.migrate()) { error in
             guard case MigrationError.failed(let file, let cause) = error else { return XCTFail("\(error)") }
             XCTAssertEqual(file, "0002_broken.sql")
             XCTAssertTrue(cause.contains("42883"), cause)
         }
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         XCTAssertEqual(try count(admin, "SELECT count(*) FROM pg_tables WHERE tablename = 'half_done'"), 0)
         XCTAssertEqual(try migrator.status().pending, ["0002_broken.sql"])
     }
@@ -534,18 +591,19 @@ final class MigratorTests: XCTestCase {
         try write("0002_b.sql", "CREATE TABLE b (v int); INSERT INTO runs VALUES ('0002'); SELECT pg_sleep(0.1);")
         try write("0003_c.sql", "CREATE TABLE c (v int); INSERT INTO runs VALUES ('0003');")
         let results = MigrationResults()
-        let conninfo = database.adminConninfo
+        let owners = (0..<3).map { _ in database.store(as: .admin, poolSize: 1) }
+        defer { for owner in owners { owner.close() } }
         let directory = self.directory!
-        DispatchQueue.concurrentPerform(iterations: 3) { _ in
+        DispatchQueue.concurrentPerform(iterations: 3) { i in
             do throws(MigrationError) {
-                results.add(.success(try Migrator(conninfo: conninfo, directory: directory).migrate()))
+                results.add(.success(try owners[i].migrator(directory: directory).migrate()))
             } catch {
                 results.add(.failure(error))
             }
         }
         let applied = try results.all.flatMap { try $0.get() }
         XCTAssertEqual(applied.sorted(), ["0001_a.sql", "0002_b.sql", "0003_c.sql"])
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         XCTAssertEqual(try count(admin, "SELECT count(*) FROM runs"), 3)
         XCTAssertEqual(try count(admin, "SELECT count(*) FROM schema_migrations"), 3)
     }
@@ -571,9 +629,12 @@ final class MigratorTests: XCTestCase {
     }
 
     func testServiceRoleCanReadStatus() async throws {
-        try Migrator(conninfo: database.adminConninfo, directory: try Migrator.locateDirectory()).migrate()
-        let pool = ConnectionPool(conninfo: database.serviceConninfo, maxConnections: 1)
-        let status = try await Migrator(conninfo: database.serviceConninfo, directory: try Migrator.locateDirectory()).status(pool: pool)
+        let owner = database.store(as: .admin, poolSize: 1)
+        defer { owner.close() }
+        try owner.migrator(directory: try Migrator.locateDirectory()).migrate()
+        let service = database.store(poolSize: 1)
+        defer { service.close() }
+        let status = try await service.migrator(directory: try Migrator.locateDirectory()).status(pool: service.pool)
         XCTAssertTrue(status.isCurrent)
         XCTAssertTrue(status.applied.contains("0001_events.sql"))
     }

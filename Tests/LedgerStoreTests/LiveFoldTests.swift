@@ -8,15 +8,17 @@ import XCTest
 /// only changed transaction rows) against the full refold, through the real store path.
 final class LiveFoldTests: XCTestCase {
     var database: ProjectionScratchDatabase!
+    var db: Store!
     var pool: ConnectionPool!
 
     override func setUpWithError() throws {
         database = try ProjectionScratchDatabase()
-        pool = ConnectionPool(conninfo: database.service, maxConnections: 4)
+        db = database.store(poolSize: 4)
+        pool = db.pool
     }
 
     override func tearDown() {
-        pool?.close()
+        db?.close()
         database?.drop()
     }
 
@@ -81,7 +83,7 @@ final class LiveFoldTests: XCTestCase {
         // The full refold of every subscription, as the worker and the old live hook write it.
         let oracle = try await ProjectionFixture.oracle(first)
         let keys = Set(oracle.subscriptions.keys)
-        let connection = try Connection(conninfo: database.service)
+        let connection = try database.connect(as: .service)
         try connection.transaction { connection in
             // The projections are the projector's to write (Migrations/0016), as in the append.
             try connection.query("SET LOCAL ROLE ledger_projector")

@@ -8,15 +8,17 @@ import XCTest
 /// Live projection tables (written by the append hook) against the pure fold of the same events.
 final class ProjectionLiveTests: XCTestCase {
     var database: ProjectionScratchDatabase!
+    var db: Store!
     var pool: ConnectionPool!
 
     override func setUpWithError() throws {
         database = try ProjectionScratchDatabase()
-        pool = ConnectionPool(conninfo: database.service, maxConnections: 4)
+        db = database.store(poolSize: 4)
+        pool = db.pool
     }
 
     override func tearDown() {
-        pool?.close()
+        db?.close()
         database?.drop()
     }
 
@@ -61,9 +63,11 @@ final class ProjectionLiveTests: XCTestCase {
         XCTAssertEqual(failures.all, [], "the live hook must not fail on generated or hostile events")
 
         let head = try await store.headPosition()
-        // Refund cases have a hook of their own; reports and the Apple status check are kept by the
-        // worker only (no live hook).
-        let statuses = try await ProjectionStatusReader.statuses(pool).filter { !["refund_cases", "reports", "apple_status"].contains($0.name) }
+        // Refund cases and WeChat contracts have live hooks of their own; reports and the Apple
+        // status check are kept by the worker only.
+        let statuses = try await ProjectionStatusReader.statuses(pool).filter {
+            !["refund_cases", "wechat_contracts", "reports", "apple_status"].contains($0.name)
+        }
         XCTAssertEqual(statuses.map(\.name), ["entitlements", "facts.v\(FactDecoder.schemaVersion)", "subscriptions", "transactions"])
         for status in statuses {
             XCTAssertEqual(status.position, head, "\(status.name) must be advanced in the append transaction")
@@ -105,7 +109,7 @@ final class ProjectionLiveTests: XCTestCase {
         }
         // The rebuild's COPY path reads the same facts as the query path and the decoder.
         var copied: [SubscriptionKey: [Fact]] = [:]
-        let (snapshot, rows, subscriptions) = try Rebuilder(conninfo: database.service, projector: projector)
+        let (snapshot, rows, subscriptions) = try db.rebuilder(projector: projector)
             .streamFacts(progress: { _, _ in }) { key, facts, _ in copied[key] = facts }
         XCTAssertEqual(snapshot, head)
         XCTAssertEqual(rows, decodedFacts.filter { $0.subscription != nil }.count)

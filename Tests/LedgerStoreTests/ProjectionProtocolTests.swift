@@ -13,29 +13,19 @@ final class ProjectionProtocolTests: XCTestCase {
     /// checkpoint row (a test cannot add a `ProjectionName`).
     struct PositionsProjection: Projection {
         var names: [ProjectionName] { [.refundCases] }
-        var liveHook: (any AppendHook)? { Hook() }
+        var isLive: Bool { true }
 
-        func apply(_ range: ClosedRange<Int64>, to name: ProjectionName, on connection: Connection) throws {
+        func tables(of name: ProjectionName) -> [ProjectionTable] { [] }
+
+        func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
             try connection.query(
                 "INSERT INTO public.test_projection (position) SELECT position FROM events WHERE position BETWEEN $1 AND $2",
                 [.int64(range.lowerBound), .int64(range.upperBound)], name: "test apply")
+            return range.count
         }
 
-        func rebuild(_ names: Set<ProjectionName>, with rebuilder: Rebuilder, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
+        func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
             throw ProjectionError.refused("not used")
-        }
-
-        struct Hook: AppendHook {
-            let name = "test_projection"
-            func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
-                guard let first = events.first?.position, let last = events.last?.position else { return nil }
-                let advanced = try connection.query(
-                    "UPDATE projection_checkpoints SET position = $2 WHERE projection = 'refund_cases' AND position = $1 AND status = 'running' RETURNING 1",
-                    [.int64(first - 1), .int64(last)], name: "test advance")
-                guard advanced.count == 1 else { return nil }
-                try PositionsProjection().apply(first...last, to: .refundCases, on: connection)
-                return nil
-            }
         }
     }
 
@@ -52,7 +42,8 @@ final class ProjectionProtocolTests: XCTestCase {
             CREATE TABLE public.test_projection (position bigint PRIMARY KEY);
             GRANT SELECT, INSERT, DELETE ON public.test_projection TO ledger_service, ledger_projector;
             """)
-        let pool = ConnectionPool(conninfo: database.service, maxConnections: 4)
+        let db = database.store(poolSize: 4)
+        let pool = db.pool
         defer { pool.close() }
         func rows() throws -> [Int64] {
             try database.adminQuery("SELECT position FROM public.test_projection ORDER BY position").rows.map { try $0.decode(Int64.self, "position") }
@@ -61,7 +52,7 @@ final class ProjectionProtocolTests: XCTestCase {
             try database.adminQuery("SELECT position FROM projection_checkpoints WHERE projection = 'refund_cases'").first!.decode(Int64.self, "position")
         }
         // Live: in the append transaction.
-        let live = EventStore(pool: pool, hooks: [PositionsProjection.Hook()])
+        let live = EventStore(pool: pool, hooks: [LiveProjectionHook(PositionsProjection())])
         _ = try await live.append([event(1), event(2), event(3)])
         XCTAssertEqual(try rows(), [1, 2, 3])
         XCTAssertEqual(try checkpoint(), 3)

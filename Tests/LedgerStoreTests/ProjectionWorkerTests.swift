@@ -8,16 +8,18 @@ import XCTest
 /// after the fix, and the contiguity assertion.
 final class ProjectionWorkerTests: XCTestCase {
     var database: ProjectionScratchDatabase!
+    var db: Store!
     var pool: ConnectionPool!
     let projector = Projector(catalog: ProjectionFixture.catalog, clock: { ProjectionFixture.start + 100 * ProjectionFixture.day })
 
     override func setUpWithError() throws {
         database = try ProjectionScratchDatabase()
-        pool = ConnectionPool(conninfo: database.service, maxConnections: 6)
+        db = database.store(poolSize: 6)
+        pool = db.pool
     }
 
     override func tearDown() {
-        pool?.close()
+        db?.close()
         database?.drop()
     }
 
@@ -58,7 +60,7 @@ final class ProjectionWorkerTests: XCTestCase {
 
     func testAProjectionLockedByAnotherWorkerIsSkipped() async throws {
         let (_, head) = try await seed(customers: 2)
-        let other = try Connection(conninfo: database.service)
+        let other = try database.connect(as: .service)
         try other.query("BEGIN")
         try other.query("SELECT 1 FROM projection_checkpoints WHERE projection = 'transactions' FOR UPDATE")
         let worker = ProjectionWorker(pool: pool, projector: projector, batchSize: 1000)
@@ -156,6 +158,43 @@ final class ProjectionWorkerTests: XCTestCase {
         let again = try await worker.runOnce()
         XCTAssertTrue(again.filter { $0.projection != nil }.allSatisfy { if case .failed(.gap) = $0.outcome { return true } else { return false } })
         XCTAssertEqual(try database.checkpoints().filter { !$0.key.hasPrefix("facts.") }, ["subscriptions": 4, "transactions": 4, "entitlements": 4, "apple_status": 4])
+    }
+
+    /// The facts go through the same pass as the projections: an event whose facts cannot be
+    /// stored stops the facts right before it (the events before it keep theirs), the projections
+    /// stop at the facts, and fixing the cause resumes all of them.
+    func testAnEventWhoseFactsFailStopsTheFactsAtItUntilFixed() async throws {
+        let (store, head) = try await seed(customers: 2)
+        XCTAssertGreaterThan(head, 6)
+        try database.adminScript("""
+            DELETE FROM facts;
+            UPDATE projection_checkpoints SET position = 0 WHERE projection LIKE 'facts.v%';
+            ALTER TABLE facts ADD CONSTRAINT test_refuse_position_5 CHECK (position <> 5);
+            """)
+        let worker = ProjectionWorker(pool: pool, projector: projector, batchSize: 100)
+        for _ in 0..<2 {
+            let passes = try await worker.runOnce()
+            guard case .failed(.factsFailed(FactDecoder.schemaVersion, 5, let message))? = passes.first(where: { $0.projection == nil })?.outcome else {
+                return XCTFail("\(passes)")
+            }
+            XCTAssertTrue(message.contains("test_refuse_position_5"), message)
+            let facts = try await ProjectionStatusReader.statuses(pool).first { $0.name == "facts.v\(FactDecoder.schemaVersion)" }
+            XCTAssertEqual(facts?.position, 4)
+            XCTAssertEqual(facts?.status, "failed")
+            XCTAssertEqual(facts?.failedPosition, 5)
+            XCTAssertEqual(try database.checkpoints().filter { !$0.key.hasPrefix("facts.") }.values.max(), 4,
+                           "no projection folds past the facts")
+        }
+        try database.adminScript("ALTER TABLE facts DROP CONSTRAINT test_refuse_position_5")
+        _ = try await worker.catchUp()
+        let statuses = try await ProjectionStatusReader.statuses(pool)
+        XCTAssertTrue(statuses.allSatisfy { $0.position == head && $0.status == "running" && $0.failedPosition == nil }, "\(statuses)")
+        let oracle = try await ProjectionFixture.oracle(store)
+        let now = ProjectionFixture.start + 100 * ProjectionFixture.day
+        for stream in oracle.subscriptions.keys {
+            let stored = try await ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog).subscription(stream, now: now)
+            XCTAssertEqual(stored, oracle.view(at: now).subscription(stream))
+        }
     }
 
     func testRunWakesOnAppendNotifications() async throws {

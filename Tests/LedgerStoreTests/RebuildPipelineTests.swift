@@ -165,7 +165,7 @@ final class RebuildPipelineTests: XCTestCase {
     func testPartitionBoundLiteralsReadBackAsTheSameText() throws {
         let database = try ProjectionScratchDatabase()
         defer { database.drop() }
-        let connection = try Connection(conninfo: database.service)
+        let connection = try database.connect(as: .service)
         let values = ["Production:1", "it's", "''", "back\\slash", "\\'", "E'x'", "$$", "é✓", "a\tb", "new\nline", "'); DROP TABLE events; --", ""]
         for standard in ["on", "off"] {
             try connection.query("SET standard_conforming_strings = \(standard)")
@@ -189,7 +189,8 @@ final class RebuildPipelineTests: XCTestCase {
     func testAFailingPartitionLeavesTheLiveTablesAndNoFreshOnes() async throws {
         let database = try ProjectionScratchDatabase()
         defer { database.drop() }
-        let pool = ConnectionPool(conninfo: database.service, maxConnections: 4)
+        let db = database.store(poolSize: 4)
+        let pool = db.pool
         defer { pool.close() }
         let projector = Projector(catalog: ProjectionFixture.catalog, clock: { ProjectionFixture.start + 150 * ProjectionFixture.day })
         let store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
@@ -203,7 +204,7 @@ final class RebuildPipelineTests: XCTestCase {
             FROM public.facts WHERE subscription IS NOT NULL ORDER BY subscription DESC, position LIMIT 1
             """)
         for partitions in [1, 2, 3] {
-            var rebuilder = Rebuilder(conninfo: database.service, projector: projector)
+            var rebuilder = db.rebuilder(projector: projector)
             rebuilder.partitions = partitions
             rebuilder.flushBytes = 512  // many chunks in flight when the partition fails
             do {
@@ -217,7 +218,7 @@ final class RebuildPipelineTests: XCTestCase {
             XCTAssertEqual(try fresh.first?.decode(Int64.self, "n"), 0, "the writers rolled back their fresh tables")
         }
         _ = try database.adminQuery("DELETE FROM public.facts WHERE kind = 'bogus'")
-        _ = try await Rebuilder(conninfo: database.service, projector: projector).run()
+        _ = try await db.rebuilder(projector: projector).run()
         XCTAssertEqual(try database.dumpTables(), live, "after the bad fact is gone the rebuild succeeds")
     }
 }

@@ -70,7 +70,9 @@ final class ServiceRoleTests: XCTestCase {
         XCTAssertFalse(try owner.decode(Bool.self, "rolsuper"))
         try admin.query("ALTER DATABASE \(try admin.quoteIdentifier(database.name)) OWNER TO ledger_owner")
         let ownerConninfo = try ConnectionInfo(parsing: database.adminConninfo).with("user", "ledger_owner").conninfo
-        let applied = try Migrator(conninfo: ownerConninfo, directory: try Migrator.locateDirectory()).migrate()
+        let ownerStore = Store(.init(databaseURL: ownerConninfo))
+        defer { ownerStore.close() }
+        let applied = try ownerStore.migrator(directory: try Migrator.locateDirectory()).migrate()
         let files = try FileManager.default.contentsOfDirectory(atPath: try Migrator.locateDirectory().path).filter { $0.hasSuffix(".sql") }
         XCTAssertEqual(applied.count, files.count, "every migration applies as the owner")
         let definers = try admin.query("""

@@ -33,7 +33,7 @@ struct Readiness: Sendable {
         do throws(MigrationError) {
             let directory: URL
             if let migrationsDirectory { directory = migrationsDirectory } else { directory = try Migrator.locateDirectory() }
-            expected = .success(try Migrator(conninfo: store.configuration.databaseURL, directory: directory).loadMigrations())
+            expected = .success(try store.migrator(directory: directory).loadMigrations())
         } catch {
             expected = .failure(error)
         }

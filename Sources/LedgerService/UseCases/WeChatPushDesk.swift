@@ -328,11 +328,10 @@ extension WeChatPushDesk {
 
     // MARK: app backends
 
-    /// The xpay contract state of `openId` for `productId`, from the facts of the customer's
-    /// subscriptions.
+    /// The xpay contract state of `openId` for `productId`, from the contract projection
+    /// (`WeChatContractState.of` of the customer's subscriptions' facts, kept in the append).
     func contract(openId: String, productId: String) async throws -> WeChatContractState {
-        let facts = try await store.projections.facts(of: try await store.projections.subscriptions(customerId: openId))
-        return WeChatContractState.of(openId: openId, productId: productId, facts: facts)
+        try await store.wechat.contract(openId: openId, productId: productId)
     }
 
     /// Signing parameters for `wx.requestAppleSubscribeSign`. Refused while the customer's unsigned

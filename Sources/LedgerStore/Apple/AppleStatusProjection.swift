@@ -51,6 +51,12 @@ enum AppleStatusProjection {
 
     static func insert(_ checks: [AppleStatusCheck], next: Bool, on connection: Connection) throws {
         guard !checks.isEmpty else { return }
+        let data = rows(checks)
+        try connection.copyIn("COPY \(table(next: next)) (\(columns)) FROM STDIN") { writer in try writer.write(data) }
+    }
+
+    /// `checks` as COPY text rows of `apple_status_checks` (`columns` order).
+    static func rows(_ checks: [AppleStatusCheck]) -> [UInt8] {
         var out: [UInt8] = []
         for c in checks {
             out.field(c.key.text); out.field(c.position); out.field(c.ordinal); out.field(c.key.environment)
@@ -59,8 +65,7 @@ enum AppleStatusProjection {
             out.field(c.agrees); out.field(c.arrivalLedgerStatus?.rawValue); out.field(c.arrivalAgrees)
             out.field(c.transactionId, last: true)
         }
-        let data = out
-        try connection.copyIn("COPY \(table(next: next)) (\(columns)) FROM STDIN") { writer in try writer.write(data) }
+        return out
     }
 
     /// Every subscription with a statement up to `upTo` (the rebuild's bulk pass).
@@ -87,61 +92,42 @@ enum AppleStatusProjection {
     }
 }
 
-/// The Apple status check as a registered projection (Projection.swift).
+/// The Apple status check as a registered projection (Projection.swift): kept by the catch-up
+/// only (`isLive` false), rebuilt through the one rebuild path.
 struct AppleStatusChecksProjection: Projection {
     var names: [ProjectionName] { [.appleStatus] }
-    var liveHook: (any AppendHook)? { nil }
+    var isLive: Bool { false }
 
-    func apply(_ range: ClosedRange<Int64>, to name: ProjectionName, on connection: Connection) throws {
-        try AppleStatusProjection.apply(range, on: connection)
+    func tables(of name: ProjectionName) -> [ProjectionTable] { name == .appleStatus ? [.appleStatusChecks] : [] }
+
+    func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
+        try AppleStatusProjection.apply(range, next: next, on: connection)
+        return 0
     }
 
-    func rebuild(_ names: Set<ProjectionName>, with rebuilder: Rebuilder, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
-        try rebuilder.rebuildAppleStatusChecks(progress: progress)
+    /// Every stated subscription checked from the facts up to the snapshot's head, 500 at a time.
+    func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
+        let keys = try AppleStatusProjection.allStated(upTo: load.head, on: load.reader)
+        load.progress(0, keys.count)
+        var facts = 0
+        for chunk in stride(from: 0, to: keys.count, by: 500) {
+            let slice = Array(keys[chunk..<min(chunk + 500, keys.count)])
+            let (attached, _) = try FactStore.facts(of: slice, upTo: load.head, on: load.reader)
+            facts += attached.values.reduce(0) { $0 + $1.count }
+            try load.send(AppleStatusProjection.rows(slice.flatMap { AppleStatusCheck.checks(key: $0, facts: attached[$0] ?? []) }),
+                          to: .appleStatusChecks)
+            load.progress(chunk + slice.count, keys.count)
+        }
+        return BulkLoad.Counts(facts: facts, units: keys.count)
     }
 }
 
-extension Rebuilder {
-    /// Rebuilds `projections.apple_status_checks` blue/green: every stated subscription checked
-    /// from the facts up to the facts checkpoint into `_next`, then the shared tail catch-up and
-    /// swap (`catchUpAndSwap`).
-    func rebuildAppleStatusChecks(progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
-        let started = ContinuousClock.now
-        let writer = try Connection.unbounded(conninfo: conninfo)
-        return try withRebuildLock(on: writer) {
-            try deriveMissingFacts(on: writer)
-            let live = AppleStatusProjection.table(next: false), next = AppleStatusProjection.table(next: true)
-            try writer.transaction { writer in
-                try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-                for table in [next, live + Self.oldSuffix] {
-                    try writer.query("DROP TABLE IF EXISTS \(table)", name: "drop stale apple status table")
-                }
-                try writer.query("CREATE TABLE \(next) (LIKE \(live) INCLUDING ALL)", name: "create next apple status checks")
-            }
-            let head = try FactStore.derivedUpTo(on: writer)
-            let keys = try AppleStatusProjection.allStated(upTo: head, on: writer)
-            progress(0, keys.count)
-            try writer.transaction { writer in
-                try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-                for chunk in stride(from: 0, to: keys.count, by: 500) {
-                    let slice = Array(keys[chunk..<min(chunk + 500, keys.count)])
-                    try AppleStatusProjection.refold(slice, upTo: head, next: true, on: writer)
-                    progress(chunk + slice.count, keys.count)
-                }
-            }
-            let swap = try catchUpAndSwap([AppleStatusProjection.name], tables: [Rebuilder.SwapTable(live: live, next: next)],
-                                          from: head, on: writer) { after, upTo, writer in
-                try AppleStatusProjection.apply((after + 1)...upTo, next: true, on: writer)
-                return 0
-            }
-            let seconds = max(started.duration(to: .now).seconds, 1e-9)
-            var report = RebuildReport(
-                projections: [.appleStatus], dryRun: false, snapshotHead: head, swapHead: swap.swapHead, events: Int(head),
-                streams: keys.count, caughtUpStreams: 0, seconds: seconds, eventsPerSecond: Double(head) / seconds,
-                peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
-            report.bulkSeconds = started.duration(to: swap.caughtUpAt).seconds
-            report.swapSeconds = swap.swapStart.duration(to: .now).seconds
-            return report
-        }
-    }
+extension ProjectionTable {
+    /// Migrations/0017.
+    static let appleStatusChecks = ProjectionTable(
+        name: "apple_status_checks", columns: AppleStatusProjection.columns,
+        statisticsColumns: "subscription, recorded_at, environment, source, agrees, arrival_agrees",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (subscription, position, ordinal)",
+                  "CREATE INDEX ON {table} (recorded_at) WHERE NOT agrees",
+                  "CREATE INDEX ON {table} (environment, source) WHERE NOT arrival_agrees"])
 }

@@ -6,11 +6,11 @@ internal import Postgres
 /// none yet, in position order, beside the facts of other versions (blue/green). Appends record
 /// their facts themselves once the version has caught up to the head.
 public struct FactDeriver: Sendable {
-    public let conninfo: String
+    let connections: Connections
     /// Outbox items of the facts it derives (the item of a cause exists once: re-deriving is a no-op).
     var outbox = OutboxDerivation(consumers: OutboxConsumer.registered)
 
-    public init(conninfo: String) { self.conninfo = conninfo }
+    init(connections: Connections) { self.connections = connections }
 
     public struct Status: Sendable, Equatable, CustomStringConvertible {
         /// This build's fact schema version (`FactDecoder.schemaVersion`).
@@ -33,7 +33,7 @@ public struct FactDeriver: Sendable {
 
     public func status() throws(ProjectionError) -> Status {
         do {
-            let connection = try Connection.unbounded(conninfo: conninfo)
+            let connection = try connections.unbounded()
             try FactStore.ensureCheckpoint(on: connection)
             let head = try connection.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? 0
             var versions: [Int: Int64] = [:]
@@ -52,9 +52,9 @@ public struct FactDeriver: Sendable {
     /// Derives until this version reaches the head; `progress(derivedUpTo, head)`.
     public func run(batch: Int = 2_000, progress: @escaping @Sendable (Int64, Int64) -> Void = { _, _ in }) async throws(ProjectionError) -> Status {
         try await Rebuilder.offThread {
-            let connection = try Connection.unbounded(conninfo: conninfo)
-            while let range = try FactStore.derive(limit: batch, outbox: outbox, on: connection) {
-                let head = try connection.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position") ?? 0
+            let connection = try connections.unbounded()
+            try CatchUp.untilIdle(.facts(outbox: outbox), batchSize: batch, on: connection) { range in
+                let head = (try? connection.query("SELECT position FROM event_head", name: "head").first?.decode(Int64.self, "position")) ?? 0
                 progress(range.upperBound, head)
             }
             return try self.status()
@@ -65,7 +65,7 @@ public struct FactDeriver: Sendable {
     /// once no running instance reads them). Returns the fact rows deleted.
     public func dropOtherVersions() throws(ProjectionError) -> Int {
         do {
-            let connection = try Connection.unbounded(conninfo: conninfo)
+            let connection = try connections.unbounded()
             return try connection.transaction { connection -> Int in
                 try connection.asProjector()
                 let deleted = try connection.query(

@@ -7,7 +7,7 @@ internal import Postgres
 ///
 /// The facts of schema version v advance like a projection with checkpoint `facts.v<v>`: the
 /// append transaction records a batch's facts when the checkpoint is right before the batch (the
-/// usual case), else the catch-up (`derive`) derives them from the stored events in position
+/// usual case), else the runner's catch-up (`CatchUp.Lane.facts`, through `derive`) derives them from the stored events in position
 /// order. Every projection reads facts only up to that checkpoint, so no reader ever folds an
 /// event whose facts are missing.
 enum FactStore {
@@ -31,12 +31,7 @@ enum FactStore {
     /// checkpoint is right before them; returns false (recording nothing) otherwise — the catch-up
     /// derives them later from the same events with the same decoder.
     static func recordAppended(_ facts: [Fact], first: Int64, last: Int64, on connection: Connection) throws -> Bool {
-        let advanced = try connection.query(
-            """
-            UPDATE projection_checkpoints SET position = $3, updated_at = now()
-            WHERE projection = $1 AND position = $2 AND status = 'running' RETURNING projection
-            """, [.text(checkpoint), .int64(first - 1), .int64(last)], name: "advance facts checkpoint")
-        guard advanced.count == 1 else { return false }
+        guard try !CatchUp.advanceLive([checkpoint], over: first...last, on: connection).isEmpty else { return false }
         try copy(facts, on: connection)
         return true
     }
@@ -49,61 +44,30 @@ enum FactStore {
         try connection.copyIn("COPY public.facts (\(FactRows.columns)) FROM STDIN") { writer in try writer.write(buffer) }
     }
 
-    /// Derives the facts of up to `limit` events after the checkpoint, in one transaction holding
-    /// the checkpoint row (SKIP LOCKED: another process deriving is left alone). Returns the
-    /// positions derived, nil when nothing was to do or the row was busy.
-    static func derive(limit: Int, outbox: OutboxDerivation, on connection: Connection) throws -> ClosedRange<Int64>? {
-        try ensureCheckpoint(on: connection)
-        let peek = try connection.query(
-            "SELECT c.position, h.position AS head FROM projection_checkpoints c CROSS JOIN event_head h WHERE c.projection = $1",
-            [.text(checkpoint)], name: "facts behind head?")
-        if let row = peek.first, try row.decode(Int64.self, "position") >= row.decode(Int64.self, "head") { return nil }
-        do {
-            let derived = try deriveBatch(limit: limit, outbox: outbox, on: connection)
-            if derived != nil {
-                try connection.query(
-                    "UPDATE projection_checkpoints SET status = 'running', last_error = NULL, failed_position = NULL WHERE projection = $1 AND status <> 'running'",
-                    [.text(checkpoint)], name: "facts running")
-            }
-            return derived
-        } catch {
-            if connection.isBroken { throw error }
-            // Recorded where /readyz and /metrics look; every later pass retries (never skips).
-            _ = try? connection.query(
-                """
-                UPDATE projection_checkpoints SET status = 'failed', last_error = $2, failed_position = position + 1, updated_at = now()
-                WHERE projection = $1
-                """, [.text(checkpoint), .text(String(describing: error))], name: "facts failed")
-            throw error
-        }
+    /// Derives the facts of the events at `range` (the runner's facts lane, `CatchUp.Lane.facts`,
+    /// which holds the checkpoint row and advances it) with the append's decoder, and the outbox
+    /// items they cause. Reads the envelope and payload, never `raw`.
+    static func derive(_ range: ClosedRange<Int64>, outbox: OutboxDerivation, on connection: Connection) throws {
+        let events = try connection.query(
+            """
+            SELECT position, stream_id, dedupe_key, source, type, environment, signed_at, expires_at, payload,
+                   ''::bytea AS raw, recorded_at
+            FROM events WHERE position BETWEEN $1 AND $2 ORDER BY position
+            """, [.int64(range.lowerBound), .int64(range.upperBound)], name: "events to derive").rows.map(EventStore.decode)
+        let facts = events.flatMap(FactDecoder.facts(of:))
+        try copy(facts, on: connection)
+        // The outbox items these events cause, as the append would have written them.
+        try outbox.apply(events, facts: facts, on: connection)
     }
 
-    private static func deriveBatch(limit: Int, outbox: OutboxDerivation, on connection: Connection) throws -> ClosedRange<Int64>? {
-        try connection.transaction { connection -> ClosedRange<Int64>? in
-            try connection.asProjector()
-            guard let row = try connection.query(
-                "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
-                [.text(checkpoint)], name: "lock facts checkpoint").first else { return nil }
-            let from = try row.decode(Int64.self, "position")
-            let events = try connection.query(
-                """
-                SELECT position, stream_id, dedupe_key, source, type, environment, signed_at, expires_at, payload,
-                       ''::bytea AS raw, recorded_at
-                FROM events WHERE position > $1 ORDER BY position LIMIT $2
-                """, [.int64(from), .int64(Int64(limit))], name: "events to derive").rows.map(EventStore.decode)
-            guard let last = events.last?.position else { return nil }
-            for (offset, event) in events.enumerated() where event.position != from + 1 + Int64(offset) {
-                throw ProjectionError.gap(projection: .subscriptions, checkpoint: from + Int64(offset), found: event.position)
-            }
-            let facts = events.flatMap(FactDecoder.facts(of:))
-            try copy(facts, on: connection)
-            // The outbox items these events cause, as the append would have written them.
-            try outbox.apply(events, facts: facts, on: connection)
-            try connection.query(
-                "UPDATE projection_checkpoints SET position = $2, updated_at = now() WHERE projection = $1",
-                [.text(checkpoint), .int64(last)], name: "facts checkpoint forward")
-            return (from + 1)...last
-        }
+    /// The facts at positions `range` (what a batch of the runner brings), in position and ordinal order.
+    static func facts(in range: ClosedRange<Int64>, on connection: Connection) throws -> [Fact] {
+        try connection.query(
+            """
+            SELECT \(FactRows.columns) FROM public.facts
+            WHERE schema_version = $1 AND position >= $2 AND position <= $3 ORDER BY position, ordinal
+            """, [.int64(Int64(version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "facts in range")
+            .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
     }
 
     /// Every fact of an event (timeline and evidence views), in ordinal order.

@@ -463,7 +463,7 @@ public struct Outbox: Sendable {
     /// carries on after the poll interval.
     public func run(
         _ consumer: OutboxConsumer, concurrency: Int = 4, pollInterval: Duration = .seconds(1),
-        clock: @escaping @Sendable () -> EpochMillis = Projector.wallClock,
+        clock: @escaping @Sendable () -> EpochMillis = { LedgerClock.system.now() },
         onError: @escaping @Sendable (StoreError) -> Void = { _ in },
         work: @escaping @Sendable (OutboxItem) async -> OutboxAttemptResult
     ) async {

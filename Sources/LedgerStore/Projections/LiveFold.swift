@@ -217,7 +217,7 @@ extension Projector {
         let incremental = remember.keys.sorted()
         if !incremental.isEmpty {
             let ids = PostgresValue.array(incremental.map { .text($0.text) }, of: .text)
-            for table in projections.flatMap(\.tables) where table != .transactions {
+            for table in SubscriptionCutsProjection.tables(projections) where table != .transactions {
                 try connection.query("DELETE FROM \(table.qualified()) WHERE subscription = ANY($1)", [ids],
                                      name: "clear \(table.rawValue) rows")
             }

@@ -2,74 +2,207 @@ import Foundation
 import LedgerCore
 internal import Postgres
 
-/// A projection the runner keeps: it names its checkpoint rows and tables, says how it joins
-/// the append transaction, and applies a range of committed facts. `ProjectionWorker` (the one
-/// catch-up loop: the checkpoint row locked FOR UPDATE SKIP LOCKED, the gap check, a failing
-/// event stopping the projection with the error recorded) drives every registered projection
-/// through `apply`; `Store` joins each `liveHook` to the append transaction.
+/// A projection the runner keeps: it names its checkpoint rows, declares its tables, says how it
+/// joins the append transaction, applies a range of committed facts and bulk-loads its tables for
+/// a rebuild. One runner drives every registered projection:
+/// - live: `LiveProjectionHook` joins each live projection to the append transaction: it advances
+///   the projection's checkpoints that sit right before the batch (`CatchUp.advanceLive`, the one
+///   place that does) and applies the batch to those;
+/// - catch-up: `ProjectionWorker` (the checkpoint row locked FOR UPDATE SKIP LOCKED, the gap
+///   check, a failing event stopping the projection with the error recorded) calls `apply`;
+/// - rebuild: `Rebuilder.rebuild` (Rebuilder.swift) takes the rebuild lock, opens one snapshot,
+///   runs one COPY … FREEZE writer per declared table into `<table>_next` while `load` feeds them,
+///   adds the keys and indexes the tables declare, then `catchUpAndSwap` (RebuildSwap.swift)
+///   folds what arrived since through `apply(…, next: true)` and swaps the tables in.
 ///
 /// How to add a projection (a slice's, in LedgerStore/<Slice>/):
 /// 1. Its tables in a migration (schema `projections`, owned by `ledger_projector`), and a
 ///    `projection_checkpoints` row for its name (position 0, status 'running').
 /// 2. A case in `ProjectionName` (its checkpoint row and `--projection` name).
-/// 3. A type conforming to `Projection`: `apply(range, to:on:)` refolds what the facts at those
-///    positions touch (read facts, never payloads: FactPathTests), `liveHook` when it should be
-///    kept in the append transaction (advance your checkpoint only when it is exactly before
-///    the batch, as `RefundCaseHook` does; otherwise leave the gap to the catch-up).
-/// 4. Add it to `Projections.registered` below — the one list Store, the worker and the
-///    rebuild read. Rebuild: `Rebuilder.run(projections:)` calls `rebuild`: bulk-load your
-///    `<table>_next` tables inside `Rebuilder.withRebuildLock`, then hand them to
-///    `Rebuilder.catchUpAndSwap` (RebuildSwap.swift: the tail catch-up, checkpoints and the
-///    swap under the event-head lock, once for every projection) with how to fold a range.
+/// 3. A type conforming to `Projection`: its `ProjectionTable`s (columns in COPY order, the
+///    migration's keys and indexes), `apply(range, to:next:on:)` refolds what the facts at those
+///    positions touch (read facts, never payloads: FactPathTests), `load` writes every row as of
+///    `load.head` through `load.send`; `isLive` when it should be current at the append's 200
+///    (`applyLive` defaults to `apply` over the batch; override it to use the batch's facts in
+///    memory). Never touch a checkpoint row: the runner does.
+/// 4. Add it to `Projections.registered` below — the one list Store, the worker and the rebuild
+///    read. Test: live == catch-up after a gap == rebuild (ProjectionProtocolTests).
 protocol Projection: Sendable {
     /// The checkpoint rows it owns (the subscription cuts, folded together, own three).
     var names: [ProjectionName] { get }
-    /// Its part of the append transaction; nil: kept by the catch-up only.
-    var liveHook: (any AppendHook)? { get }
-    /// Applies the facts at `range` (gapless, after the checkpoint of `name`, up to the facts
-    /// checkpoint) to `name`'s tables, as known at the range's end.
-    func apply(_ range: ClosedRange<Int64>, to name: ProjectionName, on connection: Connection) throws
-    /// Rebuilds `names` (a subset of `self.names`) blue/green.
-    func rebuild(_ names: Set<ProjectionName>, with rebuilder: Rebuilder, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport
+    /// The tables (schema `projections`) that hold `name`: a rebuild fills `<table>_next` and
+    /// renames it into place.
+    func tables(of name: ProjectionName) -> [ProjectionTable]
+    /// Its name in hook failures and logs.
+    var name: String { get }
+    /// Kept in the append transaction (true), or by the catch-up only.
+    var isLive: Bool { get }
+    /// In the append transaction, after the batch's facts were recorded: applies the batch to
+    /// `names` (those of its checkpoints the runner advanced over it). May return an action to
+    /// run once the transaction committed.
+    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit?
+    /// Applies the facts at `range` (gapless, after the checkpoints of `names`, up to the facts
+    /// checkpoint) to the tables of `names` (their `_next` tables when `next`), as known at the
+    /// range's end. Returns how much it refolded (subscriptions, cases…), for rebuild reports.
+    @discardableResult
+    func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int
+    /// The rebuild's bulk pass: every row of the tables of `names` as of `load.head`, read in
+    /// `load`'s snapshot and handed to the tables' writers with `load.send` (COPY text, `CopyText`).
+    func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts
+}
+
+extension Projection {
+    var name: String { names.map(\.rawValue).joined(separator: "+") }
+
+    /// The catch-up's `apply` over the batch: its facts are already in `public.facts` in this
+    /// transaction.
+    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard let first = events.first?.position, let last = events.last?.position else { return nil }
+        try apply(first...last, to: names, next: false, on: connection)
+        return nil
+    }
+}
+
+/// The one live hook: joins a live projection to the append transaction (DESIGN §Projections),
+/// so a 200 means the event's effect on its tables is committed with it. It runs only when the
+/// batch's facts were recorded in the same transaction; it advances the projection's checkpoints
+/// that are exactly at the batch's first position − 1 and running, and applies the batch to
+/// those only: the others are behind or stopped, and the catch-up applies these events in order.
+struct LiveProjectionHook: AppendHook {
+    let projection: any Projection
+    var name: String { projection.name }
+
+    init(_ projection: any Projection) { self.projection = projection }
+
+    /// The subscription cuts' hook (tests build it alone).
+    init(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) {
+        self.init(SubscriptionCutsProjection(projector: projector, snapshots: snapshots))
+    }
+
+    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
+        guard let first = events.first?.position, let last = events.last?.position else { return nil }
+        let advanced = try CatchUp.advanceLive(projection.names.map(\.rawValue), over: first...last, on: connection)
+        let names = Set(projection.names.filter { advanced.contains($0.rawValue) })
+        if names.isEmpty { return nil }
+        return try projection.applyLive(events, facts: facts, to: names, on: connection)
+    }
 }
 
 enum Projections {
+    /// JSON of a projection row's `body` (refund cases, WeChat contracts): sorted keys, so one
+    /// state is always stored as the same bytes, whichever path (live, catch-up, rebuild) wrote it.
+    static let bodyEncoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
+
     /// Every projection the ledger keeps, in the order the worker passes them.
     static func registered(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) -> [any Projection] {
-        [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(), ReportsProjection(),
-         AppleStatusChecksProjection()]
+        [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(), WeChatContractsProjection(),
+         ReportsProjection(), AppleStatusChecksProjection()]
+    }
+}
+
+/// A table of schema `projections` that a projection declares. Live tables carry the bare name;
+/// a rebuild fills `<name>_next` and renames it into place.
+struct ProjectionTable: Sendable, Hashable {
+    /// The name in schema `projections`.
+    let name: String
+    /// The columns of the COPY rows its projection writes, in order.
+    let columns: String
+    /// The columns the readers' queries filter, join or order on: a rebuild analyzes only these
+    /// before the swap, so plans are right from the first query, and leaves the rest to
+    /// autovacuum (an ANALYZE of some columns does not reset the table's change counter).
+    let statisticsColumns: String
+    /// The keys and indexes of its migration, `{table}` standing for the table: a rebuild adds
+    /// them after the rows are loaded (one sort per index instead of a B-tree insert per row).
+    /// Unnamed, so PostgreSQL picks names that never clash with the live table's. A test checks
+    /// that a rebuilt table has the migration's (ProjectionRebuildTests).
+    let indexes: [String]
+
+    static let nextSuffix = "_next"
+
+    var rawValue: String { name }
+
+    func qualified(next: Bool = false) -> String {
+        "projections." + name + (next ? Self.nextSuffix : "")
+    }
+
+    func indexStatements(next: Bool) -> [String] {
+        indexes.map { $0.replacingOccurrences(of: "{table}", with: qualified(next: next)) }
     }
 }
 
 /// Subscriptions, transactions and entitlements: three cuts of one fold of a subscription's
-/// facts (`Projector`), live in the append transaction (`LiveProjectionHook`).
+/// facts (`Projector`), live in the append transaction, refolded there from the fold snapshots
+/// (LiveFold.swift).
 struct SubscriptionCutsProjection: Projection {
     let projector: Projector
     let snapshots: FoldSnapshots
 
-    var names: [ProjectionName] { ProjectionName.subscriptionCuts }
-    var liveHook: (any AppendHook)? { LiveProjectionHook(projector: projector, snapshots: snapshots) }
-
-    func apply(_ range: ClosedRange<Int64>, to name: ProjectionName, on connection: Connection) throws {
-        let keys = try FactStore.subscriptions(touchedByPositions: range, on: connection)
-        try projector.refold(subscriptions: keys, projections: [name], upTo: range.upperBound, on: connection)
+    init(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) {
+        self.projector = projector
+        self.snapshots = snapshots
     }
 
-    func rebuild(_ names: Set<ProjectionName>, with rebuilder: Rebuilder, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
-        try rebuilder.rebuild(projections: names, progress: progress)
+    var names: [ProjectionName] { ProjectionName.subscriptionCuts }
+    var name: String { "projections" }
+    var isLive: Bool { true }
+
+    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard let first = events.first?.position, let last = events.last?.position else { return nil }
+        let keys = try FactStore.subscriptions(touchedBy: facts, on: connection)
+        return try projector.refoldLive(subscriptions: keys, projections: names, first: first, last: last, snapshots: snapshots, on: connection)
+    }
+
+    func tables(of name: ProjectionName) -> [ProjectionTable] { Self.tables(of: name) }
+
+    static func tables(of name: ProjectionName) -> [ProjectionTable] {
+        switch name {
+        case .subscriptions: [.subscriptions, .customerSubscriptions]
+        case .transactions: [.transactions]
+        case .entitlements: [.entitlements]
+        default: []
+        }
+    }
+
+    /// The tables of `names`, in name order.
+    static func tables(_ names: Set<ProjectionName>) -> [ProjectionTable] { names.sorted().flatMap(tables(of:)) }
+
+    func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
+        let keys = try FactStore.subscriptions(touchedByPositions: range, on: connection)
+        try projector.refold(subscriptions: keys, projections: names, upTo: range.upperBound, next: next, on: connection)
+        return keys.count
+    }
+
+    func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
+        try load.rebuilder.loadSubscriptionCuts(names, into: load)
     }
 }
 
-/// Refund cases (`RefundCaseFold`), live in the append transaction (`RefundCaseHook`).
+/// Refund cases (`RefundCaseFold`), live in the append transaction: the cases the batch's facts
+/// may change (`RefundCaseProjection.seeds`) are refolded.
 struct RefundCasesProjection: Projection {
     var names: [ProjectionName] { [.refundCases] }
-    var liveHook: (any AppendHook)? { RefundCaseHook() }
+    var isLive: Bool { true }
 
-    func apply(_ range: ClosedRange<Int64>, to name: ProjectionName, on connection: Connection) throws {
-        try RefundCaseProjection.apply(range, on: connection)
+    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard let last = events.last?.position else { return nil }
+        let seeds = try RefundCaseProjection.seeds(from: facts, on: connection)
+        if !seeds.isEmpty { try RefundCaseProjection.refold(seeds, upTo: last, on: connection) }
+        return nil
     }
 
-    func rebuild(_ names: Set<ProjectionName>, with rebuilder: Rebuilder, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
-        try rebuilder.rebuildRefundCases(progress: progress)
+    func tables(of name: ProjectionName) -> [ProjectionTable] {
+        name == .refundCases ? [.refundCases, .refundCaseOrders] : []
+    }
+
+    func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
+        try RefundCaseProjection.apply(range, next: next, on: connection)
+    }
+
+    func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
+        try RefundCaseProjection.load(into: load)
     }
 }

@@ -14,6 +14,9 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
     /// Refund cases (`RefundCaseFold`): not cut from subscription folds; `RefundCasesProjection`
     /// (Projection.swift) applies them, the same runner keeps them.
     case refundCases = "refund_cases"
+    /// WeChat contract states (`WeChatContractState`), one per openid and product:
+    /// `WeChatContractsProjection` (WeChat/WeChatContractProjection.swift).
+    case wechatContracts = "wechat_contracts"
     /// The reports' daily rollups (`ReportsProjection`, Reports/ReportProjection.swift).
     case reports
     /// Apple's stated status beside the ledger's (`AppleStatusChecksProjection`, issue 20 item 2):
@@ -30,50 +33,6 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
         guard let name = ProjectionName(rawValue: text) else { throw .unknownProjection(text) }
         return name
     }
-
-    var tables: [ProjectionTable] {
-        switch self {
-        case .subscriptions: [.subscriptions, .customerSubscriptions]
-        case .transactions: [.transactions]
-        case .entitlements: [.entitlements]
-        case .refundCases, .reports, .appleStatus: []
-        }
-    }
-}
-
-/// A table of schema `projections`. Live tables carry the bare name; a rebuild fills
-/// `<name>_next` and renames it into place.
-enum ProjectionTable: String, Sendable, CaseIterable {
-    case subscriptions
-    case customerSubscriptions = "customer_subscriptions"
-    case transactions
-    case entitlements
-
-    static let nextSuffix = "_next"
-
-    func qualified(next: Bool = false) -> String {
-        "projections." + rawValue + (next ? Self.nextSuffix : "")
-    }
-
-    /// The keys and indexes of Migrations/0004_facts.sql, added to a rebuilt table after
-    /// its rows are loaded (one sort per index instead of a B-tree insert per row). Unnamed, so
-    /// PostgreSQL picks names that never clash with the live table's. A test checks they match
-    /// the migration's.
-    func indexStatements(next: Bool) -> [String] {
-        let table = qualified(next: next)
-        switch self {
-        case .subscriptions:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (subscription)"]
-        case .transactions:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (subscription, transaction_id)"]
-        case .entitlements:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (customer_id, environment, entitlement, subscription)",
-                    "CREATE INDEX ON \(table) (subscription)"]
-        case .customerSubscriptions:
-            return ["ALTER TABLE \(table) ADD PRIMARY KEY (customer_id, subscription)",
-                    "CREATE INDEX ON \(table) (subscription)"]
-        }
-    }
 }
 
 /// Why a projection could not be read, written, rebuilt or advanced; each message says what to
@@ -85,6 +44,11 @@ public enum ProjectionError: Error, Sendable, Equatable, CustomStringConvertible
     case gap(projection: ProjectionName, checkpoint: Int64, found: Int64)
     /// An event could not be applied; the projection stopped before it.
     case eventFailed(projection: ProjectionName, position: Int64, message: String)
+    /// The facts of schema version `version` met a gap in the log: they stopped instead of skipping.
+    case factsGap(version: Int, checkpoint: Int64, found: Int64)
+    /// The facts of an event could not be derived or stored; the facts stopped before it (and
+    /// every projection with them).
+    case factsFailed(version: Int, position: Int64, message: String)
     case rebuildInProgress
     /// A stored row does not read back (the schema and this build disagree).
     case corrupt(String)
@@ -101,6 +65,10 @@ public enum ProjectionError: Error, Sendable, Equatable, CustomStringConvertible
             return "projection \(projection.rawValue) is at position \(checkpoint) but the next event is at \(found): positions must be gapless; the projection stopped instead of skipping. Check the event log's integrity (SELECT position FROM events WHERE position > \(checkpoint) ORDER BY position LIMIT 5)"
         case .eventFailed(let projection, let position, let message):
             return "projection \(projection.rawValue) stopped at the event at position \(position): \(message). Fix the cause (code or data), then run `ledger project --once`; the event is retried, never skipped"
+        case .factsGap(let version, let checkpoint, let found):
+            return "the facts v\(version) are at position \(checkpoint) but the next event is at \(found): positions must be gapless; the derivation stopped instead of skipping. Check the event log's integrity (SELECT position FROM events WHERE position > \(checkpoint) ORDER BY position LIMIT 5)"
+        case .factsFailed(let version, let position, let message):
+            return "the facts v\(version) stopped at the event at position \(position): \(message). Fix the cause (code or data), then run `ledger project --once`; the event is retried, never skipped"
         case .rebuildInProgress:
             return "another rebuild is running on this database; wait for it to finish (or for its session to end) and retry"
         case .corrupt(let why):

@@ -105,6 +105,7 @@ struct CopyBuffers {
             case .customerSubscriptions: try Self.send(&customerSubscriptions, to: writer, atLeast: atLeast)
             case .transactions: try Self.send(&transactions, to: writer, atLeast: atLeast)
             case .entitlements: try Self.send(&entitlements, to: writer, atLeast: atLeast)
+            default: break
             }
         }
     }
@@ -136,36 +137,30 @@ struct CopyBuffers {
 }
 
 extension ProjectionTable {
-    /// The columns the readers' queries filter, join or order on (ProjectionQueries, the refold's
-    /// DELETE): a rebuild analyzes only these before the swap, so plans are right from the first
-    /// query, and leaves the other columns to autovacuum (an ANALYZE of some columns does not
-    /// reset the table's change counter, so autovacuum analyzes all of them soon after).
-    /// Statistics of every column of the 28,000-row subscriptions table cost 0.2 s of CPU
-    /// (26 columns, a sort per column) for columns no query plan depends on.
-    var statisticsColumns: String {
-        switch self {
-        case .subscriptions: "subscription, product_id, status, expires_date, grace_period_expires_date"
-        case .customerSubscriptions: "customer_id, subscription"
-        case .transactions: "subscription"
-        case .entitlements: "customer_id, environment, subscription"
-        }
-    }
-
-    /// Column order of the COPY rows `CopyBuffers` writes.
-    var columns: String {
-        switch self {
-        case .subscriptions:
-            "subscription, environment, original_transaction_id, customer_id, customer_source, implicit_customer_id, status, evaluated_at, bundle_id, product_id, product_type, auto_renew_product_id, expires_date, grace_period_expires_date, is_in_billing_retry_period, auto_renew_status, expiration_intent, price_increase_status, offer_type, offer_identifier, app_account_token, latest_transaction_id, recent_subscription_start_date, renewal_date, revocation_date, valid_until, purchase_date"
-                + Projected.renewal.columnList
-        case .customerSubscriptions:
-            "customer_id, subscription"
-        case .transactions:
-            "subscription, transaction_id, original_transaction_id, web_order_line_item_id, bundle_id, product_id, purchase_date, expires_date, revocation_date, revocation_reason, revocation_type, revocation_percentage, refund_signed_date, refund_reversed_signed_date, is_upgraded, price, currency, offer_type, offer_identifier, app_account_token, environment, type, in_app_ownership_type, signed_date"
-                + Projected.transaction.columnList
-        case .entitlements:
-            "customer_id, environment, entitlement, subscription, product_id, expires_date, status"
-        }
-    }
+    // The subscription cuts' tables (Migrations/0002, 0004 and later column additions; the Apple
+    // fields' projection columns after the fixed ones, `Projected`). Statistics of every column of
+    // the 28,000-row subscriptions table cost 0.2 s of CPU (26 columns, a sort per column) for
+    // columns no query plan depends on, hence the short lists.
+    static let subscriptions = ProjectionTable(
+        name: "subscriptions",
+        columns: "subscription, environment, original_transaction_id, customer_id, customer_source, implicit_customer_id, status, evaluated_at, bundle_id, product_id, product_type, auto_renew_product_id, expires_date, grace_period_expires_date, is_in_billing_retry_period, auto_renew_status, expiration_intent, price_increase_status, offer_type, offer_identifier, app_account_token, latest_transaction_id, recent_subscription_start_date, renewal_date, revocation_date, valid_until, purchase_date"
+            + Projected.renewal.columnList,
+        statisticsColumns: "subscription, product_id, status, expires_date, grace_period_expires_date",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (subscription)"])
+    static let customerSubscriptions = ProjectionTable(
+        name: "customer_subscriptions", columns: "customer_id, subscription", statisticsColumns: "customer_id, subscription",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (customer_id, subscription)", "CREATE INDEX ON {table} (subscription)"])
+    static let transactions = ProjectionTable(
+        name: "transactions",
+        columns: "subscription, transaction_id, original_transaction_id, web_order_line_item_id, bundle_id, product_id, purchase_date, expires_date, revocation_date, revocation_reason, revocation_type, revocation_percentage, refund_signed_date, refund_reversed_signed_date, is_upgraded, price, currency, offer_type, offer_identifier, app_account_token, environment, type, in_app_ownership_type, signed_date"
+            + Projected.transaction.columnList,
+        statisticsColumns: "subscription",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (subscription, transaction_id)"])
+    static let entitlements = ProjectionTable(
+        name: "entitlements", columns: "customer_id, environment, entitlement, subscription, product_id, expires_date, status",
+        statisticsColumns: "customer_id, environment, subscription",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (customer_id, environment, entitlement, subscription)",
+                  "CREATE INDEX ON {table} (subscription)"])
 }
 
 /// The projection columns of the Apple fields an answer shows (`AppleFields` rows with a

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import LedgerCore
 internal import Postgres
@@ -22,18 +21,22 @@ public struct ProjectionPass: Sendable, Equatable {
     public var outcome: Outcome
 }
 
-/// The catch-up worker: advances each projection's checkpoint over events the live hook did not
-/// apply (hook failure, events appended before the projection existed, a stopped projection).
+/// The catch-up worker: advances the facts and each projection's checkpoint over events the
+/// append path did not apply (hook failure, events appended before the projection existed, a
+/// stopped projection, facts the append could not record).
 ///
-/// Each pass per projection is one transaction: lock the checkpoint row with
+/// Each pass per lane (`CatchUp.Lane`: the facts of this build's schema version first, then every
+/// registered projection) is one transaction: lock the checkpoint row with
 /// `FOR UPDATE SKIP LOCKED` (no row: another process has it), read the next events in position
-/// order, require them to start right after the checkpoint (never skip), refold the subscriptions their facts
-/// touch (each projection's `apply`, Projection.swift), advance the checkpoint, commit — so any number of workers can run without a leader and
-/// none double-applies. A failing event stops its projection with `status = 'failed'`, the error
-/// and its position recorded; every later pass retries it (never skipping it), so fixing the cause
-/// resumes the projection.
+/// order, require them to start right after the checkpoint (never skip), apply them (derive their
+/// facts; or the projection's `apply`, Projection.swift), advance the checkpoint, commit — so any
+/// number of workers can run without a leader and none double-applies. A failing event stops its
+/// lane with `status = 'failed'`, the error and its position recorded; every later pass retries
+/// it (never skipping it), so fixing the cause resumes the lane.
 public final class ProjectionWorker: Sendable {
     let pool: ConnectionPool
+    /// Opens the LISTEN session that wakes it on appends.
+    let connections: Connections
     public let projector: Projector
     public let batchSize: Int
     public let projections: [ProjectionName]
@@ -42,32 +45,40 @@ public final class ProjectionWorker: Sendable {
     /// Outbox items of the facts the catch-up derives.
     let outbox: OutboxDerivation
     private let stopped = Atomic<Bool>(false)
-    private let waiter = DispatchQueue(label: "ledger.projection.worker.wait")
+    /// Where `run` waits on its LISTEN session (a blocking poll on the socket).
+    private let waiter = DedicatedThread(name: "ledger.catch-up.wait")
 
-    init(pool: ConnectionPool, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases,
+    init(pool: ConnectionPool, connections: Connections? = nil, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases,
          outbox: OutboxDerivation = OutboxDerivation(consumers: OutboxConsumer.registered), registered: [any Projection]? = nil) {
         self.outbox = outbox
         self.registered = registered ?? Projections.registered(projector: projector)
         precondition(batchSize > 0, "batchSize must be positive")
         self.pool = pool
+        self.connections = connections ?? Connections(conninfo: pool.conninfo)
         self.projector = projector
         self.batchSize = batchSize
         self.projections = projections
     }
 
-    /// One pass over every projection, after deriving the facts of up to `batchSize` events the
-    /// append path did not record (the projections never read past the facts).
+    /// One pass over the facts (up to `batchSize` events the append path did not derive), then
+    /// over every projection (the projections never read past the facts).
     public func runOnce() async throws(ProjectionError) -> [ProjectionPass] {
         var passes: [ProjectionPass] = []
+        let facts = CatchUp.Lane.facts(outbox: outbox)
         do {
-            let derived = try await pool.withConnection { connection in try FactStore.derive(limit: self.batchSize, outbox: self.outbox, on: connection) }
-            if let derived { passes.append(ProjectionPass(projection: nil, outcome: .advanced(from: derived.lowerBound, to: derived.upperBound))) }
+            let outcome = try await pool.withConnection { connection in try CatchUp.pass(facts, batchSize: self.batchSize, on: connection) }
+            switch outcome {
+            case .advanced, .failed: passes.append(ProjectionPass(projection: nil, outcome: outcome))
+            case .idle, .busy: break
+            }
         } catch {
             throw ProjectionError(error)
         }
         for projection in projections {
             do {
-                let outcome = try await pool.withConnection { connection in try self.pass(projection, on: connection) }
+                guard let owner = registered.first(where: { $0.names.contains(projection) }) else { throw ProjectionError.unknownProjection(projection.rawValue) }
+                let lane = CatchUp.Lane.projection(projection, of: owner)
+                let outcome = try await pool.withConnection { connection in try CatchUp.pass(lane, batchSize: self.batchSize, on: connection) }
                 passes.append(ProjectionPass(projection: projection, outcome: outcome))
             } catch {
                 throw ProjectionError(error)
@@ -76,7 +87,7 @@ public final class ProjectionWorker: Sendable {
         return passes
     }
 
-    /// Passes until no projection advances any more (each stops when idle, busy or failed).
+    /// Passes until no lane advances any more (each stops when idle, busy or failed).
     public func catchUp() async throws(ProjectionError) -> [ProjectionPass] {
         var all: [ProjectionPass] = []
         while true {
@@ -92,7 +103,7 @@ public final class ProjectionWorker: Sendable {
         var listener: NotificationListener?
         while !stopped.load(ordering: .relaxed) {
             // (Re)connects after the database was down; until then the poll interval applies.
-            if listener == nil { listener = try? NotificationListener(conninfo: pool.conninfo, channels: ["ledger_events"]) }
+            if listener == nil { listener = try? connections.listener(channels: ["ledger_events"]) }
             var more = false
             do {
                 let passes = try await runOnce()
@@ -105,7 +116,7 @@ public final class ProjectionWorker: Sendable {
             }
             if more || stopped.load(ordering: .relaxed) { continue }
             if let current = listener {
-                let healthy = (try? await BlockingWork.run(on: waiter) { _ = try current.wait(timeout: pollInterval) }) != nil
+                let healthy = (try? await waiter.run { _ = try current.wait(timeout: pollInterval) }) != nil
                 if !healthy {
                     listener = nil
                     try? await Task.sleep(for: pollInterval)
@@ -117,82 +128,147 @@ public final class ProjectionWorker: Sendable {
     }
 
     public func stop() { stopped.store(true, ordering: .relaxed) }
+}
 
-    // MARK: one pass
+/// The runner's catch-up, once for every checkpointed lane: the facts derivation and each
+/// projection. The live side of the same checkpoints is `advanceLive`, used by the append for the
+/// facts and by `LiveProjectionHook` for every live projection.
+enum CatchUp {
+    /// One checkpoint row the runner advances over committed positions.
+    struct Lane: Sendable {
+        /// Its row in `projection_checkpoints`.
+        let checkpoint: String
+        /// Nil for the facts.
+        let projection: ProjectionName?
+        /// How far it may advance, as SQL without parameters: the facts checkpoint for a
+        /// projection (it never folds an event whose facts are not derived), the event head for
+        /// the facts.
+        let bound: String
+        /// Before the peek (the facts' row of a new schema version may not exist yet).
+        let prepare: @Sendable (Connection) throws -> Void
+        let apply: @Sendable (ClosedRange<Int64>, Connection) throws -> Void
 
-    /// The one catch-up pass, for every registered projection.
-    func pass(_ projection: ProjectionName, on connection: Connection) throws -> ProjectionPass.Outcome {
-        guard let owner = registered.first(where: { $0.names.contains(projection) }) else { throw ProjectionError.unknownProjection(projection.rawValue) }
+        static func projection(_ name: ProjectionName, of owner: any Projection) -> Lane {
+            Lane(checkpoint: name.rawValue, projection: name,
+                 bound: "coalesce((SELECT position FROM projection_checkpoints WHERE projection = '\(FactStore.checkpoint)'), 0)",
+                 prepare: { _ in }, apply: { range, connection in try owner.apply(range, to: [name], next: false, on: connection) })
+        }
+
+        /// The facts of this build's schema version: derived from the stored events with the
+        /// append's decoder, with the outbox items they cause (as the append would have written
+        /// them). Deriving runs through the same pass as the projections, so a failing event stops
+        /// the facts at that event with the error recorded (the event is retried, never skipped),
+        /// and the events before it in the batch keep their facts.
+        static func facts(outbox: OutboxDerivation) -> Lane {
+            Lane(checkpoint: FactStore.checkpoint, projection: nil, bound: "(SELECT position FROM event_head)",
+                 prepare: FactStore.ensureCheckpoint(on:),
+                 apply: { range, connection in try FactStore.derive(range, outbox: outbox, on: connection) })
+        }
+
+        func gap(checkpoint at: Int64, found: Int64) -> ProjectionError {
+            projection.map { .gap(projection: $0, checkpoint: at, found: found) }
+                ?? .factsGap(version: FactStore.version, checkpoint: at, found: found)
+        }
+
+        func failure(at position: Int64, _ error: any Error) -> ProjectionError {
+            projection.map { .eventFailed(projection: $0, position: position, message: String(describing: error)) }
+                ?? .factsFailed(version: FactStore.version, position: position, message: String(describing: error))
+        }
+    }
+
+    /// One pass of `lane` over at most `batchSize` events.
+    static func pass(_ lane: Lane, batchSize: Int, on connection: Connection) throws -> ProjectionPass.Outcome {
+        try lane.prepare(connection)
         // Look before locking: the live hook keeps a running projection at the head, and every
         // append's NOTIFY wakes this worker. Taking the checkpoint row FOR UPDATE just to find
         // nothing to do made each append batch's hook wait for this transaction (measured: 5
         // events per batch and 1.2k notifications/s instead of full batches).
-        // The facts bound every projection: it never folds an event whose facts are not derived.
         let peek = try connection.query(
-            """
-            SELECT c.position, coalesce(f.position, 0) AS head FROM projection_checkpoints c
-            LEFT JOIN projection_checkpoints f ON f.projection = $2 WHERE c.projection = $1
-            """,
-            [.text(projection.rawValue), .text(FactStore.checkpoint)], name: "checkpoint behind facts?")
+            "SELECT c.position, \(lane.bound) AS head FROM projection_checkpoints c WHERE c.projection = $1",
+            [.text(lane.checkpoint)], name: "checkpoint behind its bound?")
         guard let peeked = peek.first else { return .idle }
-        let factsHead = try peeked.decode(Int64.self, "head")
-        if try peeked.decode(Int64.self, "position") >= factsHead { return .idle }
+        let bound = try peeked.decode(Int64.self, "head")
+        if try peeked.decode(Int64.self, "position") >= bound { return .idle }
         return try connection.transaction { connection -> ProjectionPass.Outcome in
             try connection.asProjector()
             let locked = try connection.query(
                 "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
-                [.text(projection.rawValue)], name: "lock checkpoint")
+                [.text(lane.checkpoint)], name: "lock checkpoint")
             guard let row = locked.first else { return .busy }
             let checkpoint = try row.decode(Int64.self, "position")
             let events = try connection.query(
                 "SELECT position FROM events WHERE position > $1 AND position <= $3 ORDER BY position LIMIT $2",
-                [.int64(checkpoint), .int64(Int64(batchSize)), .int64(factsHead)], name: "events after checkpoint")
-            var batch: [(position: Int64, Void)] = []
-            for row in events.rows {
-                batch.append((try row.decode(Int64.self, "position"), ()))
-            }
+                [.int64(checkpoint), .int64(Int64(batchSize)), .int64(bound)], name: "events after checkpoint")
+            let batch = try events.rows.map { try $0.decode(Int64.self, "position") }
             guard let first = batch.first, let last = batch.last else { return .idle }
-            for (offset, event) in batch.enumerated() where event.position != checkpoint + 1 + Int64(offset) {
-                let error = ProjectionError.gap(projection: projection, checkpoint: checkpoint + Int64(offset), found: event.position)
-                try Self.record(projection, position: checkpoint + Int64(offset), failure: error, failedAt: event.position, on: connection)
+            for (offset, position) in batch.enumerated() where position != checkpoint + 1 + Int64(offset) {
+                let error = lane.gap(checkpoint: checkpoint + Int64(offset), found: position)
+                try record(lane.checkpoint, position: checkpoint + Int64(offset), failure: error, failedAt: position, on: connection)
                 return .failed(error)
             }
             do {
-                try connection.savepoint { connection in try owner.apply(first.position...last.position, to: projection, on: connection) }
-                try Self.record(projection, position: last.position, failure: nil, failedAt: nil, on: connection)
-                return .advanced(from: first.position, to: last.position)
+                try connection.savepoint { connection in try lane.apply(first...last, connection) }
+                try record(lane.checkpoint, position: last, failure: nil, failedAt: nil, on: connection)
+                return .advanced(from: first, to: last)
             } catch {
                 if connection.isBroken { throw error }
             }
             // Something in the batch fails: apply event by event to stop right before it.
             var applied = checkpoint
-            for event in batch {
+            for position in batch {
                 do {
-                    try connection.savepoint { connection in try owner.apply(event.position...event.position, to: projection, on: connection) }
-                    applied = event.position
+                    try connection.savepoint { connection in try lane.apply(position...position, connection) }
+                    applied = position
                 } catch {
                     if connection.isBroken { throw error }
-                    let failure = ProjectionError.eventFailed(projection: projection, position: event.position, message: String(describing: error))
-                    try Self.record(projection, position: applied, failure: failure, failedAt: event.position, on: connection)
+                    let failure = lane.failure(at: position, error)
+                    try record(lane.checkpoint, position: applied, failure: failure, failedAt: position, on: connection)
                     return .failed(failure)
                 }
             }
             // The batch failed as a whole but no single event did (e.g. a transient conflict).
-            try Self.record(projection, position: applied, failure: nil, failedAt: nil, on: connection)
-            return .advanced(from: first.position, to: applied)
+            try record(lane.checkpoint, position: applied, failure: nil, failedAt: nil, on: connection)
+            return .advanced(from: first, to: applied)
         }
     }
 
-    static func record(
-        _ projection: ProjectionName, position: Int64, failure: ProjectionError?, failedAt: Int64?, on connection: Connection
-    ) throws {
+    /// Passes of `lane` until it is at its bound (or busy: another process has it); throws the
+    /// failure a pass stopped at. The rebuild and `ledger rederive` derive the facts this way.
+    static func untilIdle(_ lane: Lane, batchSize: Int, on connection: Connection, progress: (ClosedRange<Int64>) -> Void = { _ in }) throws {
+        while true {
+            switch try pass(lane, batchSize: batchSize, on: connection) {
+            case .advanced(let from, let to): progress(from...to)
+            case .failed(let error): throw error
+            case .idle, .busy: return
+            }
+        }
+    }
+
+    /// Advances the checkpoints of `names` that sit exactly right before `batch` and are running,
+    /// to the batch's last position, in the append transaction; returns those it advanced. The
+    /// others are behind (or stopped): the catch-up owns their gap and applies these events in
+    /// order, so the caller must not apply the batch to them. Locks the rows: a worker holding one
+    /// makes this wait for its commit, and then the WHERE is evaluated again on the row it committed.
+    static func advanceLive(_ names: [String], over batch: ClosedRange<Int64>, on connection: Connection) throws -> Set<String> {
+        let advanced = try connection.query(
+            """
+            UPDATE projection_checkpoints SET position = $2, updated_at = now()
+            WHERE projection = ANY($3) AND position = $1 AND status = 'running'
+            RETURNING projection
+            """,
+            [.int64(batch.lowerBound - 1), .int64(batch.upperBound), .array(names.map { .text($0) }, of: .text)],
+            name: "advance live checkpoints")
+        return Set(try advanced.rows.map { try $0.decode(String.self, "projection") })
+    }
+
+    static func record(_ checkpoint: String, position: Int64, failure: ProjectionError?, failedAt: Int64?, on connection: Connection) throws {
         try connection.query(
             """
             UPDATE projection_checkpoints
             SET position = $2, status = $3, last_error = $4, failed_position = $5, updated_at = now()
             WHERE projection = $1
             """,
-            [.text(projection.rawValue), .int64(position), .text(failure == nil ? "running" : "failed"),
+            [.text(checkpoint), .int64(position), .text(failure == nil ? "running" : "failed"),
              .optional(failure.map(\.description)), .optional(failedAt)],
             name: "record checkpoint")
     }

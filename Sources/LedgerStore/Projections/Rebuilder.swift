@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import LedgerCore
 internal import Postgres
@@ -80,27 +79,45 @@ public struct RebuildReport: Sendable, Equatable, Codable, CustomStringConvertib
     }
 }
 
+extension RebuildReport {
+    /// Two rebuilds of one request as one report (the subscription cuts, then refund cases).
+    static func combined(_ a: RebuildReport?, _ b: RebuildReport) -> RebuildReport {
+        guard var a else { return b }
+        a.projections = (a.projections + b.projections).sorted()
+        a.streams += b.streams
+        a.seconds += b.seconds
+        a.swapHead = max(a.swapHead, b.swapHead)
+        a.facts += b.facts
+        a.bulkSeconds += b.bulkSeconds
+        a.swapSeconds += b.swapSeconds
+        a.eventsPerSecond = Double(a.events) / max(a.seconds, 1e-9)
+        a.peakRSSBytes = [a.peakRSSBytes, b.peakRSSBytes].compactMap { $0 }.max()
+        return a
+    }
+}
+
 /// Rebuilds projections from position 0 while ingestion continues (DESIGN §Projections,
-/// reference/eventstores.md §9.6):
+/// reference/eventstores.md §9.6). One path for every projection (`rebuild(_:_:progress:)`):
 ///
-/// 0. Derive any facts still missing (`FactStore.derive`), so the facts reach the head.
-/// 1. In a REPEATABLE READ snapshot, note H = the facts checkpoint and stream every stored fact up
-///    to H, ordered by subscription, with `COPY (SELECT …) TO STDOUT` (never an event's payload or
-///    `raw`). Fold one subscription at a time (memory stays bounded by the largest subscription,
-///    plus the few WeChat order facts that have no subscription yet, held to join theirs) and COPY
-///    the rows into fresh `projections.<table>_next` tables. The read is split into `partitions`
-///    ranges of subscriptions, each with its reader and fold on a thread of its own; one writer
-///    per table (`TableWriter`) creates its fresh table, loads every partition's rows, and builds
-///    the table's keys, indexes and statistics, all tables at once.
-/// 2. In ONE transaction: take the event-head lock (appends wait from here to the commit), refold
-///    the subscriptions that facts after H touched, drop the live tables and rename the fresh ones
-///    into place, set the checkpoints, commit. Readers see the old tables or the new ones, never a
-///    mix, and nothing appended is missed: positions are gapless and commit-ordered.
+/// 0. Take the rebuild lock; derive any facts still missing (the runner's facts lane), so the
+///    facts reach the head.
+/// 1. In a REPEATABLE READ snapshot (exported, so more readers can import it), note H = the facts
+///    checkpoint. One writer per declared table (`TableWriter`) creates `projections.<table>_next`
+///    and streams every row into it with one `COPY … FREEZE`, then adds the table's keys and
+///    indexes and analyzes it, all tables at once, while the projection's `load` reads the facts
+///    up to H (never an event's payload or `raw`), folds them and hands COPY text to the writers.
+///    The subscription cuts stream every fact with `COPY (SELECT …) TO STDOUT`, split into
+///    `partitions` ranges of subscriptions, each with its reader and fold on a thread of its own.
+/// 2. `catchUpAndSwap` (RebuildSwap.swift): refold what facts after H touched through the
+///    projection's `apply(…, next: true)`, first without blocking appends, then under the
+///    event-head lock, and in that transaction rename the fresh tables into place and set the
+///    checkpoints. Readers see the old tables or the new ones, never a mix, and nothing appended
+///    is missed: positions are gapless and commit-ordered.
 ///
 /// Works as the service role: the tables belong to `ledger_projector`, of which it is a member
 /// (Migrations/0002_projections.sql).
 public struct Rebuilder: Sendable {
-    public let conninfo: String
+    let connections: Connections
     public let projector: Projector
     /// Buffered COPY bytes of one table before a partition hands them to the table's writer.
     /// Memory in flight is about 4 tables × (partitions + a queue of 4 + the writer's chunk and
@@ -116,41 +133,31 @@ public struct Rebuilder: Sendable {
     /// Outbox items of the facts it derives on the way (step 0).
     var outbox = OutboxDerivation(consumers: OutboxConsumer.registered)
 
-    public init(conninfo: String, projector: Projector) {
-        self.conninfo = conninfo
+    init(connections: Connections, projector: Projector) {
+        self.connections = connections
         self.projector = projector
     }
 
     static let oldSuffix = "_retired"
 
-    /// The subscriptions whose facts in `(after, upTo]` changed them.
-    static func subscriptions(after position: Int64, upTo: Int64, on connection: Connection) throws -> Set<SubscriptionKey> {
-        guard upTo > position else { return [] }
-        return try FactStore.subscriptions(touchedByPositions: (position + 1)...upTo, on: connection)
-    }
-
     /// Derives every missing fact first: projections are folded from facts only.
     func deriveMissingFacts(on connection: Connection) throws {
-        while try FactStore.derive(limit: 5_000, outbox: outbox, on: connection) != nil {}
-    }
-
-    static func dropRetired(_ tables: [ProjectionTable], on connection: Connection) throws {
-        try dropRetired(tables.map(\.swapTable), on: connection)
+        try CatchUp.untilIdle(.facts(outbox: outbox), batchSize: 5_000, on: connection)
     }
 
     static let advisoryLockKey: Int64 = 0x6C65_6467_7262_6C64  // "ledgrbld"
 
-    /// Rebuilds `projections` (all by default). `progress(done, total)` counts fact rows.
+    /// Rebuilds `projections` (the subscription cuts by default), each registered projection the
+    /// names it owns, one after another. `progress(done, total)` counts fact rows.
     public func run(
         projections: Set<ProjectionName> = Set(ProjectionName.subscriptionCuts),
         progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(ProjectionError) -> RebuildReport {
-        // Each registered projection rebuilds the names it owns (Projection.rebuild).
         var report: RebuildReport?
         for projection in Projections.registered(projector: projector) {
             let mine = projections.intersection(projection.names)
             guard !mine.isEmpty else { continue }
-            let part = try await Self.offThread { try projection.rebuild(mine, with: self, progress: progress) }
+            let part = try await Self.offThread { try self.rebuild(projection, mine, progress: progress) }
             report = RebuildReport.combined(report, part)
         }
         guard let report else { throw ProjectionError.refused("nothing to rebuild: name at least one projection") }
@@ -169,44 +176,82 @@ public struct Rebuilder: Sendable {
 
     // MARK: rebuild
 
-    func rebuild(projections: Set<ProjectionName>, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
+    /// Rebuilds `names` of `projection` blue/green (see the type's comment): the one rebuild path.
+    func rebuild(_ projection: any Projection, _ names: Set<ProjectionName>, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
         let started = ContinuousClock.now
-        let names = projections.sorted()
-        let tables = names.flatMap(\.tables)
-        let writer = try Connection.unbounded(conninfo: conninfo)
-        return try withRebuildLock(on: writer) { try rebuildLocked(projections: projections, names: names, tables: tables, started: started, writer: writer, progress: progress) }
+        let sorted = names.sorted()
+        let tables = sorted.flatMap { projection.tables(of: $0) }
+        let writer = try connections.unbounded()
+        return try withRebuildLock(on: writer) {
+            try deriveMissingFacts(on: writer)
+            try Self.dropRetired(tables.map(\.swapTable), on: writer)
+
+            // One snapshot for the whole bulk pass: exported here, imported by further readers.
+            let exporter = try connections.unbounded()
+            let (head, snapshot) = try Self.openSnapshot(on: exporter)
+            let load = BulkLoad(head: head, snapshot: snapshot, reader: exporter, rebuilder: self,
+                                writers: tables.map { TableWriter(table: $0, connections: connections) }, progress: progress)
+            let bulkEnd = Mutex(ContinuousClock.now)
+            // The load and one writer per table run at once: the writers create their tables and
+            // take rows as the load folds them.
+            let results = Self.inParallel(1 + load.writers.count) { index -> Result<BulkLoad.Counts, any Error> in
+                if index > 0 { return Result { try load.writers[index - 1].run(); return BulkLoad.Counts() } }
+                let result = Result { try projection.load(names, into: load) }
+                if case .failure(let error) = result { load.fail(error) }
+                bulkEnd.withLock { $0 = ContinuousClock.now }
+                for writer in load.writers { writer.queue.close() }
+                return result
+            }
+            _ = try? exporter.query("COMMIT", name: "end snapshot")
+            // The error that started a failure, not the aborts it caused elsewhere.
+            if let first = results.lazy.compactMap({ result -> (any Error)? in
+                if case .failure(let error) = result, !(error is ChunkQueue.Aborted) { return error }
+                return nil
+            }).first {
+                throw first
+            }
+            let counts = try results[0].get()
+            for result in results.dropFirst() { _ = try result.get() }
+            progress(counts.facts, counts.facts)
+            let bulkDone = bulkEnd.withLock { $0 }
+
+            let swap = try catchUpAndSwap(sorted, tables: tables.map(\.swapTable), from: head, on: writer) { after, upTo, writer in
+                try projection.apply((after + 1)...upTo, to: names, next: true, on: writer)
+            }
+            let seconds = max(started.duration(to: .now).seconds, 1e-9)
+            var report = RebuildReport(
+                projections: sorted, dryRun: false, snapshotHead: head, swapHead: swap.swapHead, events: Int(head),
+                streams: counts.units, caughtUpStreams: swap.caughtUp, seconds: seconds, eventsPerSecond: Double(head) / seconds,
+                peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
+            report.facts = counts.facts
+            report.bulkSeconds = started.duration(to: bulkDone).seconds
+            report.indexSeconds = bulkDone.duration(to: swap.caughtUpAt).seconds
+            report.swapSeconds = swap.swapStart.duration(to: .now).seconds
+            return report
+        }
     }
 
-    private func rebuildLocked(
-        projections: Set<ProjectionName>, names: [ProjectionName], tables: [ProjectionTable], started: ContinuousClock.Instant,
-        writer: Connection, progress: @escaping @Sendable (Int, Int) -> Void
-    ) throws -> RebuildReport {
-        try deriveMissingFacts(on: writer)
-        try Self.dropRetired(tables, on: writer)
-
-        // One snapshot shared by every partition: exported here, imported by each reader.
-        let exporter = try Connection.unbounded(conninfo: conninfo)
-        let (head, snapshot, bounds, totalFacts) = try Self.openSnapshot(on: exporter, partitions: partitions)
-        let orderFacts = try Self.orderFacts(upTo: head, on: exporter)
+    /// The subscription cuts' bulk pass: every fact with a subscription streamed with COPY in
+    /// `partitions` ranges of subscriptions (each a reader importing the snapshot and a fold on a
+    /// thread of its own), one subscription folded at a time (memory stays bounded by the largest
+    /// subscription, plus the few WeChat order facts that have no subscription yet, held to join
+    /// theirs), its rows handed to the tables' writers.
+    func loadSubscriptionCuts(_ projections: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
+        let (bounds, totalFacts) = try Self.partitionBounds(on: load.reader, head: load.head, partitions: partitions)
+        let orderFacts = try Self.orderFacts(upTo: load.head, on: load.reader)
         let now = projector.clock()
         let done = Mutex(0)
+        let progress = load.progress
         let reportRows: @Sendable (Int) -> Void = { rows in
             let total = done.withLock { $0 += rows; return $0 }
             progress(total, totalFacts)
         }
-        // The partitions read and fold; one writer per table creates the fresh table and loads
-        // every partition's rows into it (see `TableWriter`), so all threads run at once.
-        let writers = tables.map { TableWriter(table: $0, conninfo: conninfo) }
         let chunkBytes = flushBytes
-        let partitionsLeft = Mutex(bounds.count)
-        let bulkEnd = Mutex(ContinuousClock.now)
-        let results = Self.inParallel(bounds.count + writers.count) { index -> Result<(Int, Int), any Error> in
-            if index >= bounds.count {
-                return Result { try writers[index - bounds.count].run(); return (0, 0) }
-            }
+        let writers = load.writers
+        let results = Self.inParallel(bounds.count) { index -> Result<(Int, Int), any Error> in
             let result = Result { () throws -> (Int, Int) in
                 var buffers = CopyBuffers()
-                let scan = try streamFacts(snapshot: snapshot, range: bounds[index], head: head, progress: reportRows) { key, facts in
+                let scan = try streamFacts(snapshot: load.snapshot, range: bounds[index], head: load.head, progress: reportRows) { key, facts in
                     let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
                     buffers.add(SubscriptionRows(fold: fold, catalog: projector.catalog, now: now), for: projections)
                     try buffers.send(to: writers, atLeast: chunkBytes)
@@ -214,51 +259,17 @@ public struct Rebuilder: Sendable {
                 try buffers.send(to: writers, atLeast: 1)
                 return scan
             }
-            if case .failure(let error) = result {
-                // Stops the other partitions and makes every writer roll back.
-                for writer in writers { writer.queue.fail(error) }
-            }
-            let last = partitionsLeft.withLock { left -> Bool in left -= 1; return left == 0 }
-            if last {
-                bulkEnd.withLock { $0 = ContinuousClock.now }
-                for writer in writers { writer.queue.close() }
-            }
+            // Stops the other partitions and makes every writer roll back.
+            if case .failure(let error) = result { load.fail(error) }
             return result
         }
-        _ = try? exporter.query("COMMIT", name: "end snapshot")
-        var events = 0, streams = 0
-        // The error that started a failure, not the aborts it caused elsewhere.
-        if let first = results.lazy.compactMap({ result -> (any Error)? in
-            if case .failure(let error) = result, !(error is ChunkQueue.Aborted) { return error }
-            return nil
-        }).first {
-            throw first
-        }
+        var counts = BulkLoad.Counts()
         for result in results {
             let (rows, folded) = try result.get()
-            events += rows
-            streams += folded
+            counts.facts += rows
+            counts.units += folded
         }
-        progress(events, totalFacts)
-        let bulkDone = bulkEnd.withLock { $0 }
-
-        let swap = try catchUpAndSwap(names, tables: tables.map(\.swapTable), from: head, on: writer) { after, upTo, writer in
-            let keys = try Self.subscriptions(after: after, upTo: upTo, on: writer)
-            try projector.refold(subscriptions: keys, projections: projections, next: true, on: writer)
-            return keys.count
-        }
-        let (swapHead, caughtUp, indexDone, swapStart) = (swap.swapHead, swap.caughtUp, swap.caughtUpAt, swap.swapStart)
-
-        let seconds = max(started.duration(to: .now).seconds, 1e-9)
-        var report = RebuildReport(
-            projections: names, dryRun: false, snapshotHead: head, swapHead: swapHead, events: Int(head), streams: streams,
-            caughtUpStreams: caughtUp, seconds: seconds, eventsPerSecond: Double(head) / seconds,
-            peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
-        report.facts = events
-        report.bulkSeconds = started.duration(to: bulkDone).seconds
-        report.indexSeconds = bulkDone.duration(to: indexDone).seconds
-        report.swapSeconds = swapStart.duration(to: .now).seconds
-        return report
+        return counts
     }
 
     // MARK: dry run
@@ -266,7 +277,7 @@ public struct Rebuilder: Sendable {
     func diff(progress: @escaping (Int, Int) -> Void) throws -> RebuildReport {
         let started = ContinuousClock.now
         let now = projector.clock()
-        let connection = try Connection.unbounded(conninfo: conninfo)
+        let connection = try connections.unbounded()
         try deriveMissingFacts(on: connection)
         var stored: [String: Set<EntitlementChange>] = [:]
         let rows = try connection.query(
@@ -307,13 +318,18 @@ public struct Rebuilder: Sendable {
     /// A half-open range of subscription keys (nil: unbounded) that one partition reads.
     typealias StreamRange = (from: String?, to: String?)
 
-    /// Begins a REPEATABLE READ snapshot on `connection` (left open: the partitions import it),
-    /// and splits the subscriptions into `partitions` ranges of about equal fact counts. The head
-    /// is the facts checkpoint in that snapshot: what is folded is exactly what is derived.
-    static func openSnapshot(on connection: Connection, partitions: Int) throws -> (Int64, String, [StreamRange], Int) {
+    /// Begins a REPEATABLE READ snapshot on `connection` (left open: other readers import it).
+    /// The head is the facts checkpoint in that snapshot: what is folded is exactly what is derived.
+    static func openSnapshot(on connection: Connection) throws -> (head: Int64, snapshot: String) {
         try connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", name: "snapshot")
         let head = try FactStore.derivedUpTo(on: connection)
         let snapshot = try connection.query("SELECT pg_export_snapshot() AS id", name: "export snapshot").first?.decode(String.self, "id") ?? ""
+        return (head, snapshot)
+    }
+
+    /// Splits the subscriptions with facts up to `head` into `partitions` ranges of about equal
+    /// fact counts (read in the snapshot `connection` holds); and the fact count.
+    static func partitionBounds(on connection: Connection, head: Int64, partitions: Int) throws -> ([StreamRange], Int) {
         var cuts: [String] = []
         let total = try connection.query(
             "SELECT count(*) AS n FROM public.facts WHERE schema_version = $1 AND subscription IS NOT NULL AND position <= $2",
@@ -336,7 +352,7 @@ public struct Rebuilder: Sendable {
             from = cut
         }
         ranges.append((from, nil))
-        return (head, snapshot, ranges, Int(total))
+        return (ranges, Int(total))
     }
 
     /// Runs `body(0..<count)` concurrently and returns the results in order.
@@ -351,7 +367,7 @@ public struct Rebuilder: Sendable {
         snapshot: String?, range: StreamRange, head: Int64, progress: (Int) -> Void,
         _ subscription: (SubscriptionKey, [Fact]) throws -> Void
     ) throws -> (Int, Int) {
-        let reader = try Connection.unbounded(conninfo: conninfo)
+        let reader = try connections.unbounded()
         return try reader.transaction { reader -> (Int, Int) in
             try reader.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", name: "snapshot")
             if let snapshot {
@@ -412,8 +428,9 @@ public struct Rebuilder: Sendable {
     func streamFacts(
         progress: @escaping (Int, Int) -> Void, _ subscription: (SubscriptionKey, [Fact], OrderFacts) throws -> Void
     ) throws -> (Int64, Int, Int) {
-        let exporter = try Connection.unbounded(conninfo: conninfo)
-        let (head, snapshot, _, totalFacts) = try Self.openSnapshot(on: exporter, partitions: 1)
+        let exporter = try connections.unbounded()
+        let (head, snapshot) = try Self.openSnapshot(on: exporter)
+        let (_, totalFacts) = try Self.partitionBounds(on: exporter, head: head, partitions: 1)
         defer { _ = try? exporter.query("COMMIT", name: "end snapshot") }
         let orderFacts = try Self.orderFacts(upTo: head, on: exporter)
         var done = 0
@@ -480,10 +497,7 @@ public struct Rebuilder: Sendable {
 }
 
 extension Duration {
-    var seconds: Double {
-        let (s, atto) = components
-        return Double(s) + Double(atto) / 1e18
-    }
+    var seconds: Double { EpochTime.seconds(self) }
 }
 
 /// Facts without a subscription, indexed by the order ids they name, joined to a subscription's
@@ -517,6 +531,54 @@ struct OrderFacts: Sendable {
     }
 }
 
+/// What a projection's bulk pass works with (`Projection.load`): the facts head H of the
+/// rebuild's snapshot, that snapshot (exported: a connection of your own can import it with
+/// `SET TRANSACTION SNAPSHOT` to read in parallel, as the subscription cuts' partitions do), the
+/// exporting connection to read in it, and the writers of the declared tables.
+final class BulkLoad: Sendable {
+    /// What a bulk pass read and wrote, for the report.
+    struct Counts: Sendable, Equatable {
+        /// Fact rows read.
+        var facts = 0
+        /// What it folded: subscriptions, cases, contracts.
+        var units = 0
+    }
+
+    let head: Int64
+    let snapshot: String
+    /// In the snapshot (REPEATABLE READ, read only); used by the load's thread only.
+    let reader: Connection
+    let rebuilder: Rebuilder
+    let writers: [TableWriter]
+    /// (fact rows done, total): the rebuild's progress.
+    let progress: @Sendable (Int, Int) -> Void
+
+    init(head: Int64, snapshot: String, reader: Connection, rebuilder: Rebuilder, writers: [TableWriter],
+         progress: @escaping @Sendable (Int, Int) -> Void) {
+        self.head = head
+        self.snapshot = snapshot
+        self.reader = reader
+        self.rebuilder = rebuilder
+        self.writers = writers
+        self.progress = progress
+    }
+
+    /// Hands rows of `table` in COPY text (`[UInt8].field`, CopyText.swift) to its writer; waits
+    /// while the writer's queue is full, so memory stays bounded.
+    func send(_ rows: [UInt8], to table: ProjectionTable) throws {
+        guard !rows.isEmpty else { return }
+        guard let writer = writers.first(where: { $0.table == table }) else {
+            throw ProjectionError.refused("the rebuild has no writer for projections.\(table.name): declare it in the projection's tables")
+        }
+        try writer.queue.push(rows)
+    }
+
+    /// Stops every writer (they roll back) and every other sender.
+    func fail(_ error: any Error) {
+        for writer in writers { writer.queue.fail(error) }
+    }
+}
+
 /// Loads one fresh table (`projections.<table>_next`) in a transaction of its own, fed by every
 /// partition through `queue`: creates the table, streams all rows into it with ONE
 /// `COPY … WITH (FREEZE)`, then adds its keys and indexes and analyzes it, and commits.
@@ -528,17 +590,17 @@ struct OrderFacts: Sendable {
 /// parallel with the other tables', instead of one after another after the bulk pass.
 final class TableWriter: Sendable {
     let table: ProjectionTable
-    let conninfo: String
+    let connections: Connections
     let queue = ChunkQueue(capacity: 4)
 
-    init(table: ProjectionTable, conninfo: String) {
+    init(table: ProjectionTable, connections: Connections) {
         self.table = table
-        self.conninfo = conninfo
+        self.connections = connections
     }
 
     func run() throws {
         do {
-            let connection = try Connection.unbounded(conninfo: conninfo)
+            let connection = try connections.unbounded()
             try connection.transaction { connection in
                 try connection.query("SET LOCAL ROLE ledger_projector", name: "projector role")
                 try connection.query("DROP TABLE IF EXISTS \(table.qualified(next: true))", name: "drop stale next table")

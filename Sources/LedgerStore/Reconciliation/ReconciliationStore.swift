@@ -1,17 +1,18 @@
 import Foundation
 import LedgerCore
 internal import Postgres
+import Synchronization
 
 /// The SQL of reconciliation with Apple (Migrations/0007) and of the consumption items of the
 /// outbox (Migrations/0011): run bookkeeping, the locks that let exactly one instance run each job, the subscriptions to ask
 /// Apple about, and the reads that turn facts into work. Nothing here reads an event payload.
 public struct ReconciliationStore: Sendable {
     let pool: ConnectionPool
-    let conninfo: String
+    let connections: Connections
 
-    init(pool: ConnectionPool, conninfo: String) {
+    init(pool: ConnectionPool, connections: Connections) {
         self.pool = pool
-        self.conninfo = conninfo
+        self.connections = connections
     }
 
     // MARK: - Locks
@@ -34,10 +35,10 @@ public struct ReconciliationStore: Sendable {
     /// another session (instance) holds it. The lock lasts until `release()` (or until the
     /// connection dies with the process, which PostgreSQL notices and releases it).
     public func tryLock(_ job: Job) async throws(StoreError) -> HeldLock? {
-        let conninfo = self.conninfo
+        let connections = self.connections
         do {
             return try await BlockingWork.run {
-                let connection = try Connection(conninfo: conninfo)
+                let connection = try connections.open()
                 let taken = try connection.query("SELECT pg_try_advisory_lock($1) AS taken", [.int64(job.lockKey)], name: "try job lock")
                     .first?.decode(Bool.self, "taken") ?? false
                 guard taken else { return nil }
@@ -374,15 +375,14 @@ public struct ReconciliationStore: Sendable {
 }
 
 /// A job's advisory lock, held on its own connection until `release()`.
-public final class HeldLock: @unchecked Sendable {
+public final class HeldLock: Sendable {
     public let job: ReconciliationStore.Job
-    private let lock = NSLock()
     /// Closed with this object when a holder forgets `release()`: that releases the lock too.
-    private var connection: Connection?
+    private let connection: Mutex<Connection?>
 
     init(job: ReconciliationStore.Job, connection: Connection) {
         self.job = job
-        self.connection = connection
+        self.connection = Mutex(connection)
     }
 
     /// Releases the lock (off the cooperative pool: libpq blocks). Closing the connection would
@@ -397,10 +397,9 @@ public final class HeldLock: @unchecked Sendable {
     }
 
     private func take() -> Connection? {
-        lock.lock()
-        defer { lock.unlock() }
-        let held = connection
-        connection = nil
-        return held
+        connection.withLock { held in
+            defer { held = nil }
+            return held
+        }
     }
 }

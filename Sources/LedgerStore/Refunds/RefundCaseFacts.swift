@@ -82,12 +82,7 @@ enum RefundCaseFacts {
 
     /// The facts at positions `range` (what a batch of the worker brings).
     static func facts(in range: ClosedRange<Int64>, on connection: Connection) throws -> [Fact] {
-        try connection.query(
-            """
-            SELECT \(FactRows.columns) FROM public.facts
-            WHERE schema_version = $1 AND position >= $2 AND position <= $3 ORDER BY position, ordinal
-            """, [.int64(version), .int64(range.lowerBound), .int64(range.upperBound)], name: "facts in range")
-            .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+        try FactStore.facts(in: range, on: connection)
     }
 
     /// The WeChat deliveries and contract changes (their openids) of every subscription the

@@ -25,8 +25,7 @@ enum RefundCaseProjection {
     }
 
     static func tables(next: Bool) -> (cases: String, orders: String) {
-        next ? ("projections.refund_cases_next", "projections.refund_case_orders_next")
-             : ("projections.refund_cases", "projections.refund_case_orders")
+        (ProjectionTable.refundCases.qualified(next: next), ProjectionTable.refundCaseOrders.qualified(next: next))
     }
 
     // MARK: which cases a batch of facts may change
@@ -164,31 +163,61 @@ enum RefundCaseProjection {
     // MARK: applying committed facts (the worker's pass and the rebuild's catch-up)
 
     /// Refolds what the facts at `range` touch, as known at the range's end.
-    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws {
+    /// Returns the orders and Apple transactions refolded.
+    @discardableResult
+    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws -> Int {
         let facts = try RefundCaseFacts.facts(in: range, on: connection)
         let seeds = try seeds(from: facts, next: next, on: connection)
         if !seeds.isEmpty { try refold(seeds, upTo: range.upperBound, next: next, on: connection) }
+        return seeds.orderIds.count + seeds.appleTransactions.count
     }
 }
 
-/// The live refund-case projection: joins the append transaction like `LiveProjectionHook`, and
-/// advances only when its checkpoint is exactly before the batch (else the worker owns the gap).
-struct RefundCaseHook: AppendHook {
-    let name = "refund_cases"
-
-    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
-        guard let first = events.first?.position, let last = events.last?.position else { return nil }
-        let advanced = try connection.query(
-            """
-            UPDATE projection_checkpoints SET position = $2, updated_at = now()
-            WHERE projection = $3 AND position = $1 AND status = 'running'
-            RETURNING projection
-            """, [.int64(first - 1), .int64(last), .text(RefundCaseProjection.name.rawValue)], name: "advance refund cases checkpoint")
-        guard advanced.count == 1 else { return nil }
-        let seeds = try RefundCaseProjection.seeds(from: facts, on: connection)
-        if !seeds.isEmpty { try RefundCaseProjection.refold(seeds, upTo: last, on: connection) }
-        return nil
+extension RefundCaseProjection {
+    /// The rebuild's bulk pass: every case of the facts up to `load.head` (read in the rebuild's
+    /// snapshot), each WeChat one indexed under every id of its order, as COPY rows.
+    static func load(into load: BulkLoad) throws -> BulkLoad.Counts {
+        let facts = try RefundCaseFacts.all(upTo: load.head, on: load.reader)
+        load.progress(0, facts.count)
+        let cases = RefundCaseFold.cases(from: facts)
+        let components = OrderComponents(facts)
+        let chunk = load.rebuilder.flushBytes
+        var caseRows: [UInt8] = [], orderRows: [UInt8] = []
+        for (done, c) in cases.enumerated() {
+            try RefundCaseRow(c).append(to: &caseRows)
+            if c.source == .wechat {
+                for id in components.ids(of: c.orderId).union([c.orderId]).sorted() {
+                    orderRows.field(id)
+                    orderRows.field(c.caseId, last: true)
+                }
+            }
+            if caseRows.count + orderRows.count >= chunk {
+                try load.send(caseRows, to: .refundCases)
+                try load.send(orderRows, to: .refundCaseOrders)
+                (caseRows, orderRows) = ([], [])
+                load.progress(facts.count * (done + 1) / max(cases.count, 1), facts.count)
+            }
+        }
+        try load.send(caseRows, to: .refundCases)
+        try load.send(orderRows, to: .refundCaseOrders)
+        return BulkLoad.Counts(facts: facts.count, units: cases.count)
     }
+}
+
+extension ProjectionTable {
+    /// Migrations/0009.
+    static let refundCases = ProjectionTable(
+        name: "refund_cases",
+        columns: "case_id, source, order_id, opened_at, original_transaction_id, open_id, decision, outcome, body",
+        statisticsColumns: "case_id, source, order_id, opened_at, original_transaction_id, open_id, decision, outcome",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (case_id)",
+                  "CREATE INDEX ON {table} (opened_at, case_id COLLATE \"C\")",
+                  "CREATE INDEX ON {table} (original_transaction_id)",
+                  "CREATE INDEX ON {table} (open_id)",
+                  "CREATE INDEX ON {table} (order_id)"])
+    static let refundCaseOrders = ProjectionTable(
+        name: "refund_case_orders", columns: "order_id, case_id", statisticsColumns: "order_id, case_id",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (order_id, case_id)", "CREATE INDEX ON {table} (case_id)"])
 }
 
 /// One row of `projections.refund_cases`.
@@ -212,18 +241,58 @@ struct RefundCaseRow {
         openId = c.openId
         decision = c.decision?.rawValue
         outcome = c.outcome.rawValue
-        body = String(decoding: try RefundCaseRow.encoder.encode(c), as: UTF8.self)
+        body = String(decoding: try Projections.bodyEncoder.encode(c), as: UTF8.self)
     }
 
-    static let encoder: JSONEncoder = {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return e
-    }()
+    /// The row in COPY text, in `ProjectionTable.refundCases.columns` order.
+    func append(to rows: inout [UInt8]) {
+        rows.field(caseId); rows.field(source); rows.field(orderId); rows.field(openedAt); rows.field(originalTransactionId)
+        rows.field(openId); rows.field(decision); rows.field(outcome); rows.field(body, last: true)
+    }
 
     static func decode(body: String) throws -> RefundCase {
         do { return try JSONDecoder().decode(RefundCase.self, from: Data(body.utf8)) } catch {
             throw ProjectionError.corrupt("a stored refund case does not decode (\(error)); rebuild it: ledger rebuild --projection refund_cases")
         }
+    }
+}
+
+/// Which order ids name the same order: the ids each WeChat or ledger fact names together
+/// (transactionId and orderAlias), joined transitively — what `RefundCaseFacts.orders` reaches
+/// from any one of them.
+struct OrderComponents {
+    private var parent: [String: String] = [:]
+
+    init(_ facts: [Fact]) {
+        for f in facts where f.origin == .wechat || f.origin == .ledger {
+            let ids = RefundFactQueries.orderIds(of: f)
+            guard let first = ids.first else { continue }
+            _ = find(first)
+            for id in ids.dropFirst() { union(first, id) }
+        }
+        var members: [String: Set<String>] = [:]
+        for id in parent.keys { members[find(id), default: []].insert(id) }
+        groups = members
+    }
+
+    private var groups: [String: Set<String>] = [:]
+
+    mutating func find(_ id: String) -> String {
+        guard let p = parent[id] else { parent[id] = id; return id }
+        if p == id { return id }
+        let root = find(p)
+        parent[id] = root
+        return root
+    }
+
+    mutating func union(_ a: String, _ b: String) {
+        let (ra, rb) = (find(a), find(b))
+        if ra != rb { parent[max(ra, rb)] = min(ra, rb) }
+    }
+
+    func ids(of id: String) -> Set<String> {
+        var root = id
+        while let p = parent[root], p != root { root = p }
+        return groups[root] ?? [id]
     }
 }

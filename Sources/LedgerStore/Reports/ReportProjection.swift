@@ -11,15 +11,39 @@ internal import Postgres
 /// and the reports name the position they were read at (`ReportQueries`).
 struct ReportsProjection: Projection {
     var names: [ProjectionName] { [.reports] }
-    var liveHook: (any AppendHook)? { nil }
+    /// A contribution walks a subscription's whole history day by day: kept by the catch-up, never
+    /// in the append transaction.
+    var isLive: Bool { false }
 
-    func apply(_ range: ClosedRange<Int64>, to name: ProjectionName, on connection: Connection) throws {
-        try ReportProjection.apply(range, on: connection)
+    func tables(of name: ProjectionName) -> [ProjectionTable] {
+        name == .reports ? [.reportSubscriptions, .reportMembers, .reportDaily, .reportCohorts] : []
     }
 
-    func rebuild(_ names: Set<ProjectionName>, with rebuilder: Rebuilder, progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
-        try rebuilder.rebuildReports(progress: progress)
+    func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
+        try ReportProjection.apply(range, next: next, on: connection)
     }
+
+    func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
+        try ReportProjection.load(into: load)
+    }
+}
+
+extension ProjectionTable {
+    // Migrations/0020. `report_dimensions` is not among them: a rebuild shares it (an id always
+    // names the same four values), adding the dimensions it meets.
+    static let reportSubscriptions = ProjectionTable(
+        name: "report_subscriptions", columns: "subscription, latest_signed_at, body", statisticsColumns: "subscription, latest_signed_at",
+        indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (subscription)", "CREATE INDEX ON {table} (latest_signed_at)"])
+    static let reportMembers = ProjectionTable(
+        name: "report_members", columns: "subscription, metric, dimensions, first_day, last_day",
+        statisticsColumns: "subscription, metric, dimensions, first_day, last_day",
+        indexes: ["CREATE INDEX ON {table} (subscription)", "CREATE INDEX ON {table} (metric, first_day)"])
+    static let reportDaily = ProjectionTable(
+        name: "report_daily", columns: "day, dimensions, " + ReportProjection.metricColumns.joined(separator: ", "),
+        statisticsColumns: "day, dimensions", indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (day, dimensions)"])
+    static let reportCohorts = ProjectionTable(
+        name: "report_cohorts", columns: "cohort, dimensions, months_later, members, retained",
+        statisticsColumns: "cohort, dimensions", indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (cohort, dimensions, months_later)"])
 }
 
 enum ReportProjection {
@@ -57,10 +81,13 @@ enum ReportProjection {
 
     // MARK: applying committed facts (the worker's pass and the rebuild's catch-up)
 
-    /// Refolds the subscriptions the facts at `range` touch, as known at the range's end.
-    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws {
+    /// Refolds the subscriptions the facts at `range` touch, as known at the range's end; returns
+    /// how many.
+    @discardableResult
+    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws -> Int {
         let keys = try FactStore.subscriptions(touchedByPositions: range, on: connection)
         try refold(keys, upTo: range.upperBound, next: next, on: connection)
+        return keys.count
     }
 
     /// The contributions of `keys` folded from their facts up to `upTo` (with the order facts that
@@ -225,70 +252,84 @@ enum ReportProjection {
     }
 }
 
-extension Rebuilder {
-    /// Rebuilds the reports blue/green: every subscription folded in one snapshot into fresh
-    /// `_next` tables, then the shared tail (`catchUpAndSwap`) with `ReportProjection.refold`.
-    func rebuildReports(progress: @escaping @Sendable (Int, Int) -> Void) throws -> RebuildReport {
-        let started = ContinuousClock.now
-        let writer = try Connection.unbounded(conninfo: conninfo)
-        return try withRebuildLock(on: writer) { try rebuildReportsLocked(started: started, writer: writer, progress: progress) }
-    }
-
-    private func rebuildReportsLocked(
-        started: ContinuousClock.Instant, writer: Connection, progress: @escaping @Sendable (Int, Int) -> Void
-    ) throws -> RebuildReport {
-        try deriveMissingFacts(on: writer)
-        let live = ReportProjection.Tables(next: false), next = ReportProjection.Tables(next: true)
-        let swapTables = zip(live.all, next.all).map { Rebuilder.SwapTable(live: $0, next: $1) }
-        try writer.transaction { writer in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            for table in swapTables {
-                try writer.query("DROP TABLE IF EXISTS \(table.next)", name: "drop stale report table")
-                try writer.query("DROP TABLE IF EXISTS \(table.retired)", name: "drop retired report table")
-                try writer.query("CREATE TABLE \(table.next) (LIKE \(table.live) INCLUDING ALL)", name: "create next report table")
+extension ReportProjection {
+    /// The rebuild's bulk pass (`Projection.load`): every subscription folded in the snapshot, its
+    /// contribution and drill-down runs written as it comes, the daily rollups and cohorts (the
+    /// sum of every contribution, cells that sum to zero left out as `add` deletes them) at the end.
+    static func load(into load: BulkLoad) throws -> BulkLoad.Counts {
+        let (_, totalFacts) = try Rebuilder.partitionBounds(on: load.reader, head: load.head, partitions: 1)
+        let orderFacts = try Rebuilder.orderFacts(upTo: load.head, on: load.reader)
+        // Dimension ids are added on a session of their own and committed at once: the table is
+        // shared by the live tables and the rebuilt ones, so an id a failed rebuild added is harmless.
+        let dimensions = try load.rebuilder.connections.unbounded()
+        var known: [ReportDimensions: Int32] = [:]
+        func ids(_ wanted: Set<ReportDimensions>) throws -> [ReportDimensions: Int32] {
+            let missing = wanted.subtracting(known.keys)
+            if !missing.isEmpty {
+                let added = try dimensions.transaction { connection in
+                    try connection.asProjector()
+                    return try dimensionIds(missing, on: connection)
+                }
+                known.merge(added) { old, _ in old }
             }
+            return known
         }
-
-        // The bulk fold, in one snapshot; contributions are written in chunks as they come.
+        let chunk = load.rebuilder.flushBytes
         var rollup = ReportRollup()
-        var pending: [ReportProjection.Folded] = []
+        var subscriptionRows: [UInt8] = [], memberRows: [UInt8] = []
         func flush() throws {
-            guard !pending.isEmpty else { return }
-            try writer.transaction { writer in
-                try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-                try ReportProjection.insert(pending, into: next, on: writer)
-            }
-            pending.removeAll(keepingCapacity: true)
+            try load.send(subscriptionRows, to: .reportSubscriptions)
+            try load.send(memberRows, to: .reportMembers)
+            (subscriptionRows, memberRows) = ([], [])
         }
-        let (head, factRows, streams) = try streamFacts(progress: { done, total in progress(done, total) }) { key, facts, orderFacts in
+        var done = 0
+        let (facts, units) = try load.rebuilder.streamFacts(
+            snapshot: load.snapshot, range: (nil, nil), head: load.head,
+            progress: { rows in done += rows; load.progress(done, totalFacts) }
+        ) { key, facts in
             guard let latest = facts.lazy.map(\.signedAt).max() else { return }
-            let folded = ReportProjection.folded(key, latest: latest, orderFacts.attach(to: SubscriptionFold(key: key, facts: facts)))
-            rollup.add(folded.contribution)
-            pending.append(folded)
-            if pending.count >= 1_000 { try flush() }
+            let f = folded(key, latest: latest, orderFacts.attach(to: SubscriptionFold(key: key, facts: facts)))
+            rollup.add(f.contribution)
+            subscriptionRows.field(key.text)
+            subscriptionRows.field(f.latest)
+            subscriptionRows.field(bytea: ReportRows.encode(f.contribution), last: true)
+            let runs = ReportRows.runs(of: f.contribution)
+            if !runs.isEmpty {
+                let ids = try ids(Set(runs.map(\.dimensions)))
+                for run in runs {
+                    memberRows.field(key.text)
+                    memberRows.field(run.metric.rawValue)
+                    memberRows.field(Int64(ids[run.dimensions]!))
+                    memberRows.field(Int64(try day(run.first)))
+                    memberRows.field(Int64(try day(run.last)), last: true)
+                }
+            }
+            if subscriptionRows.count + memberRows.count >= chunk { try flush() }
         }
         try flush()
-        try writer.transaction { writer in
-            try writer.query("SET LOCAL ROLE ledger_projector", name: "projector role")
-            try ReportProjection.add(rollup, to: next, on: writer)
-            for table in [next.subscriptions, next.members] { try writer.query("ANALYZE \(table)", name: "analyze next report table") }
-        }
-        let bulkDone = ContinuousClock.now
 
-        let swap = try catchUpAndSwap([ReportProjection.name], tables: swapTables, from: head, on: writer) { after, upTo, writer in
-            let keys = try Self.subscriptions(after: after, upTo: upTo, on: writer)
-            try ReportProjection.refold(keys, upTo: upTo, next: true, on: writer)
-            return keys.count
+        let ids = try ids(Set(rollup.cells.keys.map(\.dimensions)).union(rollup.cohorts.keys.map(\.dimensions)))
+        var daily: [UInt8] = []
+        let metrics = ReportMetric.allCases
+        for (cell, values) in rollup.cells.sorted(by: { $0.key < $1.key }) where !values.isZero {
+            daily.field(Int64(try day(cell.day)))
+            daily.field(Int64(ids[cell.dimensions]!))
+            for (n, metric) in metrics.enumerated() { daily.field(values[metric], last: n == metrics.count - 1) }
+            if daily.count >= chunk {
+                try load.send(daily, to: .reportDaily)
+                daily = []
+            }
         }
-        let seconds = max(started.duration(to: .now).seconds, 1e-9)
-        var report = RebuildReport(
-            projections: [.reports], dryRun: false, snapshotHead: head, swapHead: swap.swapHead, events: Int(head),
-            streams: streams, caughtUpStreams: swap.caughtUp, seconds: seconds, eventsPerSecond: Double(head) / seconds,
-            peakRSSBytes: Self.peakRSS(), gains: [], losses: [], evaluatedAt: projector.clock())
-        report.facts = factRows
-        report.bulkSeconds = started.duration(to: bulkDone).seconds
-        report.indexSeconds = bulkDone.duration(to: swap.caughtUpAt).seconds
-        report.swapSeconds = swap.swapStart.duration(to: .now).seconds
-        return report
+        try load.send(daily, to: .reportDaily)
+        var cohorts: [UInt8] = []
+        for (key, count) in rollup.cohorts.sorted(by: { $0.key < $1.key }) where count.members != 0 || count.retained != 0 {
+            cohorts.field(Int64(try day(key.cohort)))
+            cohorts.field(Int64(ids[key.dimensions]!))
+            cohorts.field(Int64(key.monthsLater))
+            cohorts.field(count.members)
+            cohorts.field(count.retained, last: true)
+        }
+        try load.send(cohorts, to: .reportCohorts)
+        return BulkLoad.Counts(facts: facts, units: units)
     }
 }

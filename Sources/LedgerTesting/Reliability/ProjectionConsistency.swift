@@ -12,7 +12,7 @@ public enum ProjectionConsistency {
         defer { store.close() }
         _ = try await store.worker.catchUp()
         let queries = store.projections
-        let now = Projector.wallClock()
+        let now = LedgerClock.system.now()
 
         func snapshot() async throws -> [String: String] {
             var out: [String: String] = [:]

@@ -308,7 +308,7 @@ final class Harness {
     /// TestDatabase's): the suite must count rows itself rather than trust the store it audits.
     func storedKeys() throws(ReliabilityError) -> [String: Int] {
         do {
-            let connection = try Connection(conninfo: database.adminConninfo)
+            let connection = try database.connect()
             let result = try connection.query("SELECT dedupe_key, count(*) AS n FROM events WHERE source = 'apple' GROUP BY dedupe_key",
                                               name: "reliability: rows per dedupe key")
             var keys: [String: Int] = [:]

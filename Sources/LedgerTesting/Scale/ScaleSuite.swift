@@ -150,7 +150,7 @@ public enum ScaleSuite {
         for p in instances { try p.start() }
         try worker.start()
 
-        let admin = try Connection(conninfo: database.adminConninfo)
+        let admin = try database.connect()
         let apple = NotificationMint(authority: authority, notificationsPerStream: 5)
         let wechat = try WeChatDeliveryMint(runTag: apple.runTag)
         // Notification n: every fourth one a WeChat delivery, the rest Apple V2 notifications.
@@ -313,7 +313,7 @@ final class CheckpointSampler: Sendable {
     init(conninfo: String) { self.conninfo = conninfo }
 
     func run(every interval: Duration) async {
-        guard let connection = try? Connection(conninfo: conninfo) else { return }
+        guard let connection = try? TestDatabase.connect(conninfo) else { return }
         while !Task.isCancelled {
             if let rows = try? connection.query("SELECT projection, position FROM projection_checkpoints").rows {
                 state.withLock { s in
