@@ -4,27 +4,45 @@ import HTTPServer
 import LedgerStore
 import WeChatPay
 
-/// An answer that is not a success, produced by a use case: status, code and a message that says
-/// what to do. Use cases throw these (or the module errors below, which render themselves), and
-/// the routes never build error bodies of their own.
-struct ServiceFailure: HTTPRenderableError, CustomStringConvertible {
-    var httpStatus: Int
-    var httpCode: String
-    var httpMessage: String
-    var httpHeaders: [(String, String)] = []
-
-    init(_ status: Int, _ code: String, _ message: String, headers: [(String, String)] = []) {
-        httpStatus = status
-        httpCode = code
-        httpMessage = message
-        httpHeaders = headers
+/// A use case's refusal at the HTTP edge: each kind of "no" (UseCaseFailure.swift, in the
+/// domain's words) is given its status here, the one place that knows statuses.
+extension ServiceFailure: HTTPRenderableError {
+    var httpStatus: Int {
+        switch refusal {
+        case .invalid: 400
+        case .notFound: 404
+        case .conflict: 409
+        case .notConfigured: 422
+        case .defect: 500
+        case .upstream: 502
+        case .unavailable: 503
+        }
     }
+    var httpCode: String { code }
+    var httpMessage: String { message }
+    var httpHeaders: [(String, String)] {
+        if case .unavailable(let seconds?) = refusal { return [("Retry-After", String(seconds))] }
+        return []
+    }
+}
 
-    var description: String { "\(httpStatus) \(httpCode): \(httpMessage)" }
+/// Reconciliation's refusals (AppleReconciliation.swift) as answers.
+extension ReconciliationError: HTTPRenderableError {
+    public var httpStatus: Int { rendered.httpStatus }
+    public var httpCode: String { rendered.httpCode }
+    public var httpMessage: String { rendered.httpMessage }
+    public var httpHeaders: [(String, String)] { rendered.httpHeaders }
 
-    static func invalidParameter(_ message: String) -> ServiceFailure { ServiceFailure(400, "invalid_parameter", message) }
-    static func malformed(_ message: String) -> ServiceFailure { ServiceFailure(400, "malformed", message) }
-    static func notFound(_ message: String) -> ServiceFailure { ServiceFailure(404, "not_found", message) }
+    private var rendered: any HTTPRenderableError {
+        switch self {
+        case .notConfigured: ServiceFailure(.notConfigured, "apple_api_not_configured", description)
+        case .busy: ServiceFailure(.conflict, "reconciliation_running", description)
+        case .invalidRequest: ServiceFailure(.invalid, "invalid_parameter", description)
+        case .apple(let e): ServiceFailure(.upstream, "apple_api_error", e.message)
+        case .store(let e): e
+        case .cancelled: ServiceFailure(.unavailable(retryAfterSeconds: 5), "shutting_down", description)
+        }
+    }
 }
 
 /// The database side: unavailable or a lost race → 503 (retry later; nothing half-stored), a
@@ -118,4 +136,48 @@ extension LongReadError: HTTPRenderableError {
         if case .busy(_, let seconds) = self { return [("Retry-After", String(seconds))] }
         return []
     }
+}
+
+/// verifyReceipt's statuses as answers (reference/apple.md §4.3): what the app can fix is 4xx,
+/// what the deployment must fix or Apple must recover from is 5xx (503 with Retry-After when
+/// retrying later helps).
+extension VerifyReceiptError: HTTPRenderableError {
+    public var httpStatus: Int {
+        switch self {
+        case .invalidRequest: 400
+        case .transport: 503
+        case .status(let code, _, let retryable):
+            switch code {
+            case 21002: 400
+            case 21003, 21006, 21007, 21008, 21010: 422
+            case 21005, 21009: 503
+            case 21100...21199: retryable ? 503 : 502
+            default: 502
+            }
+        }
+    }
+
+    public var httpCode: String {
+        switch self {
+        case .invalidRequest: "invalid_receipt"
+        case .transport: "apple_unavailable"
+        case .status(let code, _, let retryable):
+            switch code {
+            case 21000: "receipt_request_refused"
+            case 21002: "receipt_malformed"
+            case 21003: "receipt_not_authentic"
+            case 21004: "shared_secret_mismatch"
+            case 21005, 21009: "apple_unavailable"
+            case 21006: "receipt_expired"
+            case 21007, 21008: "receipt_wrong_environment"
+            case 21010: "account_not_found"
+            case 21100...21199: retryable ? "apple_unavailable" : "apple_internal_error"
+            default: "apple_unexpected_status"
+            }
+        }
+    }
+
+    public var httpMessage: String { message }
+
+    public var httpHeaders: [(String, String)] { httpStatus == 503 ? [("Retry-After", "30")] : [] }
 }

@@ -105,6 +105,29 @@ final class PackageGraphTests: XCTestCase {
         XCTAssertEqual(offences, [])
     }
 
+    /// HTTP status codes live only at the HTTP edge: a use case (Sources/LedgerService/UseCases)
+    /// throws a `ServiceFailure` of a domain `Refusal` kind or its module's error, and Errors.swift
+    /// alone maps those to statuses — so no use case imports HTTPServer or spells a status.
+    func testUseCasesKnowNoHTTP() throws {
+        let graph = try PackageGraph(json: Self.dumped.get())
+        let service = try XCTUnwrap(graph.targets["LedgerService"])
+        var offences: [String] = []
+        var read = 0
+        for (url, text) in try Self.sources(of: "LedgerService", service) where url.path.contains("/UseCases/") {
+            read += 1
+            for line in text.split(separator: "\n") {
+                if Self.importedModules(String(line)).first == "HTTPServer" {
+                    offences.append("\(url.lastPathComponent) imports HTTPServer")
+                }
+                if line.contains("HTTPRenderableError") || line.range(of: #"ServiceFailure\(\s*[0-9]"#, options: .regularExpression) != nil {
+                    offences.append("\(url.lastPathComponent): \(line.trimmingCharacters(in: .whitespaces))")
+                }
+            }
+        }
+        XCTAssertGreaterThan(read, 10, "no use case read: the check read nothing")
+        XCTAssertEqual(offences, [], "render a use case's refusal in Errors.swift (the HTTP edge), not in the use case")
+    }
+
     /// The Swift sources of a target.
     static func sources(of name: String, _ target: PackageGraph.Target) throws -> [(URL, String)] {
         let directory = packageRoot.appendingPathComponent(target.path ?? "Sources/\(name)")

@@ -207,7 +207,7 @@ extension LedgerApp {
                 throw ServiceFailure.notFound("no refund case \(id); list them with GET /v1/refunds")
             }
             guard case .object(var object) = try Representation.encoded(found) else {
-                throw ServiceFailure(500, "internal", "the refund case could not be represented; report it with the case id")
+                throw ServiceFailure(.defect, "internal", "the refund case could not be represented; report it with the case id")
             }
             object["events"] = .array(evidence.map(Representation.event))
             return .json(200, .object(object))
@@ -222,7 +222,7 @@ extension LedgerApp {
         if let p = body["projection"] {
             guard case .string(let name) = p else { throw ServiceFailure.invalidParameter("projection must be a string") }
             do { rebuild.projections = [try ProjectionName.parse(name)] } catch {
-                throw ServiceFailure(400, "unknown_projection", "\(error)")
+                throw ServiceFailure(.invalid, "unknown_projection", "\(error)")
             }
         }
         if let d = body["dryRun"] {

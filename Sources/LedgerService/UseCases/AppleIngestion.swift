@@ -1,7 +1,6 @@
 import AppStore
 import Crypto
 import Foundation
-import HTTPServer
 import LedgerCore
 import LedgerStore
 
@@ -133,7 +132,7 @@ extension AppleIngestion {
     func ingest(_ version: AppleNotificationVersion, body: Data, remoteAddress: String?) async throws -> NotificationReceipt {
         guard let ingestor else {
             intake.count(source: version.source, outcome: "not_configured")
-            throw ServiceFailure(422, "apple_not_configured", refusal)
+            throw ServiceFailure(.notConfigured, "apple_not_configured", refusal)
         }
         let event: NewEvent
         do {

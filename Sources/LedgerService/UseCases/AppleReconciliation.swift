@@ -1,7 +1,6 @@
 import AppStore
 import LedgerMetrics
 import Foundation
-import HTTPServer
 import LedgerCore
 import LedgerStore
 import Synchronization
@@ -34,7 +33,7 @@ public struct ReconcileRequest: Sendable, Equatable {
 }
 
 /// Why a reconciliation did not run or did not finish; each says what to do.
-public enum ReconciliationError: Error, CustomStringConvertible, HTTPRenderableError {
+public enum ReconciliationError: Error, CustomStringConvertible {
     /// LEDGER_APPLE_API_* are not set.
     case notConfigured(String)
     /// Another run (on this or another instance) holds the reconciliation lock.
@@ -54,22 +53,6 @@ public enum ReconciliationError: Error, CustomStringConvertible, HTTPRenderableE
         case .apple(let error): return error.message
         case .store(let error): return error.description
         case .cancelled: return "the reconciliation was cancelled (the service is stopping); run it again"
-        }
-    }
-
-    public var httpStatus: Int { failure.httpStatus }
-    public var httpCode: String { failure.httpCode }
-    public var httpMessage: String { failure.httpMessage }
-    public var httpHeaders: [(String, String)] { failure.httpHeaders }
-
-    var failure: ServiceFailure {
-        switch self {
-        case .notConfigured: ServiceFailure(422, "apple_api_not_configured", description)
-        case .busy: ServiceFailure(409, "reconciliation_running", description)
-        case .invalidRequest: ServiceFailure(400, "invalid_parameter", description)
-        case .apple(let e): ServiceFailure(502, "apple_api_error", e.message)
-        case .store(let e): ServiceFailure(e.httpStatus, e.httpCode, e.httpMessage, headers: e.httpHeaders)
-        case .cancelled: ServiceFailure(503, "shutting_down", description, headers: [("Retry-After", "5")])
         }
     }
 }

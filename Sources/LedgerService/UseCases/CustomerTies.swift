@@ -51,7 +51,7 @@ struct CustomerTies: Sendable {
     func untie(_ customer: String, from key: SubscriptionKey, requestedBy: Requester) async throws -> TieReceipt {
         let facts = try await store.projections.facts(of: [key])
         guard Self.current(facts) == customer else {
-            throw ServiceFailure(404, "not_tied",
+            throw ServiceFailure(.notFound, "not_tied",
                                  "the \(key.environment) subscription \(key.originalTransactionId) is not tied to customer \(customer); nothing to untie")
         }
         return try await record(Self.event(customerId: customer, key: key, tied: false, requestedBy: requestedBy), customer: customer, key: key)

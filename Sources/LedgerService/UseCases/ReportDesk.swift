@@ -21,7 +21,7 @@ struct ReportRequest: Sendable {
     init(name rawName: String, _ raw: [String: String], defaultInterval: ReportInterval = .day) throws {
         func fail(_ e: ReportQueryError) -> ServiceFailure { ServiceFailure.invalidParameter(e.description) }
         guard let name = ReportName(rawValue: rawName) else {
-            throw ServiceFailure(404, "unknown_report", ReportQueryError.unknownReport(rawName).description)
+            throw ServiceFailure(.notFound, "unknown_report", ReportQueryError.unknownReport(rawName).description)
         }
         self.name = name
         if let unknown = raw.keys.filter({ !Self.parameters.contains($0) }).sorted().first {

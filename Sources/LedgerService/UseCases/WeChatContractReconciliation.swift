@@ -165,7 +165,7 @@ public enum WeChatReconcile {
                            progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }) async throws -> Summary {
         let c = configuration.wechat
         guard let appId = c.appId, let secret = c.appSecret, let appKey = c.appKey, let url = URL(string: c.apiBaseURL) else {
-            throw ServiceFailure(422, "wechat_api_not_configured",
+            throw ServiceFailure(.notConfigured, "wechat_api_not_configured",
                                  "reconciling with WeChat needs LEDGER_WECHAT_APPID, LEDGER_WECHAT_APP_SECRET, LEDGER_WECHAT_APP_KEY and LEDGER_WECHAT_API_BASE_URL (default https://api.weixin.qq.com)")
         }
         let api: WeChatServerAPI
@@ -174,10 +174,10 @@ public enum WeChatReconcile {
                 baseURL: url, appId: appId, appSecret: secret.value, appKey: appKey.value,
                 allowsPlainHTTPLoopback: configuration.outboundAllowsPlainHTTPLoopback))
         } catch {
-            throw ServiceFailure(422, error.code, error.message)
+            throw ServiceFailure(.notConfigured, error.code, error.message)
         }
         let catalog: ProductCatalog
-        do { catalog = try configuration.catalog() } catch { throw ServiceFailure(422, "invalid_catalog", "products: \(error)") }
+        do { catalog = try configuration.catalog() } catch { throw ServiceFailure(.notConfigured, "invalid_catalog", "products: \(error)") }
         let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 2, catalog: catalog))
         defer { store.close() }
         let reconciliation = WeChatContractReconciliation(store: store, api: api, linker: WeChatOrderLinker(store: store, log: log), log: log)

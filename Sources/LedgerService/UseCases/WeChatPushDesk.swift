@@ -1,7 +1,6 @@
 import Crypto
 import LedgerMetrics
 import Foundation
-import HTTPServer
 import LedgerCore
 import LedgerStore
 import WeChatPay
@@ -86,7 +85,7 @@ extension WeChatPushDesk {
     private func requireReceiver() throws -> PushReceiver {
         guard let receiver else {
             intake.count(source: "wechat", outcome: "not_configured")
-            throw ServiceFailure(422, "wechat_not_configured", refusal)
+            throw ServiceFailure(.notConfigured, "wechat_not_configured", refusal)
         }
         return receiver
     }
@@ -187,7 +186,7 @@ extension WeChatPushDesk {
     /// then answered — or 503 when not even that could be stored before WeChat stops waiting.
     private func answerInquiry(_ note: XPayNotification, receiver: PushReceiver, arrival: ContinuousClock.Instant,
                                nonceHash: String?) async throws -> WeChatReply {
-        guard let (order, refundTime) = note.asking else { throw ServiceFailure(500, "internal", "not a refund inquiry") }
+        guard let (order, refundTime) = note.asking else { throw ServiceFailure(.defect, "internal", "not a refund inquiry") }
         let answerKey = RefundInquiryAnswer.key(payOrderId: order, refundTime: refundTime)
         let inquiryEvent = note.event()
         let budgetEnd = arrival + refundBudget
@@ -229,7 +228,7 @@ extension WeChatPushDesk {
         guard let answerEvent = RefundInquiryAnswer.event(decision, for: note, decidedInMs: decidedInMs,
                                                           budgetMs: Int64(refundBudget.milliseconds),
                                                           policyDigest: decision.rule == "deadline" || decision.rule == "decision_error" ? nil : policyDigest) else {
-            throw ServiceFailure(500, "internal", "the refund answer could not be built")
+            throw ServiceFailure(.defect, "internal", "the refund answer could not be built")
         }
         // Stored before it is sent; not stored in time → 503, WeChat asks again (the stored answer
         // is then repeated if the append did land late).
@@ -244,9 +243,8 @@ extension WeChatPushDesk {
         case .timedOut:
             metrics.increment("ledger_wechat_refund_answers_not_stored_total")
             log.error("a refund answer could not be stored before WeChat's deadline; answered 503 so WeChat asks again", ["pay_order_id": order])
-            throw ServiceFailure(503, "refund_answer_not_stored",
-                                 "the answer could not be stored within \(refundAnswerDeadline.milliseconds) ms; nothing is sent unstored — ask again",
-                                 headers: [("Retry-After", "1")])
+            throw ServiceFailure(.unavailable(retryAfterSeconds: 1), "refund_answer_not_stored",
+                                 "the answer could not be stored within \(refundAnswerDeadline.milliseconds) ms; nothing is sent unstored — ask again")
         }
         try await markNonceOfDuplicate(nonceHash, note.push.nonce, outcomes[0])
         if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
@@ -280,7 +278,7 @@ extension WeChatPushDesk {
     private func answerUnreadableInquiry(_ note: XPayNotification, receiver: PushReceiver, arrival: ContinuousClock.Instant,
                                          nonceHash: String?) async throws -> WeChatReply {
         guard case .refundInquiry(let q) = note.message, let reason = note.unreadableReason else {
-            throw ServiceFailure(500, "internal", "not an unreadable refund inquiry")
+            throw ServiceFailure(.defect, "internal", "not an unreadable refund inquiry")
         }
         let stream = note.stream, answerKey = RefundInquiryAnswer.unreadableKey(note)
         var decision: RefundDecision
@@ -299,7 +297,7 @@ extension WeChatPushDesk {
         let decidedInMs = Int64((ContinuousClock.now - arrival).milliseconds)
         guard let answerEvent = RefundInquiryAnswer.unreadableEvent(decision, for: note, decidedInMs: decidedInMs,
                                                                     budgetMs: Int64(refundBudget.milliseconds)) else {
-            throw ServiceFailure(500, "internal", "the refund answer could not be built")
+            throw ServiceFailure(.defect, "internal", "the refund answer could not be built")
         }
         let outcomes = try await intake.append([note.event(), answerEvent], source: "wechat")
         try await markNonceOfDuplicate(nonceHash, note.push.nonce, outcomes[0])
@@ -339,16 +337,16 @@ extension WeChatPushDesk {
     /// a user who signed and then unsigned may sign again only once the current period has ended.
     func signParams(_ request: AppleSubscribeSignRequest, sessionKey: String) async throws -> AppleSubscribeSignParams {
         guard let signer else {
-            throw ServiceFailure(422, "wechat_not_configured", "signing needs LEDGER_WECHAT_OFFER_ID and LEDGER_WECHAT_APP_KEY")
+            throw ServiceFailure(.notConfigured, "wechat_not_configured", "signing needs LEDGER_WECHAT_OFFER_ID and LEDGER_WECHAT_APP_KEY")
         }
         let params: AppleSubscribeSignParams
         do { params = try signer.sign(request, sessionKey: sessionKey) } catch {
-            throw ServiceFailure(400, error.code, error.message)
+            throw ServiceFailure(.invalid, error.code, error.message)
         }
         let state = try await contract(openId: request.openid, productId: request.productId)
         let now = clock() * 1000
         if state.authorizationState == .terminated, let end = state.appleSubscriptionInfo?.renewalDate, end > now {
-            throw ServiceFailure(409, "contract_period_running",
+            throw ServiceFailure(.conflict, "contract_period_running",
                                  "the customer unsigned the contract for \(request.productId) but its paid period runs until "
                                  + "\(Self.iso(end)) (renewal_date \(end)); WeChat allows signing again only after it ends (seed 000 §3, 签约前提)")
         }
