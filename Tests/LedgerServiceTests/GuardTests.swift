@@ -173,7 +173,10 @@ final class GuardTests: XCTestCase {
         clock.withLock { $0 = 10 }
         XCTAssertNil(limiter.spend("a"))
         XCTAssertNotNil(limiter.spend("a"))
-        for key in ["b", "c", "d", "e"] { XCTAssertNil(limiter.spend(key)) }
-        XCTAssertNotNil(limiter.waitingTime("a"), "a limited key is kept while refilled ones are forgotten")
+        // Fifty new keys at the same instant (every bucket equally old: age alone cannot choose,
+        // and a dictionary's order would evict "a" sooner or later): the limited key stays.
+        for key in (0..<50).map({ "k\($0)" }) { XCTAssertNil(limiter.spend(key)) }
+        XCTAssertNotNil(limiter.waitingTime("a"), "a limited key is kept while keys that may act are forgotten")
+        XCTAssertNil(limiter.waitingTime("k49"), "the newest key is kept and may act")
     }
 }

@@ -7,7 +7,8 @@ import Synchronization
 /// tokens' appends and for failed authentication of every kind (`AuthenticationFailures`).
 ///
 /// Memory is bounded: at most `maxKeys` buckets are kept; past that, buckets that have refilled
-/// (their key is not limited any more) are forgotten first, then the oldest.
+/// (their key is not limited any more) are forgotten first, then the oldest key not limited, and a
+/// limited key only when every kept key is limited.
 final class RateLimiter: Sendable {
     struct Rule: Sendable, Equatable {
         var burst: Int
@@ -76,10 +77,16 @@ final class RateLimiter: Sendable {
     }
 
     private func evict(_ all: inout [String: Bucket], at t: Double) {
-        let full = all.filter { refilled($0.value, at: t).tokens >= Double(rule.burst) }.map(\.key)
-        for key in full { all.removeValue(forKey: key) }
-        if all.count >= maxKeys, let oldest = all.min(by: { $0.value.updated < $1.value.updated })?.key {
-            all.removeValue(forKey: oldest)
-        }
+        let current = all.mapValues { refilled($0, at: t) }
+        // A refilled bucket says nothing a new one would not: forget them all.
+        for (key, bucket) in current where bucket.tokens >= Double(rule.burst) { all.removeValue(forKey: key) }
+        guard all.count >= maxKeys else { return }
+        // Then the oldest key that may still act (forgetting it loses at most part of a burst);
+        // a limited key goes last, so spraying new keys cannot wash out a limit (ties in age are
+        // common — every bucket touched in one second — so age alone must not decide).
+        let remaining = current.filter { all[$0.key] != nil }
+        let byAge: ((key: String, value: Bucket), (key: String, value: Bucket)) -> Bool = { $0.value.updated < $1.value.updated }
+        let victim = remaining.filter { $0.value.tokens >= 1 }.min(by: byAge) ?? remaining.min(by: byAge)
+        if let victim { all.removeValue(forKey: victim.key) }
     }
 }
