@@ -5,7 +5,7 @@
 #
 #   scripts/test-soak.sh [--quick] [--debug] [soak options…]
 #
-#   --quick   a few hundred subscribers, two kills (a couple of minutes)
+#   --quick   1,500 subscribers, two service kills and two PostgreSQL crashes (about a minute)
 #   --debug   use a debug build instead of release (faster to build, much slower to serve)
 set -euo pipefail
 

@@ -5,26 +5,54 @@ import Postgres
 /// `ledger-dev soak` (issue 25 item 1), first slice: the differential generator's lifecycles
 /// (Apple V2 with shares of V1, one-time purchases, Sandbox twins, WeChat xpay; its model is the
 /// truth, written independently of the folds) delivered to the real `ledger serve` binary in a
-/// random order with senders' retries, while the service is killed (-9) at seeded moments and
-/// restarted; every request that failed is then re-posted (what a sender does) and the end check
-/// runs against the model and the database.
+/// random order with senders' retries, in slices, while the service is killed (-9) and PostgreSQL
+/// is crashed (immediate stop, postmaster kill) at seeded moments; what failed in a slice is
+/// re-posted once the fault is over (what a sender does) and the end check runs against the model
+/// and the database.
 ///
 /// It reuses, not copies: `DifferentialRun` (generator, delivery plan, model), the reliability
-/// `Harness` (scratch database, `ledger serve` process, kill -9), `DiffLoopbackClient`,
-/// `ProjectionConsistency` and `ChainVerification`.
+/// `Harness` (scratch database, `ledger serve` process, kill -9, `scripts/db.sh` faults),
+/// `DiffLoopbackClient` and its answers' reading (DiffAnswers), `ProjectionConsistency` and
+/// `ChainVerification`.
 ///
 /// Not yet in this slice (issue 25 items 1–5): a year compressed into wall-clock order with
-/// Apple's retry schedule, reconciliation of never-delivered notifications, PostgreSQL faults,
-/// a second instance, webhook receivers, blue/green rebuild and migrate mid-run, SIGTERM,
-/// cost sampling. `--subscribers` beyond a few thousand is untested here: the model's guard band
-/// (DifferentialRun: nothing scripted within 30 minutes after its anchor) bounds a run's length.
+/// Apple's and WeChat's retry schedules, reconciliation of never-delivered notifications, a second
+/// instance, a stalled database path, webhook receivers, blue/green rebuild and migrate mid-run,
+/// SIGTERM, RSS / database-size sampling. `--subscribers` beyond a few thousand is untested: the
+/// model's guard band (DifferentialRun: nothing scripted within 30 minutes after its anchor) bounds
+/// a run's length.
 public enum SoakSuite {
     public struct Options: Sendable {
         public var subscribers: Int
         public var seed: UInt64
         public var kills: Int
+        /// PostgreSQL faults (alternately an immediate stop and a kill -9 of the postmaster).
+        public var databaseFaults: Int
+        /// The delivery is cut into this many slices; each fault strikes in a slice of its own.
+        public var slices: Int
         public var workers: Int
         public var reliability: ReliabilityOptions
+    }
+
+    enum Fault: String {
+        case killService = "kill -9 of the service"
+        case crashDatabase = "PostgreSQL immediate stop"
+        case killPostmaster = "kill -9 of the postmaster"
+    }
+
+    /// Breaks and heals: the service restarted after 300 ms; PostgreSQL started again after a second.
+    static func strike(_ fault: Fault, _ h: Harness) async throws {
+        switch fault {
+        case .killService:
+            try h.service.kill9()
+            try await Task.sleep(for: .milliseconds(300))
+            try h.service.start()
+        case .crashDatabase, .killPostmaster:
+            guard let script = h.options.databaseScript else { throw ReliabilityError.setup("LEDGER_TEST_DB_SCRIPT is not set") }
+            try Scenarios.runScript(script, fault == .crashDatabase ? Scenarios.Outage.crash.rawValue : Scenarios.Outage.killPostmaster.rawValue)
+            try await Task.sleep(for: .seconds(1))
+            try Scenarios.runScript(script, "start")
+        }
     }
 
     static let appToken = "soak-app-token-0123456789abcdef0123456789"
@@ -67,62 +95,94 @@ public enum SoakSuite {
         try h.service.start()
         let client = try DiffLoopbackClient(port: h.service.target.port)
 
-        // 1. Deliver: a random order of every lifecycle's messages plus senders' retries, units
-        // concurrently, while the service is killed at seeded moments and restarted.
+        // 1. Deliver in slices (each unit's messages in its planned order on one connection, units
+        // concurrently): a random order of every lifecycle's messages plus senders' retries. Each
+        // fault strikes at a seeded moment of its own slice; what failed in a slice (no answer or
+        // a 503) is re-posted once the fault is over — the sender's later retry — for up to three
+        // rounds a second apart, and must end answered 200.
         let plan = run.plan(shuffle: 2)
         let deliveries = plan.reduce(0) { $0 + $1.count }
         let jobs = plan.map { unit in unit.map { DiffRequest(method: "POST", path: $0.path, body: $0.body, contentType: $0.contentType) } }
-        let deliverStart = ContinuousClock.now
-        let delivering = Task { await client.run(jobs, workers: options.workers) }
         var rng = SplitMix64(seed: options.seed ^ 0x50A4)
-        var killed = 0
-        var faultError: String?
-        let expected = Duration.milliseconds(max(2_000, deliveries * 4))
-        for _ in 0..<options.kills {
-            // Each kill at a seeded moment within the delivery's expected length.
-            let wait = Duration.milliseconds(Int64(rng.next() % UInt64(max(1, expected.components.seconds * 1000 / Int64(options.kills + 1)))) + 300)
-            try await Task.sleep(for: wait)
-            do {
-                try h.service.kill9()
-                killed += 1
-                log("soak: killed the service (-9), \(killed) of \(options.kills)")
-                try await Task.sleep(for: .milliseconds(300))
-                try h.service.start()
-            } catch {
-                faultError = "\(error)"
-                if !h.service.isRunning { try? h.service.start() }
-                break
-            }
+        var faults: [Fault] = Array(repeating: .killService, count: options.kills)
+        if options.reliability.databaseScript != nil {
+            faults += (0..<options.databaseFaults).map { $0 % 2 == 0 ? .crashDatabase : .killPostmaster }
         }
-        let answers = await delivering.value
-        let deliverTime = ContinuousClock.now - deliverStart
+        let sliceCount = max(options.slices, faults.count)
+        var slots = Array(0..<sliceCount)
+        slots.shuffle(using: &rng)
+        faults.shuffle(using: &rng)
+        let faultAt = Dictionary(uniqueKeysWithValues: zip(slots, faults))
 
-        // 2. The senders retry every request that got no answer or a 503 once the service is back.
-        var failed: [(unit: Int, index: Int)] = []
         var statuses: [Int: Int] = [:]
-        for (u, unit) in answers.enumerated() {
-            for (i, a) in unit.enumerated() {
-                statuses[a.status, default: 0] += 1
-                if a.status != 200 { failed.append((u, i)) }
+        var failedTotal = 0, repostRounds: [Int: Int] = [:], stillFailing: [String] = []
+        var struck: [String] = []
+        var rates: [Double] = []
+        let deliverStart = ContinuousClock.now
+        for slice in 0..<sliceCount {
+            let range = (slice * jobs.count / sliceCount)..<((slice + 1) * jobs.count / sliceCount)
+            let sliceJobs = Array(jobs[range])
+            let sliceStart = ContinuousClock.now
+            let delivering = Task { await client.run(sliceJobs, workers: options.workers) }
+            if let fault = faultAt[slice] {
+                try await Task.sleep(for: .milliseconds(Int64(100 + rng.next() % 500)))
+                do {
+                    try await strike(fault, h)
+                    struck.append(fault.rawValue)
+                    log("soak: slice \(slice + 1)/\(sliceCount): \(fault.rawValue)")
+                } catch {
+                    struck.append("\(fault.rawValue) FAILED: \(error)")
+                    if let script = options.reliability.databaseScript { try? Scenarios.runScript(script, "start") }
+                    if !h.service.isRunning { try? h.service.start() }
+                }
             }
+            let answers = await delivering.value
+            let sent = sliceJobs.reduce(0) { $0 + $1.count }
+            let elapsed = ContinuousClock.now - sliceStart
+            rates.append(Double(sent) / max(0.001, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18))
+            var failed: [DiffRequest] = []
+            var labels: [String] = []
+            for (u, unit) in answers.enumerated() {
+                for (i, a) in unit.enumerated() {
+                    statuses[a.status, default: 0] += 1
+                    if a.status != 200 {
+                        failed.append(sliceJobs[u][i])
+                        let d = plan[range.lowerBound + u][i]
+                        labels.append(run.lifecycles[d.lifecycle].messages[d.message].label)
+                    }
+                }
+            }
+            failedTotal += failed.count
+            var round = 0
+            while !failed.isEmpty && round < 3 {
+                round += 1
+                if round > 1 { try await Task.sleep(for: .seconds(1)) }
+                let again = await client.run(failed.map { [$0] }, workers: options.workers).map { $0.first?.status ?? -1 }
+                let keep = again.indices.filter { again[$0] != 200 }
+                for k in again.indices where again[k] == 200 { repostRounds[round, default: 0] += 1 }
+                if round == 3 { stillFailing += keep.prefix(3).map { "\(labels[$0]) → \(again[$0])" } }
+                failed = keep.map { failed[$0] }
+                labels = keep.map { labels[$0] }
+            }
+            if !failed.isEmpty, stillFailing.isEmpty { stillFailing.append("\(failed.count) in slice \(slice + 1)") }
         }
-        let reposted = await client.run(failed.map { [jobs[$0.unit][$0.index]] }, workers: options.workers).map { $0.first }
-        var repostStatuses: [Int: Int] = [:]
-        for a in reposted { repostStatuses[a?.status ?? -1, default: 0] += 1 }
-        let notOK = zip(failed, reposted).filter { $0.1?.status != 200 }.prefix(3).map { f, a in
-            "\(run.lifecycles[plan[f.unit][f.index].lifecycle].messages[plan[f.unit][f.index].message].label) → \(a?.status ?? -1) \(a?.text.prefix(160) ?? "")"
-        }
+        let deliverTime = ContinuousClock.now - deliverStart
 
         let seconds = Double(deliverTime.components.seconds) + Double(deliverTime.components.attoseconds) / 1e18
         report.lines.append("subscribers: \(run.lifecycles.count) lifecycles (seed \(options.seed)); \(run.summary.prefix(200))")
-        report.lines.append(String(format: "delivered: %d requests (%d retries) in %.1f s = %.0f/s; answers %@",
-                                   deliveries, plan.reduce(0) { $0 + $1.filter(\.isRetry).count }, seconds, Double(deliveries) / max(seconds, 0.001),
+        report.lines.append(String(format: "delivered: %d requests (%d retries) in %d slices, %.1f s = %.0f/s; first answers %@",
+                                   deliveries, plan.reduce(0) { $0 + $1.filter(\.isRetry).count }, sliceCount, seconds, Double(deliveries) / max(seconds, 0.001),
                                    statuses.sorted { $0.key < $1.key }.map { "\($0.key)×\($0.value)" }.joined(separator: " ")))
-        report.lines.append("faults: kill -9 of the service \(killed) of \(options.kills) times\(faultError.map { " (stopped: \($0))" } ?? "")")
-        report.check("service killed and restarted", killed == options.kills && h.service.isRunning, "\(killed) of \(options.kills) kill -9 / restart cycles")
-        report.check("every failed request re-posted answered 200", repostStatuses.keys.allSatisfy { $0 == 200 },
-                     failed.isEmpty ? "no request failed (the kills missed the load)"
-                        : "\(failed.count) re-posted: \(repostStatuses.sorted { $0.key < $1.key })" + (notOK.isEmpty ? "" : "; e.g. \(notOK)"))
+        report.lines.append("rate per slice (req/s, faults included): " + rates.map { String(format: "%.0f", $0) }.joined(separator: " "))
+        report.lines.append("faults: " + (struck.isEmpty ? "none" : struck.joined(separator: ", ")))
+        report.check("every fault struck and recovered", struck.count == faults.count && !struck.contains { $0.contains("FAILED") } && h.service.isRunning,
+                     "\(struck.count) of \(faults.count): \(struck)")
+        report.check("no answer but 200 or 503 (0 = no answer while down)", statuses.keys.allSatisfy { [0, 200, 503].contains($0) },
+                     "\(statuses.sorted { $0.key < $1.key })")
+        report.check("every failed request re-posted ends answered 200", stillFailing.isEmpty,
+                     failedTotal == 0 ? "no request failed (the faults missed the load)"
+                        : "\(failedTotal) failed and were re-posted; answered 200 in round \(repostRounds.sorted { $0.key < $1.key })"
+                            + (stillFailing.isEmpty ? "" : "; still failing after 3 rounds: \(stillFailing)"))
 
         // 3. The database: every distinct message stored exactly once, positions gapless.
         let admin = try h.database.connect()
@@ -187,22 +247,23 @@ public enum SoakSuite {
     }
 
     public static let help = """
-    usage: ledger-dev soak [--quick] [--subscribers N] [--seed S] [--kills K] [--workers W] [--ledger PATH] [--keep-databases]
+    usage: ledger-dev soak [--quick] [--subscribers N] [--seed S] [--kills K] [--database-faults D] [--workers W] [--ledger PATH] [--keep-databases]
 
     Generates N subscribers' lifecycles (the differential generator and its model), delivers them
     to the real service (`ledger serve`, PATH or the `ledger` next to this executable) on a scratch
-    database in a random order with senders' retries while killing the service (-9) K times,
-    re-posts every failed request, and checks every answer against the generator's truth, acknowledged
+    database in a random order with senders' retries, in slices, while killing the service (-9) K
+    times and crashing PostgreSQL D times (immediate stop / postmaster kill, LEDGER_TEST_DB_SCRIPT),
+    re-posts what failed in a slice once the fault is over, and checks every answer against the generator's truth, acknowledged
     == stored, gapless positions, every projection table against a rebuild and `ledger verify`.
       --workers      concurrent connections delivering (default 8; each lifecycle's messages in order on one)
-      --quick        400 subscribers, 2 kills (a couple of minutes; what CI would run)
-      default        100,000 subscribers, 10 kills (issue 25's target; not yet reached by this slice)
+      --quick        1,500 subscribers, 2 kills, 2 PostgreSQL faults, 8 slices (a couple of minutes)
+      default        100,000 subscribers, 10 kills, 10 PostgreSQL faults, 40 slices (issue 25's target; not yet reached by this slice)
     """
 
     /// `ledger-dev soak …`: prints the report; 0 only when every check passed.
     public static func main(_ arguments: [String]) async -> Int32 {
         var quick = false, keep = false
-        var subscribers: Int?, kills: Int?, binary: String?, workers = 8
+        var subscribers: Int?, kills: Int?, databaseFaults: Int?, binary: String?, workers = 8
         var seed: UInt64 = 20_261_202
         var i = 0
         while i < arguments.count {
@@ -213,6 +274,7 @@ public enum SoakSuite {
             case "--keep-databases": keep = true
             case "--subscribers": subscribers = value().flatMap(Int.init)
             case "--kills": kills = value().flatMap(Int.init)
+            case "--database-faults": databaseFaults = value().flatMap(Int.init)
             case "--workers": workers = value().flatMap(Int.init) ?? workers
             case "--seed": seed = value().flatMap { UInt64($0) } ?? seed
             case "--ledger": binary = value()
@@ -227,7 +289,8 @@ public enum SoakSuite {
             var reliability = try ReliabilityOptions(ledgerBinary: binary, quick: quick)
             reliability.keepDatabases = keep
             reliability.log = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
-            let options = Options(subscribers: subscribers ?? (quick ? 400 : 100_000), seed: seed, kills: kills ?? (quick ? 2 : 10),
+            let options = Options(subscribers: subscribers ?? (quick ? 1_500 : 100_000), seed: seed, kills: kills ?? (quick ? 2 : 10),
+                                  databaseFaults: databaseFaults ?? (quick ? 2 : 10), slices: quick ? 8 : 40,
                                   workers: workers, reliability: reliability)
             let report = try await run(options)
             print(report.text)
