@@ -78,4 +78,26 @@ final class ProjectionConsistencyTests: XCTestCase {
             XCTAssertNil(again)
         }
     }
+
+    /// Found by `ledger-dev soak --subscribers 50 --kills 0 --database-faults 0 --workers 1`: the
+    /// live refund-case projection indexed each WeChat case under every order id a batch reached,
+    /// so a customer's two orders refolded together tied each case to the other's ids, and a later
+    /// refold of the other order deleted the case for good — live != rebuild. The same generated
+    /// lifecycles, delivered in the same order, must now leave every table equal to a rebuild.
+    func testGeneratedWeChatOrdersLeaveRefundCasesEqualToARebuild() async throws {
+        let authority = try AppleTestAuthority.mint()
+        let anchor = EpochMillis(Date().timeIntervalSince1970) * 1000
+        let run = try DifferentialRun.generate(seed: 20_261_202, anchor: anchor, appleCount: 40, wechatCount: 10, authority: authority)
+        try await withService(authority: authority, environment: DifferentialRun.serviceEnvironment) { h in
+            let client = try DiffLoopbackClient(port: h.baseURL.port!)
+            let plan = run.plan(shuffle: 2)
+            let answers = await client.run(plan.map { unit in
+                unit.map { DiffRequest(method: "POST", path: $0.path, body: $0.body, contentType: $0.contentType) }
+            }, workers: 1)
+            XCTAssertEqual(answers.flatMap { $0 }.filter { $0.status != 200 }.map { "\($0.status) \($0.text.prefix(120))" }, [])
+            XCTAssertGreaterThan(try count(h, "refund_cases"), 0)
+            let difference = try await ProjectionConsistency.compareWithRebuild(conninfo: h.database.adminConninfo, trailingWait: .zero)
+            XCTAssertNil(difference)
+        }
+    }
 }
