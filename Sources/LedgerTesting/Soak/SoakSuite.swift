@@ -192,6 +192,14 @@ public enum SoakSuite {
         let (an, ad) = (try appleStored.decode(Int64.self, "n"), try appleStored.decode(Int64.self, "d"))
         report.check("acknowledged == stored, nothing twice (Apple)", an == appleMessages && ad == an,
                      "\(appleMessages) distinct Apple messages sent and acknowledged; \(an) events, \(ad) distinct dedupe keys")
+        // A WeChat push may add a link event (`link:` keys) beside its own; the push is the one counted.
+        let wechatMessages = run.lifecycles.filter { $0.source == .wechat }.reduce(0) { $0 + $1.messages.count }
+        let wechatStored = try admin.query("""
+            SELECT count(*) AS n, count(DISTINCT dedupe_key) AS d FROM events WHERE source = 'wechat' AND dedupe_key NOT LIKE 'link:%'
+            """, name: "soak: wechat events").first!
+        let (wn, wd) = (try wechatStored.decode(Int64.self, "n"), try wechatStored.decode(Int64.self, "d"))
+        report.check("acknowledged == stored, nothing twice (WeChat)", wn == wechatMessages && wd == wn,
+                     "\(wechatMessages) distinct WeChat pushes sent and acknowledged; \(wn) events, \(wd) distinct dedupe keys")
         let positions = try admin.query("SELECT count(*) AS n, COALESCE(min(position), 0) AS lo, COALESCE(max(position), 0) AS hi FROM events").first!
         let (n, lo, hi) = (try positions.decode(Int64.self, "n"), try positions.decode(Int64.self, "lo"), try positions.decode(Int64.self, "hi"))
         report.check("positions gapless", n == hi && (n == 0 || lo == 1), "\(n) events at positions \(lo)…\(hi)")
