@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-ui test-demo clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-soak test-ui test-demo clean
 
 deps:
 	@$(DB) deps
@@ -73,6 +73,12 @@ test-reliability: deps
 # Two service instances, a worker and the read replica on one database under mixed load.
 test-scale: deps
 	@scripts/test-scale.sh $(SCALE_FLAGS)
+
+# Generated lifecycles (the differential generator and model) through the real service while it
+# is killed, checked against their truth, the database, a rebuild and `ledger verify` (issue 25).
+# SOAK_FLAGS="--quick --debug" runs the couple-of-minutes version.
+test-soak: deps
+	@scripts/test-soak.sh $(SOAK_FLAGS)
 
 # Every benchmark, in a release build: each prints the median of 3 runs with min/max beside its
 # same-run baseline and one `ratio:` line, and records them in .build/bench.json; README's

@@ -14,6 +14,7 @@ commands:
   bench            benchmarks: append | ingest | read | rebuild | refund-inquiry | verify | fold
   reliability      crash, outage, duplicate-storm, slowloris and shutdown scenarios (make test-reliability)
   scale            two service instances, a worker and a read replica on one database (make test-scale)
+  soak             generated lifecycles through the real service under kill -9, checked against their truth (make test-soak)
   webhook-receiver a receiver that verifies webhook signatures and prints events (can fail or stall)
 
 Run `ledger-dev <command> --help` for a command's options. The services these tools start or
@@ -33,6 +34,7 @@ do {
     case "bench": try await BenchCommand.run(rest)
     case "reliability": exit(await ReliabilitySuite.main(rest))
     case "scale": exit(await ScaleSuite.main(rest))
+    case "soak": exit(await SoakSuite.main(rest))
     case "webhook-receiver": try await WebhookReceiverCommand.run(rest)
     default:
         FileHandle.standardError.write(Data("ledger-dev: unknown command '\(command)'\n\n\(usage)\n".utf8))

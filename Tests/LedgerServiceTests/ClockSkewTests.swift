@@ -14,9 +14,8 @@ import XCTest
 /// - `?at=` answers (documented, docs/api: the state at a business time): asserted exactly.
 /// - the live answer once the skewed purchase time has passed on the server's clock: asserted
 ///   (a stored state re-evaluated at its validUntil, SubscriptionFold.nextChange).
-/// - the live answer while the first purchase is still later than now: NOT asserted beyond
-///   "200 or 404, never a 5xx" — that fold rule is being changed this round (issue 25's
-///   neighbour); the test prints what it saw.
+/// - the live answer while the first purchase is still later than now (issue 20's rule): nothing
+///   has begun, 404 with an error body, like `?at=` before the purchase.
 final class ClockSkewTests: XCTestCase {
     static func nowMillis() -> EpochMillis { EpochMillis(Date().timeIntervalSince1970 * 1000) }
     static let day: EpochMillis = 86_400_000
@@ -59,11 +58,16 @@ final class ClockSkewTests: XCTestCase {
                 let beforePurchase = try await h.state(otid, at: purchase - 3_600_000, environment: "Sandbox")
                 XCTAssertNil(beforePurchase, "skew \(skew) ms: a state before the purchase: \(beforePurchase ?? [:])")
 
-                // Depends on the "first purchase later than now" fold rule (being changed): only
-                // that the live answer is an answer.
+                // Issue 20's rule: while the first purchase is later than now nothing has begun, so
+                // the live answer is the same as `?at=` before the purchase: 404 with an error
+                // body. (The few-seconds case may already have begun on a slow machine.)
                 let live = try await h.request("GET", "/v1/subscriptions/\(otid)?environment=Sandbox", token: "app-token-for-tests-0123456789abcdef")
-                XCTAssertTrue(live.status == 200 || live.status == 404, "live answer while the purchase is ahead: \(live.status) \(live.text)")
-                print("clock skew \(skew) ms, live answer before the purchase time (rule under change): \(live.status) \(live.json["status"] ?? "-")")
+                if skew >= Self.day || Self.nowMillis() < purchase - 500 {
+                    XCTAssertEqual(live.status, 404, "live answer while the purchase is \(skew) ms ahead: \(live.text)")
+                    XCTAssertNotNil(live.json["error"] as? String, live.text)
+                } else {
+                    XCTAssertTrue(live.status == 200 || live.status == 404, "\(live.status) \(live.text)")
+                }
             }
             // Once the server's clock passes the few-seconds-ahead purchase, the live answer is
             // the subscription in effect (re-evaluated at its validUntil, not stuck at "nothing").
@@ -80,6 +84,7 @@ final class ClockSkewTests: XCTestCase {
     func testWeChatPushesWithBusinessTimesAheadOfTheServerClock() async throws {
         let side = WeChatSide()
         try await withService(environment: WeChatSide.environment) { h in
+            var firstSigned: EpochMillis?
             for (n, skew) in [(1, EpochMillis(3000)), (2, Self.day)] {
                 let otid = "400000000000000\(n)"
                 let openId = "oSkew\(n)"
@@ -104,11 +109,23 @@ final class ClockSkewTests: XCTestCase {
                 let contract = try await h.request("GET", "/v1/wechat/contracts?openid=\(openId)&product_id=vip_monthly", token: "app-token-for-tests-0123456789abcdef")
                 XCTAssertEqual(contract.status, 200, contract.text)
                 XCTAssertEqual((contract.json["apple_subscription_info"] as? [String: Any])?["original_transaction_id"] as? String, otid)
-                // Rule under change: the live answer while the signing is still ahead.
+                // Issue 20's rule: nothing has begun while the signing is still ahead.
                 let live = try await h.request("GET", "/v1/subscriptions/\(otid)", token: "app-token-for-tests-0123456789abcdef")
-                XCTAssertTrue(live.status == 200 || live.status == 404, "live: \(live.status) \(live.text)")
-                print("wechat clock skew \(skew) ms, live answer before the signing time (rule under change): \(live.status) \(live.json["status"] ?? "-")")
+                if skew >= Self.day || Self.nowMillis() < signed - 500 {
+                    XCTAssertEqual(live.status, 404, "live answer while the signing is \(skew) ms ahead: \(live.text)")
+                    XCTAssertNotNil(live.json["error"] as? String, live.text)
+                } else {
+                    XCTAssertTrue(live.status == 200 || live.status == 404, "\(live.status) \(live.text)")
+                }
+                firstSigned = firstSigned ?? signed
             }
+            // Once the server's clock passes the few-seconds-ahead delivery, the contract's
+            // subscription is live by itself (no further push), like Apple's above.
+            let paid = try XCTUnwrap(firstSigned) + 2000
+            let wait = paid + 500 - Self.nowMillis()
+            if wait > 0 { try await Task.sleep(for: .milliseconds(wait)) }
+            let live = try await h.state("4000000000000001")
+            XCTAssertEqual(live?["status"] as? String, "active", "live after the delivery time passed: \(live ?? [:])")
         }
     }
 

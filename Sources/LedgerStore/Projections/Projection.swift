@@ -206,3 +206,20 @@ struct RefundCasesProjection: Projection {
         try RefundCaseProjection.load(into: load)
     }
 }
+
+extension ProjectionName {
+    /// Whether its projection is kept in the append transaction (`Projection.isLive`): its
+    /// checkpoint is at the head whenever an append was answered, so a check of the live tables
+    /// against a rebuild may run no catch-up first for it (ProjectionConsistency in LedgerTesting).
+    /// The others trail the head, kept by the catch-up worker only.
+    public var isLive: Bool {
+        owner?.isLive ?? false
+    }
+
+    /// The tables of schema `projections` it declares (its `Projection.tables(of:)`).
+    public var tableNames: [String] { owner?.tables(of: self).map(\.name) ?? [] }
+
+    private var owner: (any Projection)? {
+        Projections.registered(projector: Projector(catalog: .productIds)).first { $0.names.contains(self) }
+    }
+}

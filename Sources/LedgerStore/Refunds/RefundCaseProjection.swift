@@ -104,20 +104,25 @@ enum RefundCaseProjection {
         if !seeds.orderIds.isEmpty {
             let (facts, reached) = try RefundCaseFacts.orders(seeds.orderIds, upTo: upTo, on: connection)
             let cases = RefundCaseFold.cases(from: facts).filter { $0.source == .wechat }
-            try replace(indexedUnder: reached, caseIds: [], with: cases, orderIds: reached, next: next, on: connection)
+            // Each case under the ids of its own order only (as the rebuild's load indexes it), not
+            // under every id the seeds reached: a batch touching two orders of one customer would
+            // otherwise index each case under the other's ids, and a later refold of that other
+            // order would delete the case and not bring it back (found by `ledger-dev soak`).
+            let components = OrderComponents(facts)
+            try replace(indexedUnder: reached, caseIds: [], with: cases, orderIds: { components.ids(of: $0.orderId) }, next: next, on: connection)
         }
         if !seeds.appleTransactions.isEmpty {
             let facts = try RefundCaseFacts.apple(seeds.appleTransactions, upTo: upTo, on: connection)
             let cases = RefundCaseFold.cases(from: facts).filter { $0.source == .apple }
             try replace(indexedUnder: [], caseIds: Set(seeds.appleTransactions.map { "apple:" + $0 }), with: cases,
-                        orderIds: [], next: next, on: connection)
+                        orderIds: { _ in [] }, next: next, on: connection)
         }
     }
 
     /// Deletes the cases indexed under `ids` and those named `caseIds` (and the new cases' ids),
-    /// then inserts `cases`, each WeChat one indexed under `orderIds`.
+    /// then inserts `cases`, each WeChat one indexed under `orderIds(case)`.
     static func replace(
-        indexedUnder ids: Set<String>, caseIds: Set<String>, with cases: [RefundCase], orderIds: Set<String>, next: Bool,
+        indexedUnder ids: Set<String>, caseIds: Set<String>, with cases: [RefundCase], orderIds: (RefundCase) -> Set<String>, next: Bool,
         on connection: Connection
     ) throws {
         let (casesTable, ordersTable) = tables(next: next)
@@ -130,7 +135,7 @@ enum RefundCaseProjection {
                 RETURNING case_id)
             DELETE FROM \(casesTable) WHERE case_id IN (SELECT case_id FROM gone) OR case_id = ANY($2)
             """, [.array(ids.sorted().map { .text($0) }, of: .text), named], name: "clear refund cases")
-        try insert(cases, orderIds: { _ in orderIds }, next: next, on: connection)
+        try insert(cases, orderIds: orderIds, next: next, on: connection)
     }
 
     /// Inserts `cases`, each WeChat one indexed under `orderIds(case)` and its own order id.

@@ -44,8 +44,9 @@ public struct ReliabilityOptions: Sendable {
     public var slowByteInterval: Duration
     /// Keep each scenario's scratch database (for inspection) instead of dropping it.
     public var keepDatabases: Bool
-    /// Hook: compares the live projections of `database` with a fresh rebuild after the kill -9
-    /// scenario; returns nil when equal, otherwise what differs. Wired once rebuild exists.
+    /// Hook: compares the projections of `database` with a fresh rebuild at the end of every
+    /// scenario; returns nil when equal, otherwise what differs (`ledger-dev reliability` wires
+    /// ProjectionConsistency).
     public var projectionCheck: (@Sendable (TestDatabase) async throws -> String?)?
     /// Progress lines (stderr by default).
     public var log: @Sendable (String) -> Void
@@ -143,7 +144,25 @@ public enum ReliabilitySuite {
         default: report = try await Scenarios.gracefulShutdown(harness)
         }
         verifyChain(harness, &report)
+        await checkProjections(harness, &report)
         return report
+    }
+
+    /// Every scenario's other end check: every projection table equals a fresh rebuild, the live
+    /// ones read before any catch-up pass runs (ProjectionConsistency, issue 25 item 6).
+    static func checkProjections(_ h: Harness, _ report: inout ReliabilityReport) async {
+        guard let check = h.options.projectionCheck else {
+            report.notes.append("projection-vs-rebuild check not wired (ReliabilityOptions.projectionCheck)")
+            return
+        }
+        let started = ContinuousClock.now
+        do {
+            let difference = try await check(h.database)
+            report.check("projections equal a fresh rebuild (live tables before any catch-up; every table)", difference == nil,
+                         (difference ?? "equal") + " (\(ContinuousClock.now - started))")
+        } catch {
+            report.check("projections equal a fresh rebuild (live tables before any catch-up; every table)", false, "the check failed: \(error)")
+        }
     }
 
     /// Every scenario's end check: `ledger verify` over the scratch log — the hash chain links
