@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import LedgerCore
+import LedgerStore
 
 /// One configured webhook endpoint (file `webhooks.endpoints[]` or the `LEDGER_WEBHOOK_*`
 /// variables). The secret never prints itself.
@@ -90,6 +91,14 @@ public struct WebhookSettings: Sendable, Equatable {
     public var endpoints: [WebhookEndpointSettings] = []
     /// A delivery is a success only with a 2xx within this.
     public var timeoutSeconds = 15
+    /// When to try again (Svix's: at once, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h). Tests
+    /// compress it; operators have no setting for it (the published schedule is the contract).
+    public var schedule: RetrySchedule = WebhookOutbox.schedule
+    /// An endpoint whose first failure since its last success is this old is disabled (5 days).
+    public var disableAfterMillis: EpochMillis = 5 * 86_400_000
+    /// How often an idle delivery worker looks for due items, and how many it sends at once.
+    public var pollIntervalMillis: Int64 = 1000
+    public var concurrency = 4
 
     public init() {}
 
