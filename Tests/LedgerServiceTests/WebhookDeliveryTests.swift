@@ -369,6 +369,34 @@ final class WebhookDeliveryTests: XCTestCase {
         }
     }
 
+    /// During a secret rotation each request carries both signatures: a receiver still on the old
+    /// secret and one already on the new verify it with the reference library. A receiver's
+    /// `Retry-After` postpones the next attempt beyond the (compressed) schedule's 50 ms.
+    func testARotationSignsWithBothSecretsAndRetryAfterIsHonoured() async throws {
+        let old = WebhookSecret.generate(), new = WebhookSecret.generate()
+        let receiver = WebhookReceiver(secrets: [old, new])
+        try receiver.start()
+        defer { Task { await receiver.stop() } }
+        try await withService(environment: Self.env, configJSON: Self.catalog, configure: Self.configure) { h in
+            try await addEndpoint(h, "backend", receiver, secret: old)
+            let rotated = try await h.request("POST", "/v1/admin/webhooks/endpoints/backend/rotate-secret",
+                                              body: try JSONSerialization.data(withJSONObject: ["secret": new.text, "overlapSeconds": 3600]),
+                                              token: Self.admin)
+            XCTAssertEqual(rotated.status, 200, rotated.text)
+            receiver.behave(.fail(status: 503, retryAfter: 1), count: 1)
+            try await post(h, Array(try lifecycle(h.authority).prefix(1)))
+            try await deliver([h.app], h)
+            XCTAssertEqual(try pending(h), 0)
+            let all = receiver.deliveries
+            XCTAssertEqual(all.first?.status, 503)
+            let retry = try XCTUnwrap(all.dropFirst().first { $0.id == all.first?.id })
+            XCTAssertGreaterThanOrEqual(retry.receivedAt.timeIntervalSince(all[0].receivedAt), 0.9, "Retry-After: 1 waited for")
+            XCTAssertTrue(all.allSatisfy { ($0.signatures ?? "").split(separator: " ").count == 2 }, "both signatures")
+            try verifyWithReferenceLibrary(receiver, secret: old)
+            try verifyWithReferenceLibrary(receiver, secret: new)
+        }
+    }
+
     /// Two service instances (two LedgerApps with their own delivery workers on one database) send
     /// each event once between them.
     func testTwoInstancesSendEachEventOnce() async throws {
