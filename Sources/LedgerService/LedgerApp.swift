@@ -62,7 +62,9 @@ public final class LedgerApp: Sendable {
                 log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
             })
         storeConfiguration.outboxConsumers = OutboxConsumer.registered.map {
-            $0.name == WebhookOutbox.name ? WebhookOutbox.consumer(schedule: configuration.webhooks.schedule) : $0
+            $0.name == WebhookOutbox.name
+                ? WebhookOutbox.consumer(schedule: configuration.webhooks.schedule, leaseMillis: EpochMillis(configuration.webhooks.leaseSeconds) * 1000)
+                : $0
         }
         storeConfiguration.onCatchUpError = { error in log.error("projection worker", ["error": "\(error)"]) }
         store = Store(storeConfiguration)

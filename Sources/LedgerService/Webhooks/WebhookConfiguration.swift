@@ -99,6 +99,9 @@ public struct WebhookSettings: Sendable, Equatable {
     /// How often an idle delivery worker looks for due items, and how many it sends at once.
     public var pollIntervalMillis: Int64 = 1000
     public var concurrency = 4
+    /// How long a claimed attempt keeps other instances off its event; after a crash the event is
+    /// sent again (same `webhook-id`) once this passed. Longer than the timeout by design.
+    public var leaseSeconds = 120
 
     public init() {}
 
@@ -163,6 +166,13 @@ public struct WebhookSettings: Sendable, Equatable {
                 throw .invalidValue(name: "LEDGER_WEBHOOK_TIMEOUT_SECONDS", reason: "'\(v.prefix(40))' must be seconds from 1 to 60, e.g. 15")
             }
             timeoutSeconds = n
+        }
+        if let v = env["LEDGER_WEBHOOK_LEASE_SECONDS"] {
+            guard let n = Int(v.trimmingCharacters(in: .whitespaces)), (2...3600).contains(n), n > timeoutSeconds else {
+                throw .invalidValue(name: "LEDGER_WEBHOOK_LEASE_SECONDS",
+                                    reason: "'\(v.prefix(40))' must be seconds from 2 to 3600, more than the delivery timeout (\(timeoutSeconds) s), e.g. 120")
+            }
+            leaseSeconds = n
         }
         let url = env["LEDGER_WEBHOOK_URL"].flatMap { $0.isEmpty ? nil : $0 }
         let secret = env["LEDGER_WEBHOOK_SECRET"].flatMap { $0.isEmpty ? nil : $0 }

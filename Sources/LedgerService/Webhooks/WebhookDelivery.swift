@@ -47,7 +47,7 @@ struct WebhookDelivery: Sendable {
     }
 
     /// The consumer with this instance's schedule (Svix's unless the configuration compresses it).
-    var consumer: OutboxConsumer { WebhookOutbox.consumer(schedule: settings.schedule) }
+    var consumer: OutboxConsumer { WebhookOutbox.consumer(schedule: settings.schedule, leaseMillis: EpochMillis(settings.leaseSeconds) * 1000) }
 
     func describe() {
         metrics.describe(Self.deliveries, type: .counter, help: "Webhook events delivered (2xx within the timeout) by endpoint")
