@@ -397,6 +397,35 @@ final class WebhookDeliveryTests: XCTestCase {
         }
     }
 
+    /// A WeChat subscription, then a refund inquiry the ledger answers: the subscription's events
+    /// and `refund_case.decided` (naming the decision) reach the endpoint, verified.
+    func testAWeChatRefundInquiryAnswerIsAnnouncedAsRefundCaseDecided() async throws {
+        let secret = WebhookSecret.generate()
+        let receiver = WebhookReceiver(secrets: [secret])
+        try receiver.start()
+        defer { Task { await receiver.stop() } }
+        let side = WeChatSide()
+        try await withService(environment: WeChatSide.environment.merging(Self.env) { $1 }, configure: Self.configure) { h in
+            try await addEndpoint(h, "backend", receiver, secret: secret)
+            let now = WeChatSide.nowSeconds() * 1000
+            try await side.push(h, WeChatSide.signing(otid: "7200000000000001", openId: "oWebhook1", product: "vip_monthly",
+                                                      signed: now - day, renewal: now + 29 * day))
+            try await side.push(h, WeChatSide.deliver(otid: "7200000000000001", openId: "oWebhook1", product: "vip_monthly", order: "WH-O1",
+                                                      paid: now - day, create: now - day, renewal: now + 29 * day))
+            try await side.push(h, WeChatSide.inquiry(order: "WH-O1", asked: now, orderTime: now - day, product: "vip_monthly"))
+            try await deliver([h.app], h)
+            XCTAssertEqual(try pending(h), 0)
+            let types = receiver.deliveries.compactMap(\.type)
+            XCTAssertTrue(types.contains("subscription.started"), "\(types)")
+            let decided = try XCTUnwrap(receiver.deliveries.first { $0.type == "refund_case.decided" }, "\(types)")
+            let data = (try JSONSerialization.jsonObject(with: decided.body) as? [String: Any])?["data"] as? [String: Any]
+            XCTAssertEqual(data?["source"] as? String, "wechat")
+            XCTAssertEqual(data?["case"] as? String, "wechat_refund_inquiry")
+            XCTAssertNotNil(data?["decision"] as? String, "\(data ?? [:])")
+            try verifyWithReferenceLibrary(receiver, secret: secret)
+        }
+    }
+
     /// Two service instances (two LedgerApps with their own delivery workers on one database) send
     /// each event once between them.
     func testTwoInstancesSendEachEventOnce() async throws {

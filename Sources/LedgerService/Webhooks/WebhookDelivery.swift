@@ -134,6 +134,8 @@ struct WebhookDelivery: Sendable {
     func disableIfFailingForLong(_ name: String, now: EpochMillis) async {
         guard let (lastSuccess, firstFailure) = try? await store.webhookEvents.health(endpoint: name), let firstFailure,
               now - firstFailure >= settings.disableAfterMillis else { return }
+        // Several attempts may fail at once: the first to get here disables, the others see it done.
+        guard let current = try? await store.webhookEndpoints.endpoint(name), current.enabled else { return }
         func iso(_ ms: EpochMillis) -> String { Date(timeIntervalSince1970: Double(ms) / 1000).ISO8601Format() }
         let since = iso(firstFailure)
         let reason = "no successful delivery since \(lastSuccess.map { iso($0) } ?? "it was added"); failing since \(since) "

@@ -212,8 +212,8 @@ struct WebhookOperations: Sendable {
         return try await store.outbox.replay(WebhookOutbox.name, ids: ids, requestedBy: requestedBy.jsonText, now: Clock.nowMillis())
     }
 
-    /// A `test` event for `endpoint` (enabled or not: an operator checks a receiver before enabling
-    /// it… but a disabled endpoint's items are given up, so it must be enabled to receive it).
+    /// A `test` event for `endpoint`, delivered like any event (a disabled endpoint's items are
+    /// given up, so it reaches only an enabled one).
     func sendTest(to endpoint: String, requestedBy: Requester) async throws -> WebhookEvent {
         let record = try await endpoints.endpoint(endpoint)
         let now = Clock.nowMillis()
