@@ -54,6 +54,14 @@ struct WebhookEventsProjection: Projection {
 
     func tables(of name: ProjectionName) -> [ProjectionTable] { name == .webhooks ? [.webhookEvents] : [] }
 
+    /// A batch without facts (the outbox's own `outbox/*` events, admin events) touches no
+    /// subscription and answers no refund case: nothing to derive, no query made.
+    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard !facts.isEmpty, let first = events.first?.position, let last = events.last?.position else { return nil }
+        try apply(first...last, to: names, next: false, on: connection)
+        return nil
+    }
+
     var derivation: WebhookDerivation {
         WebhookDerivation(catalog: projector.catalog, makeId: { StandardWebhooks.messageId(for: $0) })
     }
