@@ -38,6 +38,9 @@ public enum ConfigurationError: Error, Equatable, CustomStringConvertible {
 /// Everything the service is configured with: one JSON file (`LEDGER_CONFIG`) with environment
 /// variables on top (DESIGN.md §Interfaces). The JSON shape is documented in README §Configuration.
 public struct LedgerConfiguration: Sendable {
+    /// The evaluation time of the projections (a fold's status, which webhook events have taken
+    /// effect): the machine's clock; tests set a `SettableClock` to replay a lifecycle as it happened.
+    public var clock: LedgerClock = .system
     public struct Apple: Sendable {
         public var rootCertificatePaths: [String] = []
         public var bundleIds: Set<String> = []

@@ -34,6 +34,7 @@ public final class LedgerApp: Sendable {
     public let appleAPI: AppleAPIUseCases
     let wechatConfig: WeChatConfigKeeper
     let webhookEndpoints: WebhookEndpoints
+    let webhookDelivery: WebhookDelivery
     /// Failed authentication counted and slowed per address; app tokens' append budget (Guards/).
     let failures: AuthenticationFailures
     let appendBudget: AppendBudget
@@ -52,7 +53,7 @@ public final class LedgerApp: Sendable {
         }
         var storeConfiguration = Store.Configuration(
             databaseURL: configuration.databaseURL, poolSize: configuration.databasePoolSize, acquireTimeout: .seconds(5),
-            catalog: catalog, readDatabaseURL: configuration.readDatabaseURL,
+            catalog: catalog, clock: configuration.clock, readDatabaseURL: configuration.readDatabaseURL,
             replicaMaxLag: .milliseconds(Int64(configuration.replicaMaxLagSeconds * 1000)),
             longReads: LongReadSettings(concurrent: configuration.limits.longReads,
                                         statementTimeout: .seconds(configuration.limits.longReadTimeoutMinutes * 60)),
@@ -60,6 +61,11 @@ public final class LedgerApp: Sendable {
                 metrics.increment("ledger_projection_hook_failures_total", ["hook": failure.hook])
                 log.error("projection hook failed; events were stored", ["hook": failure.hook, "error": failure.message])
             })
+        storeConfiguration.outboxConsumers = OutboxConsumer.registered.map {
+            $0.name == WebhookOutbox.name
+                ? WebhookOutbox.consumer(schedule: configuration.webhooks.schedule, leaseMillis: EpochMillis(configuration.webhooks.leaseSeconds) * 1000)
+                : $0
+        }
         storeConfiguration.onCatchUpError = { error in log.error("projection worker", ["error": "\(error)"]) }
         store = Store(storeConfiguration)
         let intake = NotificationIntake(events: store.events, metrics: metrics, log: log)
@@ -85,6 +91,10 @@ public final class LedgerApp: Sendable {
         tokens = TokenAuthority(tokens: configuration.tokens, failures: failures)
         audit = AuditDesk(configuration: configuration)
         webhookEndpoints = WebhookEndpoints(store: store, settings: configuration.webhooks, log: log)
+        webhookDelivery = WebhookDelivery(
+            store: store, endpoints: webhookEndpoints, settings: configuration.webhooks, metrics: metrics, log: log,
+            allowPlainHTTPLoopback: configuration.outboundAllowsPlainHTTPLoopback)
+        webhookDelivery.describe()
         if audit.sessions.ephemeralKey {
             log.warn("LEDGER_SESSION_KEY is not set: auditor sessions are signed with a key made up at start, so they end at restart and other instances refuse them")
         }
@@ -190,6 +200,15 @@ public final class LedgerApp: Sendable {
     /// The use case behind `ledger rebuild` and `POST /v1/admin/rebuild`.
     public var adminActions: AdminActions { admin }
 
+    /// The worker that delivers webhook events (any number of instances share the queue).
+    func webhookDeliveryService() -> OutboxService {
+        let delivery = webhookDelivery
+        return OutboxService(store: store, consumer: delivery.consumer, concurrency: configuration.webhooks.concurrency,
+                             pollInterval: .milliseconds(configuration.webhooks.pollIntervalMillis), log: log) { item in
+            await delivery.work(item)
+        }
+    }
+
     /// Closes the store (for a process that did not `serve`).
     public func shutdown() {
         store.close()
@@ -235,6 +254,7 @@ extension LedgerApp {
         services += appleAPI.lifecycleServices(log: log)
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
         services.append(StartupJob(name: "record-webhook-endpoints", log: log) { [self] in try await webhookEndpoints.syncConfigured() })
+        services.append(webhookDeliveryService())
         if configuration.wechat.isConfigured {
             services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
         }

@@ -101,6 +101,8 @@ public final class Store: Sendable {
     public let wechat: WeChatQueries
     /// Outbound webhooks: the endpoints (Migrations/0014).
     public let webhookEndpoints: WebhookEndpointStore
+    /// Outbound webhooks: the derived events, their deliveries and attempts (Migrations/0021).
+    public let webhookEvents: WebhookEventStore
     /// Exports and folds at a position: limited, timed out, cancelled with their request.
     let longReads: LongReads
     /// The one outbox (Outbox/Outbox.swift): claim, record attempts, replay, statuses.
@@ -137,6 +139,7 @@ public final class Store: Sendable {
         reconciliation = ReconciliationStore(pool: pool, connections: connections)
         wechat = WeChatQueries(pool: pool)
         webhookEndpoints = WebhookEndpointStore(pool: pool)
+        webhookEvents = WebhookEventStore(pool: pool)
     }
 
     /// Runs a read on the replica when it may answer it (see `ReadReplica`: it has replayed

@@ -6,7 +6,7 @@ import LedgerTesting
 /// same run, and the ratio, so a result means something on any machine.
 enum BenchCommand {
     static let help = """
-    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|reports|verify|fold> [options]
+    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|reports|verify|fold|webhooks> [options]
 
       append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
                       inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
@@ -31,6 +31,10 @@ enum BenchCommand {
                       --connections C (4) --runs R (3: ingest segments and answer runs)
       verify          SignedDataVerifier verifications/s (cached chain) vs `openssl speed ecdsap256`
       fold            pure projection folds: facts/s vs JSON decoding of the same payloads
+      webhooks        signed V2 notifications into a spawned `ledger serve` with one webhook endpoint (a loopback
+                      receiver verifying each request): events delivered/s against the events/s the same run's
+                      ingest derived (keeps up: ≥ 1.0), and the lag from each event's commit to its delivery
+                      --notifications N (2000) --connections C (8)
 
     Every benchmark takes --runs R (3): it prints the median of the runs with min and max, its
     same-run baseline and one `ratio:` line, and records them in .build/bench.json (LEDGER_BENCH_JSON).
@@ -93,6 +97,39 @@ enum BenchCommand {
                 print(summary.lines.joined(separator: "\n"))
                 try summary.record()
             }
+        case "webhooks":
+            var delivered: [Double] = [], derived: [Double] = [], p99: [Double] = [], p50: [Double] = [], ingest: [Double] = []
+            for run in 1...runs {
+                let receiver = WebhookBenchmark.receiver()
+                try receiver.start()
+                let spawned = try SpawnedService(options: try ReliabilityOptions(quick: false),
+                                                 environment: WebhookBenchmark.environment(receiver))
+                do {
+                    let result = try await WebhookBenchmark.run(
+                        baseURL: spawned.baseURL, database: spawned.database, receiver: receiver, authority: spawned.authority,
+                        notifications: try args.int("notifications", default: 2_000), connections: try args.int("connections", default: 8),
+                        log: progress)
+                    print("run \(run): " + result.text)
+                    delivered.append(result.deliveredPerSecond)
+                    derived.append(result.derivedPerSecond)
+                    ingest.append(result.ingestPerSecond)
+                    p50.append(result.lag.p50)
+                    p99.append(result.lag.p99)
+                } catch {
+                    spawned.stop()
+                    await receiver.stop()
+                    throw error
+                }
+                spawned.stop()
+                await receiver.stop()
+            }
+            try report(BenchSummary(
+                name: "webhooks", command: "ledger-dev bench webhooks" + (raw.count > 1 ? " " + raw.dropFirst().joined(separator: " ") : ""),
+                unit: "events/s", ledgerLabel: "webhook events delivered (first post → last received)", ledger: delivered,
+                baselineLabel: "webhook events derived by the same run's ingest", baseline: derived,
+                target: ("≥ 1.0", { $0 >= 1.0 }),
+                details: ["ingest notifications/s": BenchSummary.Figure(ingest).median, "lag p50 ms": BenchSummary.Figure(p50).median,
+                          "lag p99 ms": BenchSummary.Figure(p99).median]))
         case "read":
             let options = try ReliabilityOptions(quick: false)
             let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token-0123456789abcdef0123456789abcdef"], start: false)

@@ -147,7 +147,7 @@ final class RefundExportTests: XCTestCase {
             let all = try await h.request("POST", "/v1/admin/rebuild", body: Data("{}".utf8), token: "admin-token-for-tests-0123456789abcdef")
             XCTAssertEqual(all.status, 200, all.text)
             XCTAssertEqual(all.json["projections"] as? [String],
-                           ["apple_status", "entitlements", "refund_cases", "reports", "subscriptions", "transactions", "wechat_contracts"])
+                           ["apple_status", "entitlements", "refund_cases", "reports", "subscriptions", "transactions", "webhooks", "wechat_contracts"])
             let rebuiltAll = try await listed(h)
             XCTAssertEqual(rebuiltAll, expected)
         }

@@ -21,6 +21,8 @@ final class ServiceHarness: @unchecked Sendable {
     let authority: AppleTestAuthority
     let baseURL: URL
     private let rootFile: URL
+    /// False for a second instance on another harness's database (that one drops it).
+    private let ownsDatabase: Bool
 
     /// Tokens of at least 32 bytes: shorter ones are refused at start.
     static let appToken = "app-token-for-tests-0123456789abcdef"
@@ -31,8 +33,10 @@ final class ServiceHarness: @unchecked Sendable {
     /// - Parameter replica: serve app and auditor reads from the streaming replica
     ///   (LEDGER_READ_DATABASE_URL; `make test` starts it).
     init(authority: AppleTestAuthority? = nil, extraRoots: [X509Certificate] = [], environment extra: [String: String] = [:],
-         configJSON: String? = nil, replica: Bool = false, log: Log? = nil) throws {
-        database = try TestDatabase.create()
+         configJSON: String? = nil, replica: Bool = false, log: Log? = nil, database existing: TestDatabase? = nil,
+         configure: (inout LedgerConfiguration) -> Void = { _ in }) throws {
+        database = try existing ?? TestDatabase.create()
+        ownsDatabase = existing == nil
         let authority = try authority ?? AppleTestAuthority.mint()
         self.authority = authority
         rootFile = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-root-\(UUID().uuidString).pem")
@@ -69,7 +73,8 @@ final class ServiceHarness: @unchecked Sendable {
             env["LEDGER_READ_DATABASE_URL"] = url
         }
         env.merge(extra) { $1 }
-        let configuration = try LedgerConfiguration.load(environment: env)
+        var configuration = try LedgerConfiguration.load(environment: env)
+        configure(&configuration)
         do {
             app = try LedgerApp(configuration: configuration, log: log ?? Log(minimum: .error))
         } catch {
@@ -87,7 +92,7 @@ final class ServiceHarness: @unchecked Sendable {
         await server.shutdown(gracePeriod: .seconds(2))
         app.shutdown()
         try? FileManager.default.removeItem(at: rootFile)
-        try? database.drop()
+        if ownsDatabase { try? database.drop() }
     }
 
     struct Answer {
@@ -134,10 +139,11 @@ final class ServiceHarness: @unchecked Sendable {
 /// Runs `body` with a harness and always stops it.
 func withService(
     authority: AppleTestAuthority? = nil, extraRoots: [X509Certificate] = [], environment: [String: String] = [:],
-    configJSON: String? = nil, replica: Bool = false, log: Log? = nil, _ body: (ServiceHarness) async throws -> Void
+    configJSON: String? = nil, replica: Bool = false, log: Log? = nil, configure: (inout LedgerConfiguration) -> Void = { _ in },
+    _ body: (ServiceHarness) async throws -> Void
 ) async throws {
     let h = try ServiceHarness(authority: authority, extraRoots: extraRoots, environment: environment, configJSON: configJSON,
-                               replica: replica, log: log)
+                               replica: replica, log: log, configure: configure)
     do { try await body(h) } catch { await h.stop(); throw error }
     await h.stop()
 }

@@ -63,10 +63,10 @@ final class ProjectionLiveTests: XCTestCase {
         XCTAssertEqual(failures.all, [], "the live hook must not fail on generated or hostile events")
 
         let head = try await store.headPosition()
-        // Refund cases and WeChat contracts have live hooks of their own; reports and the Apple
+        // Refund cases, WeChat contracts and webhook events have live hooks of their own; reports and the Apple
         // status check are kept by the worker only.
         let statuses = try await ProjectionStatusReader.statuses(pool).filter {
-            !["refund_cases", "wechat_contracts", "reports", "apple_status"].contains($0.name)
+            !["refund_cases", "wechat_contracts", "reports", "apple_status", "webhooks"].contains($0.name)
         }
         XCTAssertEqual(statuses.map(\.name), ["entitlements", "facts.v\(FactDecoder.schemaVersion)", "subscriptions", "transactions"])
         for status in statuses {
@@ -143,7 +143,7 @@ final class ProjectionLiveTests: XCTestCase {
         let live = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector)])
         try await ProjectionFixture.append(Array(events.dropFirst(20)), to: live)
         XCTAssertEqual(try database.checkpoints().filter { !$0.key.hasPrefix("facts") },
-                       ["subscriptions": 0, "transactions": 0, "entitlements": 0, "apple_status": 0],
+                       ["subscriptions": 0, "transactions": 0, "entitlements": 0, "apple_status": 0, "webhooks": 0],
                        "the hook must not jump a checkpoint over events it did not apply")
         let rows = try database.dumpTables()
         XCTAssertEqual(rows["subscriptions"], [], "a projection that is behind is not written by the hook")
@@ -153,7 +153,7 @@ final class ProjectionLiveTests: XCTestCase {
         let head = try await live.headPosition()
         XCTAssertEqual(try database.checkpoints(),
                        ["subscriptions": head, "transactions": head, "entitlements": head, "facts.v\(FactDecoder.schemaVersion)": head,
-                        "apple_status": head])
+                        "apple_status": head, "webhooks": head])
         let oracle = try await ProjectionFixture.oracle(live)
         let queries = ProjectionQueries(pool: pool, catalog: ProjectionFixture.catalog)
         for (key, _) in oracle.subscriptions {

@@ -157,7 +157,7 @@ final class ProjectionWorkerTests: XCTestCase {
         // Still stopped on the next pass: the gap is never stepped over.
         let again = try await worker.runOnce()
         XCTAssertTrue(again.filter { $0.projection != nil }.allSatisfy { if case .failed(.gap) = $0.outcome { return true } else { return false } })
-        XCTAssertEqual(try database.checkpoints().filter { !$0.key.hasPrefix("facts.") }, ["subscriptions": 4, "transactions": 4, "entitlements": 4, "apple_status": 4])
+        XCTAssertEqual(try database.checkpoints().filter { !$0.key.hasPrefix("facts.") }, ["subscriptions": 4, "transactions": 4, "entitlements": 4, "apple_status": 4, "webhooks": 4])
     }
 
     /// The facts go through the same pass as the projections: an event whose facts cannot be

@@ -48,6 +48,7 @@ extension LedgerApp {
         router.group(logFailures, tokens.require(.admin), deadline: deadline) { admin in
             addReconciliationAdminRoutes(to: &admin)
             addWebhookAdminRoutes(to: &admin)
+            addWebhookOperationRoutes(to: &admin)
             admin.add("GET", "/metrics") { [self] _ in await metricsAnswer() }
             admin.add("POST", "/v1/admin/rebuild", deadline: adminDeadline) { [self] request in try await rebuild(request) }
         }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import LedgerCore
+import LedgerStore
 
 /// One configured webhook endpoint (file `webhooks.endpoints[]` or the `LEDGER_WEBHOOK_*`
 /// variables). The secret never prints itself.
@@ -90,6 +91,17 @@ public struct WebhookSettings: Sendable, Equatable {
     public var endpoints: [WebhookEndpointSettings] = []
     /// A delivery is a success only with a 2xx within this.
     public var timeoutSeconds = 15
+    /// When to try again (Svix's: at once, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h). Tests
+    /// compress it; operators have no setting for it (the published schedule is the contract).
+    public var schedule: RetrySchedule = WebhookOutbox.schedule
+    /// An endpoint whose first failure since its last success is this old is disabled (5 days).
+    public var disableAfterMillis: EpochMillis = 5 * 86_400_000
+    /// How often an idle delivery worker looks for due items, and how many it sends at once.
+    public var pollIntervalMillis: Int64 = 1000
+    public var concurrency = 4
+    /// How long a claimed attempt keeps other instances off its event; after a crash the event is
+    /// sent again (same `webhook-id`) once this passed. Longer than the timeout by design.
+    public var leaseSeconds = 120
 
     public init() {}
 
@@ -154,6 +166,13 @@ public struct WebhookSettings: Sendable, Equatable {
                 throw .invalidValue(name: "LEDGER_WEBHOOK_TIMEOUT_SECONDS", reason: "'\(v.prefix(40))' must be seconds from 1 to 60, e.g. 15")
             }
             timeoutSeconds = n
+        }
+        if let v = env["LEDGER_WEBHOOK_LEASE_SECONDS"] {
+            guard let n = Int(v.trimmingCharacters(in: .whitespaces)), (2...3600).contains(n), n > timeoutSeconds else {
+                throw .invalidValue(name: "LEDGER_WEBHOOK_LEASE_SECONDS",
+                                    reason: "'\(v.prefix(40))' must be seconds from 2 to 3600, more than the delivery timeout (\(timeoutSeconds) s), e.g. 120")
+            }
+            leaseSeconds = n
         }
         let url = env["LEDGER_WEBHOOK_URL"].flatMap { $0.isEmpty ? nil : $0 }
         let secret = env["LEDGER_WEBHOOK_SECRET"].flatMap { $0.isEmpty ? nil : $0 }

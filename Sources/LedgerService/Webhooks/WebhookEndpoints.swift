@@ -8,12 +8,15 @@ enum WebhookEndpointError: Error, Equatable, CustomStringConvertible {
     case exists(String)
     case unknown(String)
     case invalid(String)
+    case unknownEvents([String])
 
     var description: String {
         switch self {
         case .exists(let n): "an endpoint named \(n) exists; rotate its secret or disable it, or choose another name"
         case .unknown(let n): "no webhook endpoint is named \(n.prefix(64)); GET /v1/admin/webhooks/endpoints lists them"
         case .invalid(let why): why
+        case .unknownEvents(let ids):
+            "no webhook event has the id(s) \(ids.prefix(5).joined(separator: ", "))\(ids.count > 5 ? " …" : ""); GET /v1/admin/webhooks/events lists them"
         }
     }
 }
@@ -169,4 +172,94 @@ extension WebhookEndpointRecord {
         if let p = previousSecret, let until = previousSecretUntil, now < until, let s = try? WebhookSecret(text: p) { out.append(s) }
         return out
     }
+}
+
+/// What an operator asked to re-send (`POST /v1/admin/webhooks/replay`).
+enum WebhookReplaySelection: Sendable, Equatable {
+    case events([String])
+    case positions(ClosedRange<Int64>)
+    case exhausted
+}
+
+/// Use case: the webhook outbox seen and worked by an operator — replay, inspection and a `test`
+/// event. Replays requeue the outbox items themselves (`Outbox.replay`), so the receiver sees the
+/// original `webhook-id` and body; every replay is an `outbox/requeued` ledger event naming who asked.
+struct WebhookOperations: Sendable {
+    let store: Store
+    let endpoints: WebhookEndpoints
+
+    /// The item ids requeued (settled ones only: a pending item is queued already).
+    func replay(_ selection: WebhookReplaySelection, endpoint: String?, requestedBy: Requester) async throws -> [String] {
+        if let endpoint { _ = try await endpoints.endpoint(endpoint) }
+        let ids: [String]
+        switch selection {
+        case .events(let events):
+            let known = Set(try await store.webhookEvents.events(ids: events).map(\.id))
+            let queued = try await store.webhookEvents.itemIds(events: events, endpoint: endpoint)
+            let queuedEvents = Set(queued.compactMap { WebhookOutbox.parse(itemId: $0)?.event })
+            let unknown = events.filter { !known.contains($0) && !queuedEvents.contains($0) }
+            if !unknown.isEmpty {
+                throw WebhookEndpointError.unknownEvents(unknown)
+            }
+            ids = queued
+        case .positions(let range):
+            ids = try await store.webhookEvents.itemIds(positions: range, endpoint: endpoint)
+        case .exhausted:
+            let all = try await store.outbox.items(WebhookOutbox.name, status: .exhausted, limit: 100_000).map(\.id)
+            ids = endpoint.map { e in all.filter { WebhookOutbox.parse(itemId: $0)?.endpoint == e } } ?? all
+        }
+        guard !ids.isEmpty else { return [] }
+        return try await store.outbox.replay(WebhookOutbox.name, ids: ids, requestedBy: requestedBy.jsonText, now: Clock.nowMillis())
+    }
+
+    /// A `test` event for `endpoint`, delivered like any event (a disabled endpoint's items are
+    /// given up, so it reaches only an enabled one).
+    func sendTest(to endpoint: String, requestedBy: Requester) async throws -> WebhookEvent {
+        let record = try await endpoints.endpoint(endpoint)
+        let now = Clock.nowMillis()
+        let identity = "test|" + record.name + "|" + UUID().uuidString.lowercased()
+        let event = WebhookEvent(
+            id: StandardWebhooks.messageId(for: identity), identity: identity, type: .test, source: "ledger",
+            environment: SubscriptionKey.production, originalTransactionId: nil, customerId: nil, effectiveAt: now, position: 0,
+            details: ["endpoint": .string(record.name), "requestedAt": .integer(now)])
+        try await store.outbox.enqueue([WebhookEventStore.draft(event, endpoint: record.name, sequence: 0, now: now)],
+                                       consumer: WebhookOutbox.name)
+        return event
+    }
+
+    /// A page of events (position order) with their deliveries and attempts per endpoint.
+    func page(after: (Int64, Int)?, limit: Int, positions: ClosedRange<Int64>?) async throws -> (events: [JSONValue], next: String?) {
+        let events = try await store.webhookEvents.events(after: after, limit: limit + 1, positions: positions)
+        let shown = Array(events.prefix(limit))
+        let ids = shown.map(\.id)
+        let items = try await store.webhookEvents.items(events: ids)
+        let attempts = try await store.webhookEvents.attempts(events: ids)
+        let json: [JSONValue] = shown.map { e in
+            let deliveries: [JSONValue] = items.filter { WebhookOutbox.parse(itemId: $0.id)?.event == e.id }.map { item in
+                let endpoint = WebhookOutbox.parse(itemId: item.id)?.endpoint ?? ""
+                return [
+                    "endpoint": .string(endpoint), "status": .string(item.status == .done ? "delivered" : item.status.rawValue),
+                    "attempts": .integer(Int64(item.attempts)), "generation": .integer(Int64(item.generation)),
+                    "nextAttemptAt": item.status == .pending ? .integer(item.nextAttemptAt) : .null, "lastError": .optional(item.lastError),
+                    "history": .array(attempts.filter { $0.eventId == e.id && $0.endpoint == endpoint }.map { a in
+                        ["generation": .integer(Int64(a.generation)), "attempt": .integer(Int64(a.attempt)), "at": .integer(a.at),
+                         "status": a.status.map { .integer(Int64($0)) } ?? .null, "latencyMs": .integer(a.latencyMillis),
+                         "outcome": .string(a.delivered ? "delivered" : "failed"), "excerpt": .optional(a.excerpt)]
+                    }),
+                ]
+            }
+            return [
+                "id": .string(e.id), "type": .string(e.type), "subscription": .optional(e.subscription), "environment": .string(e.environment),
+                "customerId": .optional(e.customerId), "effectiveDate": .integer(e.effectiveAt), "position": .integer(e.position),
+                "body": (try? JSONDecoder().decode(JSONValue.self, from: Data(e.body.utf8))) ?? .null, "deliveries": .array(deliveries),
+            ]
+        }
+        let next = events.count > limit ? shown.last.map { "\($0.position).\($0.sequence)" } : nil
+        return (json, next)
+    }
+}
+
+extension Requester {
+    /// Who asked, as one line of JSON (an outbox requeue stores it as text).
+    var jsonText: String { String(decoding: JSONValue.object(fields).canonicalJSON(), as: UTF8.self) }
 }

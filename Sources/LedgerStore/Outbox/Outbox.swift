@@ -52,7 +52,7 @@ public struct OutboxConsumer: Sendable {
     }
 
     /// Every consumer the ledger runs; `Store.Configuration.outboxConsumers` defaults to it.
-    public static var registered: [OutboxConsumer] { [ConsumptionOutbox.consumer] }
+    public static var registered: [OutboxConsumer] { [ConsumptionOutbox.consumer, WebhookOutbox.consumer] }
 }
 
 /// A committed batch's new events (position order) and their facts.
@@ -77,9 +77,15 @@ public struct OutboxItemDraft: Sendable, Equatable {
     public var createdAt: EpochMillis
     /// Not attempted before this time (0: at once).
     public var notBefore: EpochMillis
+    /// Orders the items of one key caused by the same position (an ordered consumer's claim takes
+    /// a key's items by cause position, then this, then id): e.g. webhook events that took effect
+    /// one after the other but were learned by one batch.
+    public var sequence: Int
 
-    public init(id: String, orderingKey: String, payload: JSONValue, causePosition: Int64, createdAt: EpochMillis, notBefore: EpochMillis = 0) {
+    public init(id: String, orderingKey: String, payload: JSONValue, causePosition: Int64, createdAt: EpochMillis, notBefore: EpochMillis = 0,
+                sequence: Int = 0) {
         self.id = id
+        self.sequence = sequence
         self.orderingKey = orderingKey
         self.payload = payload
         self.causePosition = causePosition
@@ -257,17 +263,19 @@ struct OutboxDerivation: Sendable {
         guard !drafts.isEmpty else { return }
         try connection.query(
             """
-            INSERT INTO outbox_items (consumer, id, ordering_key, ordered, payload, cause_position, next_attempt_at, last_position, created_at)
-            SELECT $1, d.id, d.key, $2, d.payload, d.cause, d.not_before, d.cause, d.created
-            FROM unnest($3::text[], $4::text[], $5::jsonb[], $6::bigint[], $7::bigint[], $8::bigint[])
-                 AS d(id, key, payload, cause, not_before, created)
+            INSERT INTO outbox_items (consumer, id, ordering_key, ordered, payload, cause_position, next_attempt_at, last_position, created_at,
+                                      sequence)
+            SELECT $1, d.id, d.key, $2, d.payload, d.cause, d.not_before, d.cause, d.created, d.sequence
+            FROM unnest($3::text[], $4::text[], $5::jsonb[], $6::bigint[], $7::bigint[], $8::bigint[], $9::int4[])
+                 AS d(id, key, payload, cause, not_before, created, sequence)
             ON CONFLICT (consumer, id) DO NOTHING
             """,
             [.text(consumer.name), .bool(consumer.ordered),
              .array(drafts.map { .text($0.id) }, of: .text), .array(drafts.map { .text($0.orderingKey) }, of: .text),
              .array(drafts.map { .jsonb($0.payload.canonicalJSON()) }, of: .jsonb),
              .array(drafts.map { .int64($0.causePosition) }, of: .int8), .array(drafts.map { .int64($0.notBefore) }, of: .int8),
-             .array(drafts.map { .int64($0.createdAt) }, of: .int8)],
+             .array(drafts.map { .int64($0.createdAt) }, of: .int8),
+             .array(drafts.map { .int32(Int32(clamping: $0.sequence)) }, of: .int4)],
             name: "outbox enqueue")
     }
 }
@@ -312,8 +320,8 @@ public struct Outbox: Sendable {
                   AND NOT (i.ordered AND EXISTS (
                       SELECT 1 FROM outbox_items e
                       WHERE e.consumer = i.consumer AND e.ordering_key = i.ordering_key AND e.ordered AND e.status = 'pending'
-                        AND (e.cause_position, e.id) < (i.cause_position, i.id)))
-                ORDER BY i.next_attempt_at, i.cause_position, i.id
+                        AND (e.cause_position, e.sequence, e.id) < (i.cause_position, i.sequence, i.id)))
+                ORDER BY i.next_attempt_at, i.cause_position, i.sequence, i.id
                 LIMIT $2 FOR UPDATE SKIP LOCKED
             ) c
             WHERE o.consumer = c.consumer AND o.id = c.id
@@ -375,6 +383,14 @@ public struct Outbox: Sendable {
             try OutboxDerivation.update(consumer: item.consumer, id: item.id, status: .done, attempts: nil, generation: nil, nextAttemptAt: nil,
                                         error: nil, answerPosition: position, position: position, on: connection)
         }
+    }
+
+    /// Enqueues items that no committed batch causes (an operator's request, e.g. a webhook `test`
+    /// event): the same insert as the derivation's, so an id already queued is kept as it is.
+    public func enqueue(_ drafts: [OutboxItemDraft], consumer name: String) async throws(StoreError) {
+        let consumer: OutboxConsumer
+        do { consumer = try self.consumer(name) } catch { throw .invalidEvent(error.description) }
+        try await execute { connection in try OutboxDerivation.insert(drafts, consumer: consumer, on: connection) }
     }
 
     /// Requeues the settled items `ids` of `consumer` (done or exhausted; pending ones are already

@@ -100,7 +100,7 @@ enum Projections {
     /// Every projection the ledger keeps, in the order the worker passes them.
     static func registered(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) -> [any Projection] {
         [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(), WeChatContractsProjection(),
-         ReportsProjection(), AppleStatusChecksProjection()]
+         ReportsProjection(), AppleStatusChecksProjection(), WebhookEventsProjection(projector: projector)]
     }
 }
 

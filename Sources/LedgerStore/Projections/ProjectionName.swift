@@ -22,6 +22,9 @@ public enum ProjectionName: String, Sendable, Hashable, CaseIterable, Codable, C
     /// Apple's stated status beside the ledger's (`AppleStatusChecksProjection`, issue 20 item 2):
     /// not cut from subscription folds; kept by the catch-up worker.
     case appleStatus = "apple_status"
+    /// Outbound webhook events derived from the facts (`WebhookEventsProjection`,
+    /// Webhooks/WebhookEventsProjection.swift): live; it enqueues their deliveries in the outbox.
+    case webhooks
 
     /// The projections cut from one fold of a subscription's facts (`Projector`).
     public static let subscriptionCuts: [ProjectionName] = [.subscriptions, .transactions, .entitlements]

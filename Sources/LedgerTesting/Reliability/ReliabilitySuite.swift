@@ -119,16 +119,23 @@ public struct ReliabilityReport: Sendable {
 /// real PostgreSQL, each proving that nothing acknowledged is ever lost or stored twice.
 public enum ReliabilitySuite {
     public static let scenarios = ["kill9", "postgres-outage", "postgres-crash", "postgres-kill9", "hanging-connection",
-                                   "duplicate-storm", "slowloris", "graceful-shutdown"]
+                                   "duplicate-storm", "slowloris", "graceful-shutdown", "webhooks-kill9"]
 
     public static func run(name: String, _ options: ReliabilityOptions) async throws -> ReliabilityReport {
         guard scenarios.contains(name) else { throw ReliabilityError.unknownScenario(name) }
         // The hanging-connection scenario puts a proxy it can stall between the service and PostgreSQL.
         let proxy = name == "hanging-connection" ? try StallingProxy(upstream: options.serverConninfo) : nil
         defer { proxy?.close() }
+        // The webhook scenario's receiver, in this process, outlives each killed service.
+        let receiver = name == "webhooks-kill9" ? WebhookReceiver(secrets: [Scenarios.webhookSecret]) : nil
+        if let receiver {
+            do { try receiver.start() } catch { throw ReliabilityError.setup("cannot start the webhook receiver: \(error)") }
+        }
+        var environment = proxy == nil ? [:] : ["LEDGER_REQUEST_DEADLINE_SECONDS": String(Scenarios.hangDeadlineSeconds)]
+        if let receiver { environment.merge(Scenarios.webhookEnvironment(receiver)) { $1 } }
         let harness = try Harness(scenario: name, options: options,
                                   // A short request deadline, so the stall shows as 503s quickly.
-                                  environment: proxy == nil ? [:] : ["LEDGER_REQUEST_DEADLINE_SECONDS": String(Scenarios.hangDeadlineSeconds)],
+                                  environment: environment,
                                   databaseEndpoint: proxy.map { ($0.socketDirectory, $0.port) })
         defer { harness.finish() }
         options.log("\(name): service log \(harness.service.logURL.path), database \(harness.database.name)")
@@ -141,10 +148,12 @@ public enum ReliabilitySuite {
         case "hanging-connection": report = try await Scenarios.hangingConnection(harness, proxy: proxy!)
         case "duplicate-storm": report = try await Scenarios.duplicateStorm(harness)
         case "slowloris": report = try await Scenarios.slowloris(harness)
+        case "webhooks-kill9": report = try await Scenarios.webhooksKill9(harness, receiver: receiver!)
         default: report = try await Scenarios.gracefulShutdown(harness)
         }
         verifyChain(harness, &report)
         await checkProjections(harness, &report)
+        await receiver?.stop()
         return report
     }
 
