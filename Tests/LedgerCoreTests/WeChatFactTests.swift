@@ -124,11 +124,47 @@ final class WeChatFactTests: XCTestCase {
         XCTAssertEqual(facts(.object(neither)).map(\.kind), [.unreadable])
     }
 
+    /// Schema 7: a contract change without its own time (SignedTime / UnsignedTime, seed 000 §4.2 /
+    /// §4.4) is placed at the push's CreateTime (§4.2: 消息发送时间, seconds), the basis named in the
+    /// fact's detail — folded, not evidence only. Without CreateTime too it cannot be ordered.
+    func testAContractChangeWithoutItsOwnTimeFallsBackToCreateTimeWithTheBasisNamed() {
+        var signing = W.signing(signed: 0, renewal: 30).objectValue!
+        signing["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "ProductId": .string(W.product),
+                                                    "RenewalDate": .integer(W.d(30))])
+        signing["CreateTime"] = .integer(W.sec(0.5))
+        var unsigning = W.unsigning(unsigned: 1, renewal: 30).objectValue!
+        unsigning["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "ProductId": .string(W.product),
+                                                      "AutoRenewStatus": .integer(0), "RenewalDate": .integer(W.d(30))])
+        unsigning["CreateTime"] = .integer(W.sec(2))
+        for (name, payload, at, field) in [("signing", signing, W.d(0.5), "AppleSubscriptionInfo.SignedTime"),
+                                           ("unsigning", unsigning, W.d(2), "AppleSubscriptionInfo.UnsignedTime")] {
+            let f = facts(.object(payload))
+            XCTAssertEqual(f.map(\.kind), [.renewal], name)
+            XCTAssertEqual(f.first?.signedAt, at, "\(name): placed at CreateTime")
+            XCTAssertEqual(f.first?.details["time_basis"]?.text, "CreateTime", name)
+            XCTAssertEqual(f.first?.details["missing"]?.text, field, name)
+            var neither = payload
+            neither["CreateTime"] = nil
+            let u = facts(.object(neither))
+            XCTAssertEqual(u.map(\.kind), [.unreadable], "\(name) without CreateTime either")
+            XCTAssertTrue(u.first?.details["reason"]?.text?.contains(field) ?? false, "\(u)")
+        }
+        // A push stating its own time names no basis (the ordinary case stays as it was).
+        XCTAssertNil(facts(W.signing(signed: 0, renewal: 30)).first?.details["time_basis"])
+        // Folded: the unsigning placed at CreateTime turns auto-renew off after the signing.
+        let fold = SubscriptionFold(key: SubscriptionKey(environment: "Production", originalTransactionId: W.otid),
+                                    facts: facts(.object(signing)) + facts(.object(unsigning)))
+        XCTAssertEqual(fold.state(at: W.d(1))?.autoRenewStatus, 1)
+        XCTAssertEqual(fold.state(at: W.d(3))?.autoRenewStatus, 0)
+    }
+
     func testPushesThatCannotBeOrderedOrPlacedAreUnreadable() {
         var noSignedTime = W.signing(signed: 0, renewal: 30).objectValue!
         noSignedTime["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "RenewalDate": .integer(W.d(30))])
+        noSignedTime["CreateTime"] = nil
         var noUnsignedTime = W.unsigning(unsigned: 1, renewal: 30).objectValue!
         noUnsignedTime["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "AutoRenewStatus": .integer(0)])
+        noUnsignedTime["CreateTime"] = nil
         var noOrder = W.deliver(order: "O1", paid: 1, renewal: 30).objectValue!
         noOrder["OutTradeNo"] = .string("")
         var noOtid = W.deliver(order: "O1", paid: 1, renewal: 30).objectValue!
@@ -139,8 +175,8 @@ final class WeChatFactTests: XCTestCase {
         var inquiryNoTime = W.inquiry(order: "O1", asked: 2).objectValue!
         inquiryNoTime["refund_time"] = .string("0")
         let cases: [(String, [String: JSONValue], String)] = [
-            ("signing without SignedTime", noSignedTime, "SignedTime"),
-            ("unsigning without UnsignedTime", noUnsignedTime, "UnsignedTime"),
+            ("signing without SignedTime or CreateTime", noSignedTime, "SignedTime"),
+            ("unsigning without UnsignedTime or CreateTime", noUnsignedTime, "UnsignedTime"),
             ("delivery without OutTradeNo", noOrder, "OutTradeNo"),
             ("delivery without OriginalTransactionId", noOtid, "OriginalTransactionId"),
             ("refund naming no order", refundNoOrder, "MchOrderId"),

@@ -368,4 +368,109 @@ final class WeChatRuleTests: XCTestCase {
             }
         }
     }
+
+    // MARK: contract pushes without their own time
+
+    /// Seed 000 §4.2 / §4.4: a signing states SignedTime, an unsigning UnsignedTime; both also carry
+    /// CreateTime (消息发送时间, seconds). A push missing its own time is placed at CreateTime (the
+    /// fact names `time_basis: CreateTime`) and folded — before, it was evidence only and a lost
+    /// unsigning left the contract SIGNED with auto-renew 1. Every order of (signing without
+    /// SignedTime, delivery, unsigning without UnsignedTime): TERMINATED, auto-renew 0, the paid
+    /// period still running.
+    func testContractPushesWithoutTheirOwnTimeFallBackToCreateTimeInEveryOrder() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let base = now - 10 * Self.day, r1 = base + 30 * Self.day
+        func without(_ message: JSONValue, _ field: String) -> JSONValue {
+            guard case .object(var o) = message, case .object(var info)? = o["AppleSubscriptionInfo"] else { fatalError() }
+            info[field] = nil
+            o["AppleSubscriptionInfo"] = .object(info)
+            return .object(o)
+        }
+        try await withService(environment: WeChatSide.environment) { h in
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2]).enumerated() {
+                let otid = String(7_360_000_000_000_000 + i), openId = "oNoTime\(i)"
+                let messages = [
+                    without(WeChatSide.signing(otid: otid, openId: openId, product: product, signed: base, renewal: r1), "SignedTime"),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "NT\(i)-O1", paid: base, create: base + 1000, renewal: r1),
+                    without(WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: base + 2 * Self.day, renewal: r1), "UnsignedTime"),
+                ]
+                for k in order { try await side.push(h, messages[k]) }
+                let label = "\(order)"
+                let c = try await contract(h, openId)
+                XCTAssertEqual(c["authorization_state"] as? String, "TERMINATED", label)
+                XCTAssertEqual((c["apple_subscription_info"] as? [String: Any])?["auto_renew_status"] as? Int, 0, label)
+                let live = try await h.state(otid)
+                XCTAssertEqual(live?["status"] as? String, "active", "the paid period runs to R1: \(label)")
+                XCTAssertEqual(live?["autoRenewStatus"] as? Int, 0, label)
+                // Unsigned at its CreateTime (UnsignedTime + 1 s in the fixture): still on a day before.
+                let before = try await h.state(otid, at: base + Self.day)
+                XCTAssertEqual(before?["autoRenewStatus"] as? Int, 1, label)
+            }
+            let rows = try h.admin.query(
+                "SELECT count(*) AS n FROM facts WHERE schema_version = $1 AND origin = 'wechat' AND kind = 'renewal' AND detail::jsonb->>'time_basis' = 'CreateTime'",
+                [.int64(Int64(FactDecoder.schemaVersion))], name: "placed at CreateTime").first!
+            XCTAssertEqual(try rows.decode(Int64.self, "n"), 12, "6 orders × (signing + unsigning), each naming its basis")
+        }
+    }
+
+    // MARK: conflicting re-pushes
+
+    /// Seed 000 §4.3: a delivery is keyed by OutTradeNo (the ledger's dedupe key `deliver:<OutTradeNo>`);
+    /// WeChat re-pushes the same message until acknowledged. A re-push with *different* content
+    /// under the same key is not the same message: the first copy stays in force (the log is
+    /// append-only), the other is counted and kept as evidence — never dropped without a trace.
+    /// Both arrival orders of two differing copies; an ordinary re-push (same content, new
+    /// CreateTime) counts nothing.
+    func testAConflictingRePushIsCountedAndKeptAsEvidence() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let paid = now - Self.day, rA = now + 29 * Self.day, rB = now + 59 * Self.day
+        try await withService(environment: WeChatSide.environment) { h in
+            for (i, first) in [rA, rB].enumerated() {
+                let second = first == rA ? rB : rA
+                let otid = String(7_370_000_000_000_000 + i), openId = "oConflict\(i)"
+                func copy(_ renewal: EpochMillis, create: EpochMillis) -> JSONValue {
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "CF\(i)", paid: paid, create: create, renewal: renewal)
+                }
+                try await side.push(h, copy(first, create: paid + 1000))
+                try await side.push(h, copy(first, create: paid + 60_000))   // ordinary re-push
+                try await side.push(h, copy(second, create: paid + 120_000))  // conflicting
+                try await side.push(h, copy(second, create: paid + 180_000))  // the same conflict again: kept once
+                let live = try await h.state(otid)
+                XCTAssertEqual((live?["expiresDate"] as? NSNumber)?.int64Value, first, "the first copy stays in force (first \(first))")
+            }
+            let metrics = try await h.metricsText()
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_conflicting_repushes_total", #"event="xpay_goods_deliver_notify""#), 4,
+                           "each conflicting push counted (two per order, the repeat too); identical re-pushes not at all")
+            let kept = try h.admin.query(
+                "SELECT count(*) AS n FROM events WHERE stream_id = $1 AND dedupe_key LIKE 'conflict:deliver:CF%'",
+                [.text(StreamId.wechatUnreadable(event: XPayEventName.goodsDeliver).text)], name: "conflicts kept").first!
+            XCTAssertEqual(try kept.decode(Int64.self, "n"), 2, "each different copy kept once as evidence")
+            let reason = try h.admin.query(
+                "SELECT detail::jsonb->>'reason' AS r FROM facts WHERE kind = 'unreadable' AND stream_id = $1 LIMIT 1",
+                [.text(StreamId.wechatUnreadable(event: XPayEventName.goodsDeliver).text)], name: "conflict reason").first!
+            XCTAssertTrue((try reason.decode(String.self, "r")).contains("differs from the copy first stored under deliver:CF"))
+        }
+    }
+
+    // MARK: a subscription product delivered without AppleSubscriptionInfo
+
+    /// Seed 000 §4.3: AppleSubscriptionInfo is carried by Apple subscription deliveries only
+    /// (苹果订阅场景携带；安卓订阅 / 普通支付不携带). A delivery of a product the catalog lists as a
+    /// subscription (listed, no durationDays) without it grants nothing — so it is counted and
+    /// logged for the operator. A product the catalog does not list, or lists as non-renewing, is
+    /// an ordinary purchase and alerts nobody.
+    func testACatalogSubscriptionProductDeliveredWithoutInfoIsCounted() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let catalog = #"{"products": {"vip_monthly": {"entitlements": ["vip"]}, "vip_season": {"entitlements": ["vip"], "durationDays": 90}}}"#
+        try await withService(environment: WeChatSide.environment, configJSON: catalog) { h in
+            for (n, product) in ["vip_monthly", "coins_100", "vip_season", "vip_monthly"].enumerated() {
+                try await side.push(h, WeChatSide.deliver(otid: nil, openId: "oNoInfo", product: product, order: "NI-\(n)",
+                                                          paid: now - 60_000, create: now, renewal: now))
+            }
+            let metrics = try await h.metricsText()
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_subscription_deliveries_without_info_total"), 2)
+            let e = try await h.entitlements("oNoInfo")
+            XCTAssertEqual(e, [], "an ordinary purchase grants nothing")
+        }
+    }
 }
