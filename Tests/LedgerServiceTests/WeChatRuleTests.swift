@@ -473,4 +473,43 @@ final class WeChatRuleTests: XCTestCase {
             XCTAssertEqual(e, [], "an ordinary purchase grants nothing")
         }
     }
+
+    // MARK: relink after every inquiry
+
+    /// Seed 000 §7.2/§7.3: Apple asks three times in a row, each answer due within 3 s, and the
+    /// asking may arrive while the order's own delivery (§4.3) is being stored. Both posted at the
+    /// same moment, many times over: every inquiry's order stream ends linked to its subscription
+    /// (the inquiry relinks after its commit whatever its decision's read saw; the delivery
+    /// relinks after its own), and the refund case of the order joins the subscription.
+    func testAnInquiryRacingItsDeliveryAlwaysEndsLinked() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let start = now - 2 * Self.day, end = now + 28 * Self.day
+        let rounds = 40
+        try await withService(environment: WeChatSide.environment) { h in
+            let side = self.side, product = self.product
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<rounds {
+                    let otid = String(7_380_000_000_000_000 + i), order = "IRACE-\(i)"
+                    // Half the inquiries name the OutTradeNo, half the delivery's MchOrderNo.
+                    let named = i % 2 == 0 ? order : "mch-" + order
+                    let delivery = WeChatSide.deliver(otid: otid, openId: "oIRace\(i)", product: product, order: order, paid: start,
+                                                      create: start + 1000, renewal: end)
+                    let inquiry = WeChatSide.inquiry(order: named, asked: now - 60_000, orderTime: start, product: product)
+                    group.addTask { try await side.push(h, delivery, i % 3 == 0 ? .xmlPlain : .jsonSecure) }
+                    group.addTask {
+                        let reply = try await side.push(h, inquiry, i % 3 == 1 ? .xmlSecure : .jsonSecure)
+                        XCTAssertNotNil(reply["result_code"], "round \(i): answered")
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for i in 0..<rounds {
+                let order = "IRACE-\(i)"
+                let stream = StreamId.wechatOrder(i % 2 == 0 ? order : "mch-" + order).text
+                XCTAssertEqual(try h.links(of: stream), 1, "round \(i): the inquiry's stream is linked")
+            }
+            let orphans = try await h.app.store.wechat.orphans(recordedBefore: Clock.nowMillis() + 1, limit: 100)
+            XCTAssertEqual(orphans.map(\.stream), [])
+        }
+    }
 }
