@@ -288,6 +288,36 @@ final class WeChatFactTests: XCTestCase {
         XCTAssertEqual(W.state(renewed, at: 35)?.autoRenewStatus, 1)
     }
 
+    /// Seed 000 §4.3: Apple's charges carry no PaidTime in the delivery (only RenewalDate); §4.4:
+    /// the unsigning states UnsignedTime and the current period's end. Apple charges up to 24 h
+    /// early, so the charge of R2 can precede an unsigning that still states R1. Without PaidTime
+    /// the charge happened when the ledger first recorded the order (the push follows the charge
+    /// by seconds). Charge recorded at day 29.2, unsigning at 29.6: the unsigning is the later act
+    /// — auto-renew 0 for good, the paid period R1 → R2 runs — in every order of the facts. If the
+    /// ledger first recorded the charge after the unsigning (day 29.8), the charge is the later act
+    /// and says the contract runs on from its period (auto-renew 1 from day 30).
+    func testAnUnsigningIsComparedWithAChargeWithoutPaidTimeByWhenTheLedgerFirstRecordedIt() {
+        func events(chargeRecorded: Double) -> [RecordedEvent] {
+            [W.event(W.signing(signed: 0, renewal: 30), position: 1),
+             W.event(W.deliver(order: "O1", paid: 0, renewal: 30), position: 2),
+             W.event(W.deliver(order: "O2", paid: chargeRecorded, renewal: 60, payInfo: false), position: 3, recorded: chargeRecorded),
+             W.event(W.unsigning(unsigned: 29.6, renewal: 30), position: 4, recorded: 29.6)]
+        }
+        let early = events(chargeRecorded: 29.2), late = events(chargeRecorded: 29.8)
+        for order in DocumentedScenarioTests.permutations([0, 1, 2, 3]) {
+            let facts = W.facts(order.map { early[$0] })
+            XCTAssertEqual(W.state(facts, at: 29.5)?.autoRenewStatus, 1, "\(order): on until the unsigning")
+            XCTAssertEqual(W.state(facts, at: 29.7)?.autoRenewStatus, 0, "\(order)")
+            let renewed = W.state(facts, at: 45)
+            XCTAssertEqual(renewed?.autoRenewStatus, 0, "\(order): the early charge does not turn it back on")
+            XCTAssertEqual(renewed?.status, .active, "\(order): the paid period R1 → R2 runs")
+            XCTAssertEqual(renewed?.expiresDate, W.d(60), "\(order)")
+            let contrast = W.facts(order.map { late[$0] })
+            XCTAssertEqual(W.state(contrast, at: 29.7)?.autoRenewStatus, 0, "\(order): the unsigning, until the charge's period")
+            XCTAssertEqual(W.state(contrast, at: 45)?.autoRenewStatus, 1, "\(order): charged after the unsigning")
+        }
+    }
+
     func testASigningAloneOpensThePeriodAndADeliveryThenTakesOver() {
         let facts = W.facts([W.event(W.signing(signed: 0, renewal: 7), position: 1)])
         let trial = W.state(facts, at: 3)
