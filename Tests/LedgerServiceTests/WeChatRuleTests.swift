@@ -455,10 +455,10 @@ final class WeChatRuleTests: XCTestCase {
     // MARK: a subscription product delivered without AppleSubscriptionInfo
 
     /// Seed 000 §4.3: AppleSubscriptionInfo is carried by Apple subscription deliveries only
-    /// (苹果订阅场景携带；安卓订阅 / 普通支付不携带). A delivery of a product the catalog lists as a
-    /// subscription (listed, no durationDays) without it grants nothing — so it is counted and
-    /// logged for the operator. A product the catalog does not list, or lists as non-renewing, is
-    /// an ordinary purchase and alerts nobody.
+    /// (苹果订阅场景携带；安卓订阅 / 普通支付不携带). A delivery of a product the catalog lists (it
+    /// grants entitlements: auto-renewing, or for durationDays) without it grants nothing — so it
+    /// is counted and logged for the operator. A product the catalog does not list is an ordinary
+    /// purchase and alerts nobody; with the default catalog nothing alerts.
     func testACatalogSubscriptionProductDeliveredWithoutInfoIsCounted() async throws {
         let now = WeChatSide.nowSeconds() * 1000
         let catalog = #"{"products": {"vip_monthly": {"entitlements": ["vip"]}, "vip_season": {"entitlements": ["vip"], "durationDays": 90}}}"#
@@ -468,9 +468,17 @@ final class WeChatRuleTests: XCTestCase {
                                                           paid: now - 60_000, create: now, renewal: now))
             }
             let metrics = try await h.metricsText()
-            XCTAssertEqual(metricValue(metrics, "ledger_wechat_subscription_deliveries_without_info_total"), 2)
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_subscription_deliveries_without_info_total"), 3,
+                           "vip_monthly twice and vip_season; coins_100 is not listed")
             let e = try await h.entitlements("oNoInfo")
             XCTAssertEqual(e, [], "an ordinary purchase grants nothing")
+        }
+        try await withService(environment: WeChatSide.environment) { h in
+            try await side.push(h, WeChatSide.deliver(otid: nil, openId: "oNoInfo", product: "vip_monthly", order: "NI-default",
+                                                      paid: now - 60_000, create: now, renewal: now))
+            let metrics = try await h.metricsText()
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_subscription_deliveries_without_info_total") ?? 0, 0,
+                           "the default catalog says nothing about which products grant access")
         }
     }
 

@@ -147,16 +147,16 @@ extension WeChatPushDesk {
     }
 
     /// A delivery without AppleSubscriptionInfo is an ordinary purchase (seed 000 §4.3: only Apple
-    /// subscription deliveries carry it) and grants nothing. When its product is one the catalog
-    /// lists as a subscription (listed, no `durationDays`: not a non-renewing product) the customer
-    /// paid for access the ledger cannot give: counted
+    /// subscription deliveries carry it) and grants nothing. When its product is one the configured
+    /// catalog lists (it grants entitlements: a subscription product, auto-renewing or with
+    /// `durationDays`) the customer paid for access the ledger cannot give: counted
     /// (`ledger_wechat_subscription_deliveries_without_info_total`) and logged for the operator, the
     /// push stored as the ordinary purchase it reads as. The default catalog (every product named
-    /// after itself) says nothing about which products are subscriptions, so it alerts on none.
+    /// after itself) says nothing about which products grant access, so it alerts on none.
     private func noticeSubscriptionProductWithoutInfo(_ note: XPayNotification) {
         guard note.isReadable, case .goodsDelivery(let d) = note.message, d.subscription == nil, let product = d.productId else { return }
         let catalog = store.configuration.catalog
-        guard !catalog.grantsProductIds, let listed = catalog.products[product], listed.durationDays == nil else { return }
+        guard !catalog.grantsProductIds, catalog.products[product] != nil else { return }
         metrics.increment("ledger_wechat_subscription_deliveries_without_info_total")
         log.warn("a WeChat delivery of a catalog subscription product has no AppleSubscriptionInfo; stored as an ordinary purchase, it grants nothing",
                  ["product_id": String(product.prefix(128)), "order": String((d.outTradeNo ?? "-").prefix(128))])
