@@ -332,6 +332,71 @@ final class WeChatRuleTests: XCTestCase {
         }
     }
 
+    /// As above, the product's period taken from the catalog (`durationDays`, the rule's first
+    /// basis). Seed 000 §4.3: Apple payments carry no PaidTime, and §4.2's signing push comes only
+    /// on the first signing — so a yearly product without a signing push in the ledger has no
+    /// period any message states. Catalog `vip_yearly` 366 days; deliveries without PaidTime:
+    /// D1 sent at c1 → R1 = c1 + 365 d, a lapse, D2 sent at c2 = now − 10 d → R2 = c2 + 365 d.
+    /// Every order of (D1, D2, an inquiry about D2 asked an hour after its charge):
+    /// - c1 + 10 d: active on D1 (from its send time; without the catalog it started 31 days
+    ///   before R1, 334 days late);
+    /// - now − 60 d (inside the lapse): expired (without the catalog D2 started at R1: backdated);
+    /// - now: active on D2 to R2, placed at R2 − 366 d, basis `renewal_date_minus_catalog_duration`;
+    /// - the inquiry: a short use from that start.
+    func testARenewalAfterALapseIsPlacedByTheCatalogsDurationInEveryOrder() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let c1 = now - 500 * Self.day, r1 = c1 + 365 * Self.day
+        let c2 = now - 10 * Self.day, r2 = c2 + 365 * Self.day
+        let asked = c2 + 3_600_000
+        let catalog = #"{"products": {"vip_yearly": {"entitlements": ["vip"], "durationDays": 366}}}"#
+        try await withService(environment: WeChatSide.environment, configJSON: catalog) { h in
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2]).enumerated() {
+                let otid = String(7_390_000_000_000_000 + i), openId = "oYearly\(i)", o2 = "YR\(i)-O2"
+                let messages = [
+                    WeChatSide.deliver(otid: otid, openId: openId, product: "vip_yearly", order: "YR\(i)-O1", paid: nil, create: c1, renewal: r1),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: "vip_yearly", order: o2, paid: nil, create: c2, renewal: r2),
+                    WeChatSide.inquiry(order: o2, asked: asked, orderTime: c2, product: "vip_yearly"),
+                ]
+                var reply: [String: String] = [:]
+                for k in order {
+                    let r = try await side.push(h, messages[k])
+                    if k == 2 { reply = r }
+                }
+                let label = "\(order)"
+                if order.firstIndex(of: 1)! < order.firstIndex(of: 2)! {
+                    let evidence = try JSONValue(json: Data((reply["evidence"] ?? "").utf8))
+                    XCTAssertEqual(evidence.text("rule"), "short_use", label)
+                    let delivery = evidence["facts"]?["ledger_delivery"]
+                    if order.firstIndex(of: 0)! < order.firstIndex(of: 2)! {
+                        // R1 known: D2 would start there (a lapse earlier), the catalog's period bounds it.
+                        XCTAssertEqual(delivery?.text("delivered_at_basis"), "renewal_date_minus_catalog_duration", label)
+                        XCTAssertEqual(delivery?.int64("delivered_at"), r2 - 366 * Self.day, label)
+                    } else {
+                        // Nothing before D2 yet: its send time, within the catalog's period.
+                        XCTAssertEqual(delivery?.text("delivered_at_basis"), "CreateTime", label)
+                        XCTAssertEqual(delivery?.int64("delivered_at"), c2, label)
+                    }
+                }
+                let first = try await h.state(otid, at: c1 + 10 * Self.day)
+                XCTAssertEqual(first?["status"] as? String, "active", "the first year runs from its charge: \(label)")
+                XCTAssertEqual(first?["latestTransactionId"] as? String, "YR\(i)-O1", label)
+                let lapse = try await h.state(otid, at: now - 60 * Self.day)
+                XCTAssertEqual(lapse?["status"] as? String, "expired", "inside the lapse: \(label)")
+                let live = try await h.state(otid)
+                XCTAssertEqual(live?["status"] as? String, "active", label)
+                XCTAssertEqual((live?["expiresDate"] as? NSNumber)?.int64Value, r2, label)
+                let entitled = try await h.entitlements(openId, at: now - 60 * Self.day)
+                XCTAssertEqual(entitled, [], "no entitlement inside the lapse: \(label)")
+                let now = try await h.entitlements(openId)
+                XCTAssertEqual(now, ["vip"], label)
+            }
+            // A rebuild folds with the same catalog: the same answers.
+            try await h.rebuild()
+            let again = try await h.state(String(7_390_000_000_000_000), at: now - 60 * Self.day)
+            XCTAssertEqual(again?["status"] as? String, "expired", "after a rebuild")
+        }
+    }
+
     // MARK: rule 3 — an unsigning after an early renewal charge
 
     /// Apple charges a renewal up to 24 h before the period ends (the delivery, seed 000 §4.3,

@@ -352,7 +352,8 @@ extension WeChatPushDesk {
             RefundCaseFold.cases(from: inputs.customerFacts).filter { $0.openId == customer }
         } ?? []
         let facts = try RefundEvidence.facts(for: inquiry, known: inputs.known, customerRefundCases: cases,
-                                             deliveryRawSHA256: { inputs.rawSHA256[$0] })
+                                             deliveryRawSHA256: { inputs.rawSHA256[$0] },
+                                             catalogPeriods: store.configuration.catalog.periods)
         return policy.decide(facts, policyDigest: policyDigest)
     }
 

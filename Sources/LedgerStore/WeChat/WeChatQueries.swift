@@ -76,6 +76,8 @@ public struct RefundDecisionInputs: Sendable {
 /// LedgerStore's WeChat reads and the plaintext nonce memory (`store.wechat`).
 public struct WeChatQueries: Sendable {
     let pool: ConnectionPool
+    /// The catalog's periods (`SubscriptionFold.catalogPeriods`) for the contracts it folds.
+    var catalogPeriods: [String: EpochMillis] = [:]
 
     // MARK: the alias index
 
