@@ -283,7 +283,12 @@ extension WeChatPushDesk {
                                  headers: [("Retry-After", "1")])
         }
         try await markNonceOfDuplicate(nonceHash, note.push.nonce, outcomes[0])
-        try await keepConflictingRepush(note, outcomes[0])
+        // The answer is stored and WeChat is waiting (3 s): keeping a conflicting copy of the asking
+        // must not cost the reply — a failure is logged (the trace), not answered.
+        do { try await keepConflictingRepush(note, outcomes[0]) } catch {
+            log.warn("a conflicting re-push of a refund inquiry could not be kept as evidence; its answer is sent",
+                     ["stream": note.stream, "error": "\(error)"])
+        }
         if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
            let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
             // A concurrent copy of this asking stored its answer first: that one, word for word.
