@@ -187,6 +187,20 @@ struct WeChatScript {
                 }
             }
             guard on, !tags.contains("signed-not-delivered") else { break }
+            if rng.chance(0.1) {
+                // Apple charges a renewal up to 24 h before the period ends (issue 20); the user
+                // unsigns after that charge, the unsigning still stating the period it ends (seed
+                // 000 §4.4: 当前订阅周期的结束时间). By when each happened the unsigning is the later
+                // act: auto-renew 0 from it, the early-charged period still runs to its end.
+                let early = Self.seconds(renewalDate - rng.int(2...23) * DiffTime.hour)
+                let u = Self.seconds(early + rng.int(1...60) * DiffTime.minute)
+                if early > t + DiffTime.minute, u < renewalDate, u <= horizon {
+                    _ = order(product: product, paid: early, renewalDate: renewalDate + period, mayOmitPayInfo: false)
+                    unsign(at: u, renewalDate: renewalDate, product: product)
+                    tags.insert("early-unsigning")
+                    break outer
+                }
+            }
             let paid = Self.seconds(renewalDate) + rng.int(0...600) * 1000
             if paid > horizon { break }
             _ = order(product: product, paid: paid, renewalDate: renewalDate + period)
