@@ -130,14 +130,14 @@ public final class Store: Sendable {
         chain = ChainStore(pool: pool)
         longReads = LongReads(connections: connections, settings: configuration.longReads)
         refundCases = RefundCaseQueries(pool: pool, longReads: longReads)
-        reports = ReportQueries(pool: pool, longReads: longReads)
+        reports = ReportQueries(pool: pool, longReads: longReads, catalogPeriods: configuration.catalog.periods)
         primaryReads = Reads(source: .primary, projections: projections, refunds: refunds, events: events)
         replica = configuration.readDatabaseURL.map {
             ReadReplica(conninfo: $0, poolSize: configuration.poolSize, acquireTimeout: configuration.acquireTimeout,
                         catalog: configuration.catalog, maxLag: configuration.replicaMaxLag)
         }
         reconciliation = ReconciliationStore(pool: pool, connections: connections)
-        wechat = WeChatQueries(pool: pool)
+        wechat = WeChatQueries(pool: pool, catalogPeriods: configuration.catalog.periods)
         webhookEndpoints = WebhookEndpointStore(pool: pool)
         webhookEvents = WebhookEventStore(pool: pool)
     }

@@ -123,7 +123,7 @@ public struct XPayNotification: Sendable {
 
     /// An event name as a stream's last part: WeChat's names are short identifiers; anything else
     /// (a sender's invention, a corrupt value) shares one bucket rather than naming a stream.
-    static func bucket(_ name: String?) -> String? {
+    public static func bucket(_ name: String?) -> String? {
         guard let name else { return nil }
         let ok = !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy { b in
             (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2E || b == 0x2D
@@ -139,6 +139,24 @@ public struct XPayNotification: Sendable {
     }
 
     public var isReadable: Bool { unreadableReason == nil }
+
+    /// Dedupe-key prefix of a conflicting re-push kept as evidence (`conflictEvidence`).
+    public static let conflictKeyPrefix = "conflict:"
+
+    /// A re-push stored under a key already holding a message with other content (the key is
+    /// WeChat's own id, e.g. `deliver:<OutTradeNo>`, so WeChat sent two different messages for one
+    /// thing): the event that keeps this copy as evidence — in `wechat:unreadable:<event>`, key
+    /// `conflict:<key>:sha256:<content hash>`, so each different copy is kept once and folds
+    /// nothing (the first copy stays in force: the log is append-only). Nil when `storedPayload`
+    /// is the same message (an ordinary re-push; CreateTime and RetryTimes aside, in any format).
+    public func conflictEvidence(storedPayload: Data) -> NewEvent? {
+        guard isReadable, let stored = try? JSONValue(json: storedPayload) else { return nil }
+        let hash = Self.contentHash(push.message)
+        guard Self.contentHash(stored) != hash else { return nil }
+        return NewEvent(streamId: StreamId.wechatUnreadable(event: Self.bucket(push.event ?? push.msgType)).text,
+                        dedupeKey: Self.conflictKeyPrefix + dedupeKey + ":sha256:" + hash, source: .wechat,
+                        type: push.event ?? push.msgType ?? "unknown", payload: push.payload, raw: push.raw)
+    }
 
     /// The subscription stream this push states itself (signing, delivery, unsigning), if any.
     public var subscriptionStream: String? {
@@ -174,8 +192,9 @@ public struct XPayNotification: Sendable {
     public var signedAt: EpochMillis? {
         let createMs = push.message.int64("CreateTime").flatMap(epochMillis(seconds:))
         switch message {
-        case .signingResult(let s): return s.subscription.signedTime
-        case .unsigning(let u): return u.subscription.unsignedTime
+        // A contract change without its own time is placed at CreateTime, as its fact is.
+        case .signingResult(let s): return s.subscription.signedTime ?? createMs
+        case .unsigning(let u): return u.subscription.unsignedTime ?? createMs
         case .goodsDelivery(let d): return d.paidTime.flatMap(epochMillis(seconds:)) ?? createMs
         case .refundInquiry(let q): return q.refundTime.flatMap(epochMillis(seconds:))
         case .refundOutcome(let r): return (r.refundSuccTimestamp ?? r.refundStartTimestamp).flatMap(epochMillis(seconds:)) ?? createMs

@@ -124,11 +124,47 @@ final class WeChatFactTests: XCTestCase {
         XCTAssertEqual(facts(.object(neither)).map(\.kind), [.unreadable])
     }
 
+    /// Schema 7: a contract change without its own time (SignedTime / UnsignedTime, seed 000 §4.2 /
+    /// §4.4) is placed at the push's CreateTime (§4.2: 消息发送时间, seconds), the basis named in the
+    /// fact's detail — folded, not evidence only. Without CreateTime too it cannot be ordered.
+    func testAContractChangeWithoutItsOwnTimeFallsBackToCreateTimeWithTheBasisNamed() {
+        var signing = W.signing(signed: 0, renewal: 30).objectValue!
+        signing["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "ProductId": .string(W.product),
+                                                    "RenewalDate": .integer(W.d(30))])
+        signing["CreateTime"] = .integer(W.sec(0.5))
+        var unsigning = W.unsigning(unsigned: 1, renewal: 30).objectValue!
+        unsigning["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "ProductId": .string(W.product),
+                                                      "AutoRenewStatus": .integer(0), "RenewalDate": .integer(W.d(30))])
+        unsigning["CreateTime"] = .integer(W.sec(2))
+        for (name, payload, at, field) in [("signing", signing, W.d(0.5), "AppleSubscriptionInfo.SignedTime"),
+                                           ("unsigning", unsigning, W.d(2), "AppleSubscriptionInfo.UnsignedTime")] {
+            let f = facts(.object(payload))
+            XCTAssertEqual(f.map(\.kind), [.renewal], name)
+            XCTAssertEqual(f.first?.signedAt, at, "\(name): placed at CreateTime")
+            XCTAssertEqual(f.first?.details["time_basis"]?.text, "CreateTime", name)
+            XCTAssertEqual(f.first?.details["missing"]?.text, field, name)
+            var neither = payload
+            neither["CreateTime"] = nil
+            let u = facts(.object(neither))
+            XCTAssertEqual(u.map(\.kind), [.unreadable], "\(name) without CreateTime either")
+            XCTAssertTrue(u.first?.details["reason"]?.text?.contains(field) ?? false, "\(u)")
+        }
+        // A push stating its own time names no basis (the ordinary case stays as it was).
+        XCTAssertNil(facts(W.signing(signed: 0, renewal: 30)).first?.details["time_basis"])
+        // Folded: the unsigning placed at CreateTime turns auto-renew off after the signing.
+        let fold = SubscriptionFold(key: SubscriptionKey(environment: "Production", originalTransactionId: W.otid),
+                                    facts: facts(.object(signing)) + facts(.object(unsigning)))
+        XCTAssertEqual(fold.state(at: W.d(1))?.autoRenewStatus, 1)
+        XCTAssertEqual(fold.state(at: W.d(3))?.autoRenewStatus, 0)
+    }
+
     func testPushesThatCannotBeOrderedOrPlacedAreUnreadable() {
         var noSignedTime = W.signing(signed: 0, renewal: 30).objectValue!
         noSignedTime["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "RenewalDate": .integer(W.d(30))])
+        noSignedTime["CreateTime"] = nil
         var noUnsignedTime = W.unsigning(unsigned: 1, renewal: 30).objectValue!
         noUnsignedTime["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string(W.otid), "AutoRenewStatus": .integer(0)])
+        noUnsignedTime["CreateTime"] = nil
         var noOrder = W.deliver(order: "O1", paid: 1, renewal: 30).objectValue!
         noOrder["OutTradeNo"] = .string("")
         var noOtid = W.deliver(order: "O1", paid: 1, renewal: 30).objectValue!
@@ -139,8 +175,8 @@ final class WeChatFactTests: XCTestCase {
         var inquiryNoTime = W.inquiry(order: "O1", asked: 2).objectValue!
         inquiryNoTime["refund_time"] = .string("0")
         let cases: [(String, [String: JSONValue], String)] = [
-            ("signing without SignedTime", noSignedTime, "SignedTime"),
-            ("unsigning without UnsignedTime", noUnsignedTime, "UnsignedTime"),
+            ("signing without SignedTime or CreateTime", noSignedTime, "SignedTime"),
+            ("unsigning without UnsignedTime or CreateTime", noUnsignedTime, "UnsignedTime"),
             ("delivery without OutTradeNo", noOrder, "OutTradeNo"),
             ("delivery without OriginalTransactionId", noOtid, "OriginalTransactionId"),
             ("refund naming no order", refundNoOrder, "MchOrderId"),
@@ -250,6 +286,36 @@ final class WeChatFactTests: XCTestCase {
         // A delivery of the *next* period does say the contract runs on.
         let renewed = facts + W.facts([W.event(W.deliver(order: "O2", paid: 30, renewal: 60), position: 5)])
         XCTAssertEqual(W.state(renewed, at: 35)?.autoRenewStatus, 1)
+    }
+
+    /// Seed 000 §4.3: Apple's charges carry no PaidTime in the delivery (only RenewalDate); §4.4:
+    /// the unsigning states UnsignedTime and the current period's end. Apple charges up to 24 h
+    /// early, so the charge of R2 can precede an unsigning that still states R1. Without PaidTime
+    /// the charge happened when the ledger first recorded the order (the push follows the charge
+    /// by seconds). Charge recorded at day 29.2, unsigning at 29.6: the unsigning is the later act
+    /// — auto-renew 0 for good, the paid period R1 → R2 runs — in every order of the facts. If the
+    /// ledger first recorded the charge after the unsigning (day 29.8), the charge is the later act
+    /// and says the contract runs on from its period (auto-renew 1 from day 30).
+    func testAnUnsigningIsComparedWithAChargeWithoutPaidTimeByWhenTheLedgerFirstRecordedIt() {
+        func events(chargeRecorded: Double) -> [RecordedEvent] {
+            [W.event(W.signing(signed: 0, renewal: 30), position: 1),
+             W.event(W.deliver(order: "O1", paid: 0, renewal: 30), position: 2),
+             W.event(W.deliver(order: "O2", paid: chargeRecorded, renewal: 60, payInfo: false), position: 3, recorded: chargeRecorded),
+             W.event(W.unsigning(unsigned: 29.6, renewal: 30), position: 4, recorded: 29.6)]
+        }
+        let early = events(chargeRecorded: 29.2), late = events(chargeRecorded: 29.8)
+        for order in DocumentedScenarioTests.permutations([0, 1, 2, 3]) {
+            let facts = W.facts(order.map { early[$0] })
+            XCTAssertEqual(W.state(facts, at: 29.5)?.autoRenewStatus, 1, "\(order): on until the unsigning")
+            XCTAssertEqual(W.state(facts, at: 29.7)?.autoRenewStatus, 0, "\(order)")
+            let renewed = W.state(facts, at: 45)
+            XCTAssertEqual(renewed?.autoRenewStatus, 0, "\(order): the early charge does not turn it back on")
+            XCTAssertEqual(renewed?.status, .active, "\(order): the paid period R1 → R2 runs")
+            XCTAssertEqual(renewed?.expiresDate, W.d(60), "\(order)")
+            let contrast = W.facts(order.map { late[$0] })
+            XCTAssertEqual(W.state(contrast, at: 29.7)?.autoRenewStatus, 0, "\(order): the unsigning, until the charge's period")
+            XCTAssertEqual(W.state(contrast, at: 45)?.autoRenewStatus, 1, "\(order): charged after the unsigning")
+        }
     }
 
     func testASigningAloneOpensThePeriodAndADeliveryThenTakesOver() {

@@ -332,6 +332,71 @@ final class WeChatRuleTests: XCTestCase {
         }
     }
 
+    /// As above, the product's period taken from the catalog (`durationDays`, the rule's first
+    /// basis). Seed 000 §4.3: Apple payments carry no PaidTime, and §4.2's signing push comes only
+    /// on the first signing — so a yearly product without a signing push in the ledger has no
+    /// period any message states. Catalog `vip_yearly` 366 days; deliveries without PaidTime:
+    /// D1 sent at c1 → R1 = c1 + 365 d, a lapse, D2 sent at c2 = now − 10 d → R2 = c2 + 365 d.
+    /// Every order of (D1, D2, an inquiry about D2 asked an hour after its charge):
+    /// - c1 + 10 d: active on D1 (from its send time; without the catalog it started 31 days
+    ///   before R1, 334 days late);
+    /// - now − 60 d (inside the lapse): expired (without the catalog D2 started at R1: backdated);
+    /// - now: active on D2 to R2, placed at R2 − 366 d, basis `renewal_date_minus_catalog_duration`;
+    /// - the inquiry: a short use from that start.
+    func testARenewalAfterALapseIsPlacedByTheCatalogsDurationInEveryOrder() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let c1 = now - 500 * Self.day, r1 = c1 + 365 * Self.day
+        let c2 = now - 10 * Self.day, r2 = c2 + 365 * Self.day
+        let asked = c2 + 3_600_000
+        let catalog = #"{"products": {"vip_yearly": {"entitlements": ["vip"], "durationDays": 366}}}"#
+        try await withService(environment: WeChatSide.environment, configJSON: catalog) { h in
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2]).enumerated() {
+                let otid = String(7_390_000_000_000_000 + i), openId = "oYearly\(i)", o2 = "YR\(i)-O2"
+                let messages = [
+                    WeChatSide.deliver(otid: otid, openId: openId, product: "vip_yearly", order: "YR\(i)-O1", paid: nil, create: c1, renewal: r1),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: "vip_yearly", order: o2, paid: nil, create: c2, renewal: r2),
+                    WeChatSide.inquiry(order: o2, asked: asked, orderTime: c2, product: "vip_yearly"),
+                ]
+                var reply: [String: String] = [:]
+                for k in order {
+                    let r = try await side.push(h, messages[k])
+                    if k == 2 { reply = r }
+                }
+                let label = "\(order)"
+                if order.firstIndex(of: 1)! < order.firstIndex(of: 2)! {
+                    let evidence = try JSONValue(json: Data((reply["evidence"] ?? "").utf8))
+                    XCTAssertEqual(evidence.text("rule"), "short_use", label)
+                    let delivery = evidence["facts"]?["ledger_delivery"]
+                    if order.firstIndex(of: 0)! < order.firstIndex(of: 2)! {
+                        // R1 known: D2 would start there (a lapse earlier), the catalog's period bounds it.
+                        XCTAssertEqual(delivery?.text("delivered_at_basis"), "renewal_date_minus_catalog_duration", label)
+                        XCTAssertEqual(delivery?.int64("delivered_at"), r2 - 366 * Self.day, label)
+                    } else {
+                        // Nothing before D2 yet: its send time, within the catalog's period.
+                        XCTAssertEqual(delivery?.text("delivered_at_basis"), "CreateTime", label)
+                        XCTAssertEqual(delivery?.int64("delivered_at"), c2, label)
+                    }
+                }
+                let first = try await h.state(otid, at: c1 + 10 * Self.day)
+                XCTAssertEqual(first?["status"] as? String, "active", "the first year runs from its charge: \(label)")
+                XCTAssertEqual(first?["latestTransactionId"] as? String, "YR\(i)-O1", label)
+                let lapse = try await h.state(otid, at: now - 60 * Self.day)
+                XCTAssertEqual(lapse?["status"] as? String, "expired", "inside the lapse: \(label)")
+                let live = try await h.state(otid)
+                XCTAssertEqual(live?["status"] as? String, "active", label)
+                XCTAssertEqual((live?["expiresDate"] as? NSNumber)?.int64Value, r2, label)
+                let entitled = try await h.entitlements(openId, at: now - 60 * Self.day)
+                XCTAssertEqual(entitled, [], "no entitlement inside the lapse: \(label)")
+                let now = try await h.entitlements(openId)
+                XCTAssertEqual(now, ["vip"], label)
+            }
+            // A rebuild folds with the same catalog: the same answers.
+            try await h.rebuild()
+            let again = try await h.state(String(7_390_000_000_000_000), at: now - 60 * Self.day)
+            XCTAssertEqual(again?["status"] as? String, "expired", "after a rebuild")
+        }
+    }
+
     // MARK: rule 3 — an unsigning after an early renewal charge
 
     /// Apple charges a renewal up to 24 h before the period ends (the delivery, seed 000 §4.3,
@@ -366,6 +431,158 @@ final class WeChatRuleTests: XCTestCase {
                 let beforeUnsigning = try await h.state(otid, at: unsigned - 3_600_000)
                 XCTAssertEqual(beforeUnsigning?["autoRenewStatus"] as? Int, 1, "auto-renew was on until the unsigning: \(label)")
             }
+        }
+    }
+
+    // MARK: contract pushes without their own time
+
+    /// Seed 000 §4.2 / §4.4: a signing states SignedTime, an unsigning UnsignedTime; both also carry
+    /// CreateTime (消息发送时间, seconds). A push missing its own time is placed at CreateTime (the
+    /// fact names `time_basis: CreateTime`) and folded — before, it was evidence only and a lost
+    /// unsigning left the contract SIGNED with auto-renew 1. Every order of (signing without
+    /// SignedTime, delivery, unsigning without UnsignedTime): TERMINATED, auto-renew 0, the paid
+    /// period still running.
+    func testContractPushesWithoutTheirOwnTimeFallBackToCreateTimeInEveryOrder() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let base = now - 10 * Self.day, r1 = base + 30 * Self.day
+        func without(_ message: JSONValue, _ field: String) -> JSONValue {
+            guard case .object(var o) = message, case .object(var info)? = o["AppleSubscriptionInfo"] else { fatalError() }
+            info[field] = nil
+            o["AppleSubscriptionInfo"] = .object(info)
+            return .object(o)
+        }
+        try await withService(environment: WeChatSide.environment) { h in
+            for (i, order) in WeChatEveryOrderTests.permutations([0, 1, 2]).enumerated() {
+                let otid = String(7_360_000_000_000_000 + i), openId = "oNoTime\(i)"
+                let messages = [
+                    without(WeChatSide.signing(otid: otid, openId: openId, product: product, signed: base, renewal: r1), "SignedTime"),
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "NT\(i)-O1", paid: base, create: base + 1000, renewal: r1),
+                    without(WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: base + 2 * Self.day, renewal: r1), "UnsignedTime"),
+                ]
+                for k in order { try await side.push(h, messages[k]) }
+                let label = "\(order)"
+                let c = try await contract(h, openId)
+                XCTAssertEqual(c["authorization_state"] as? String, "TERMINATED", label)
+                XCTAssertEqual((c["apple_subscription_info"] as? [String: Any])?["auto_renew_status"] as? Int, 0, label)
+                let live = try await h.state(otid)
+                XCTAssertEqual(live?["status"] as? String, "active", "the paid period runs to R1: \(label)")
+                XCTAssertEqual(live?["autoRenewStatus"] as? Int, 0, label)
+                // Unsigned at its CreateTime (UnsignedTime + 1 s in the fixture): still on a day before.
+                let before = try await h.state(otid, at: base + Self.day)
+                XCTAssertEqual(before?["autoRenewStatus"] as? Int, 1, label)
+            }
+            let rows = try h.admin.query(
+                "SELECT count(*) AS n FROM facts WHERE schema_version = $1 AND origin = 'wechat' AND kind = 'renewal' AND detail::jsonb->>'time_basis' = 'CreateTime'",
+                [.int64(Int64(FactDecoder.schemaVersion))], name: "placed at CreateTime").first!
+            XCTAssertEqual(try rows.decode(Int64.self, "n"), 12, "6 orders × (signing + unsigning), each naming its basis")
+        }
+    }
+
+    // MARK: conflicting re-pushes
+
+    /// Seed 000 §4.3: a delivery is keyed by OutTradeNo (the ledger's dedupe key `deliver:<OutTradeNo>`);
+    /// WeChat re-pushes the same message until acknowledged. A re-push with *different* content
+    /// under the same key is not the same message: the first copy stays in force (the log is
+    /// append-only), the other is counted and kept as evidence — never dropped without a trace.
+    /// Both arrival orders of two differing copies; an ordinary re-push (same content, new
+    /// CreateTime) counts nothing.
+    func testAConflictingRePushIsCountedAndKeptAsEvidence() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let paid = now - Self.day, rA = now + 29 * Self.day, rB = now + 59 * Self.day
+        try await withService(environment: WeChatSide.environment) { h in
+            for (i, first) in [rA, rB].enumerated() {
+                let second = first == rA ? rB : rA
+                let otid = String(7_370_000_000_000_000 + i), openId = "oConflict\(i)"
+                func copy(_ renewal: EpochMillis, create: EpochMillis) -> JSONValue {
+                    WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "CF\(i)", paid: paid, create: create, renewal: renewal)
+                }
+                try await side.push(h, copy(first, create: paid + 1000))
+                try await side.push(h, copy(first, create: paid + 60_000))   // ordinary re-push
+                try await side.push(h, copy(second, create: paid + 120_000))  // conflicting
+                try await side.push(h, copy(second, create: paid + 180_000))  // the same conflict again: kept once
+                let live = try await h.state(otid)
+                XCTAssertEqual((live?["expiresDate"] as? NSNumber)?.int64Value, first, "the first copy stays in force (first \(first))")
+            }
+            let metrics = try await h.metricsText()
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_conflicting_repushes_total", #"event="xpay_goods_deliver_notify""#), 4,
+                           "each conflicting push counted (two per order, the repeat too); identical re-pushes not at all")
+            let kept = try h.admin.query(
+                "SELECT count(*) AS n FROM events WHERE stream_id = $1 AND dedupe_key LIKE 'conflict:deliver:CF%'",
+                [.text(StreamId.wechatUnreadable(event: XPayEventName.goodsDeliver).text)], name: "conflicts kept").first!
+            XCTAssertEqual(try kept.decode(Int64.self, "n"), 2, "each different copy kept once as evidence")
+            let reason = try h.admin.query(
+                "SELECT detail::jsonb->>'reason' AS r FROM facts WHERE kind = 'unreadable' AND stream_id = $1 LIMIT 1",
+                [.text(StreamId.wechatUnreadable(event: XPayEventName.goodsDeliver).text)], name: "conflict reason").first!
+            XCTAssertTrue((try reason.decode(String.self, "r")).contains("differs from the copy first stored under deliver:CF"))
+        }
+    }
+
+    // MARK: a subscription product delivered without AppleSubscriptionInfo
+
+    /// Seed 000 §4.3: AppleSubscriptionInfo is carried by Apple subscription deliveries only
+    /// (苹果订阅场景携带；安卓订阅 / 普通支付不携带). A delivery of a product the catalog lists (it
+    /// grants entitlements: auto-renewing, or for durationDays) without it grants nothing — so it
+    /// is counted and logged for the operator. A product the catalog does not list is an ordinary
+    /// purchase and alerts nobody; with the default catalog nothing alerts.
+    func testACatalogSubscriptionProductDeliveredWithoutInfoIsCounted() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let catalog = #"{"products": {"vip_monthly": {"entitlements": ["vip"]}, "vip_season": {"entitlements": ["vip"], "durationDays": 90}}}"#
+        try await withService(environment: WeChatSide.environment, configJSON: catalog) { h in
+            for (n, product) in ["vip_monthly", "coins_100", "vip_season", "vip_monthly"].enumerated() {
+                try await side.push(h, WeChatSide.deliver(otid: nil, openId: "oNoInfo", product: product, order: "NI-\(n)",
+                                                          paid: now - 60_000, create: now, renewal: now))
+            }
+            let metrics = try await h.metricsText()
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_subscription_deliveries_without_info_total"), 3,
+                           "vip_monthly twice and vip_season; coins_100 is not listed")
+            let e = try await h.entitlements("oNoInfo")
+            XCTAssertEqual(e, [], "an ordinary purchase grants nothing")
+        }
+        try await withService(environment: WeChatSide.environment) { h in
+            try await side.push(h, WeChatSide.deliver(otid: nil, openId: "oNoInfo", product: "vip_monthly", order: "NI-default",
+                                                      paid: now - 60_000, create: now, renewal: now))
+            let metrics = try await h.metricsText()
+            XCTAssertEqual(metricValue(metrics, "ledger_wechat_subscription_deliveries_without_info_total") ?? 0, 0,
+                           "the default catalog says nothing about which products grant access")
+        }
+    }
+
+    // MARK: relink after every inquiry
+
+    /// Seed 000 §7.2/§7.3: Apple asks three times in a row, each answer due within 3 s, and the
+    /// asking may arrive while the order's own delivery (§4.3) is being stored. Both posted at the
+    /// same moment, many times over: every inquiry's order stream ends linked to its subscription
+    /// (the inquiry relinks after its commit whatever its decision's read saw; the delivery
+    /// relinks after its own), and the refund case of the order joins the subscription.
+    func testAnInquiryRacingItsDeliveryAlwaysEndsLinked() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let start = now - 2 * Self.day, end = now + 28 * Self.day
+        let rounds = 40
+        try await withService(environment: WeChatSide.environment) { h in
+            let side = self.side, product = self.product
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<rounds {
+                    let otid = String(7_380_000_000_000_000 + i), order = "IRACE-\(i)"
+                    // Half the inquiries name the OutTradeNo, half the delivery's MchOrderNo.
+                    let named = i % 2 == 0 ? order : "mch-" + order
+                    let delivery = WeChatSide.deliver(otid: otid, openId: "oIRace\(i)", product: product, order: order, paid: start,
+                                                      create: start + 1000, renewal: end)
+                    let inquiry = WeChatSide.inquiry(order: named, asked: now - 60_000, orderTime: start, product: product)
+                    group.addTask { try await side.push(h, delivery, i % 3 == 0 ? .xmlPlain : .jsonSecure) }
+                    group.addTask {
+                        let reply = try await side.push(h, inquiry, i % 3 == 1 ? .xmlSecure : .jsonSecure)
+                        XCTAssertNotNil(reply["result_code"], "round \(i): answered")
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for i in 0..<rounds {
+                let order = "IRACE-\(i)"
+                let stream = StreamId.wechatOrder(i % 2 == 0 ? order : "mch-" + order).text
+                XCTAssertEqual(try h.links(of: stream), 1, "round \(i): the inquiry's stream is linked")
+            }
+            let orphans = try await h.app.store.wechat.orphans(recordedBefore: Clock.nowMillis() + 1, limit: 100)
+            XCTAssertEqual(orphans.map(\.stream), [])
         }
     }
 }

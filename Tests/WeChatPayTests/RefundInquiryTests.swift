@@ -84,6 +84,37 @@ final class RefundPolicyTests: XCTestCase {
         XCTAssertTrue(short.resultInfo.contains("600 minutes since delivery"), short.resultInfo)
     }
 
+    /// Seed 000 §7.4: `evidence` is required and is the audit's basis; the ledger caps it at
+    /// `RefundDecision.maxEvidenceBytes`, leaving out the oldest earlier refunds and saying how many
+    /// (the rule still counts all of them), then long texts, never answering an empty evidence.
+    func testEvidenceIsCappedWithACountOfWhatWasLeftOut() throws {
+        let many = (0..<500).map { i in
+            RefundInquiryFacts.EarlierRefund(orderId: "EARLIER-ORDER-\(i)", refundedAt: asked - day + EpochMillis(i) * 1000,
+                                             refundIds: ["WXREFUND-\(i)-A", "WXREFUND-\(i)-B"])
+        }
+        let d = RefundPolicy.default.decide(facts(earlier: many))
+        XCTAssertEqual(d.rule, "earlier_refunds", "the rule saw all 500")
+        XCTAssertLessThanOrEqual(d.evidence.utf8.count, RefundDecision.maxEvidenceBytes)
+        let e = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(d.evidence.utf8)) as? [String: Any])
+        let f = try XCTUnwrap(e["facts"] as? [String: Any])
+        let listed = try XCTUnwrap(f["earlier_refunds_in_window"] as? [[String: Any]])
+        let leftOut = try XCTUnwrap(f["earlier_refunds_left_out"] as? Int)
+        XCTAssertGreaterThan(listed.count, 0)
+        XCTAssertEqual(listed.count + leftOut, 500, "every refund either listed or counted")
+        XCTAssertEqual(f["earlier_refunds_count"] as? Int, 500)
+        XCTAssertEqual(listed.last?["order_id"] as? String, "EARLIER-ORDER-499", "the most recent are kept")
+        XCTAssertEqual(f["pay_order_id"] as? String, "O1")
+        // A short one is untouched: nothing left out, nothing counted as such.
+        let few = RefundPolicy.default.decide(facts(earlier: Array(many.prefix(2))))
+        XCTAssertFalse(few.evidence.contains("left_out"))
+        // A fallback's long error text is shortened with a count, not cut silently.
+        let long = RefundDecision.fallback(.allow, reason: "decision_error", budgetMs: 2500, payOrderId: "O1", askedAt: asked,
+                                           why: String(repeating: "x", count: 10_000))
+        XCTAssertLessThanOrEqual(long.evidence.utf8.count, RefundDecision.maxEvidenceBytes)
+        XCTAssertTrue(long.evidence.contains("(9744 characters left out)"), long.evidence)
+        XCTAssertTrue(long.evidence.contains("\"rule\":\"decision_error\""))
+    }
+
     func testPolicyFromJSON() throws {
         XCTAssertEqual(try RefundPolicy.fromJSON(Data("{}".utf8)), .default)
         let p = try RefundPolicy.fromJSON(Data(#"{"maxEntitlementUseHours": 2, "maxEarlierRefunds": 3}"#.utf8))

@@ -182,6 +182,8 @@ final class XPayEventTests: XCTestCase {
         refund["WxOrderId"] = nil
         var unsigning = PushFixture.unsigning().objectValue!
         unsigning["AppleSubscriptionInfo"] = .object(["OriginalTransactionId": .string("2000001147426510"), "ProductId": .string("p")])
+        // Without UnsignedTime the push's CreateTime places it (schema 7); without both, nothing does.
+        unsigning["CreateTime"] = nil
         let cases: [(String, JSONValue, String, String)] = [
             ("delivery without OutTradeNo", .object(deliver), XPayEventName.goodsDeliver, "OutTradeNo"),
             ("signing without OriginalTransactionId", .object(signing), XPayEventName.signingResult, "OriginalTransactionId"),
@@ -189,7 +191,7 @@ final class XPayEventTests: XCTestCase {
             ("inquiry without pay_order_id", .object(inquiry), XPayEventName.refundInquiry, "pay_order_id"),
             ("refund naming a 129-byte order", .object(longOrder), XPayEventName.refundNotify, "at most 128"),
             ("refund naming no order", .object(refund), XPayEventName.refundNotify, "neither MchOrderId nor WxOrderId"),
-            ("unsigning without UnsignedTime", .object(unsigning), XPayEventName.unsigning, "UnsignedTime"),
+            ("unsigning without UnsignedTime or CreateTime", .object(unsigning), XPayEventName.unsigning, "UnsignedTime"),
         ]
         for (name, message, event, reason) in cases {
             for plain in [false, true] {

@@ -38,7 +38,9 @@ import Foundation
 /// version beside the old one (blue/green) and the readers switch when it is complete.
 public enum FactDecoder {
     /// 6: Apple status facts + consent + extension summary + the new Apple fields (see above).
-    public static let schemaVersion = 6
+    /// 7: a WeChat signing or unsigning without SignedTime / UnsignedTime is a contract change at
+    /// its push's CreateTime (`detail.time_basis`), no longer evidence only (Migrations/0022).
+    public static let schemaVersion = 7
 
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).

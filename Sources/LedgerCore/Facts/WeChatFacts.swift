@@ -6,10 +6,10 @@ import Foundation
 ///
 /// | event | facts | signedAt / effectiveAt |
 /// |---|---|---|
-/// | signing result | `renewal` (ProductId, AutoRenewStatus, RenewalDate; a contract change) | SignedTime (ms) |
+/// | signing result | `renewal` (ProductId, AutoRenewStatus, RenewalDate; a contract change) | SignedTime (ms), else CreateTime (s; `detail.time_basis`) |
 /// | deliver with AppleSubscriptionInfo | `transaction` of the order OutTradeNo (GoodsInfo.ProductId, PaidTime → RenewalDate, ActualPrice; `detail`: CreateTime, Env, prices, WeChatPayInfo ids), `renewal` of the same order (its AutoRenewStatus), one `order_alias` per WeChatPayInfo.MchOrderNo / TransactionId | PaidTime (s); without it the fact's times hold CreateTime as a placeholder and `purchaseDate` is absent: the fold places the period after the one before it, never earlier than RenewalDate minus the product's longest period (see `SubscriptionFold`) |
 /// | deliver without AppleSubscriptionInfo | `purchase` (an ordinary purchase: order, amount, customer, Env; no subscription) | PaidTime, else CreateTime (evidence only) |
-/// | unsigning | `renewal` (AutoRenewStatus 0 unless stated; a contract change) | UnsignedTime (ms) |
+/// | unsigning | `renewal` (AutoRenewStatus 0 unless stated; a contract change) | UnsignedTime (ms), else CreateTime (s; `detail.time_basis`) |
 /// | refund notify, RetCode 0 | `revocation` of MchOrderId (else WxOrderId); `order_alias` MchOrderId ~ WxOrderId | RefundSuccTimestamp, else RefundStartTimestamp, else CreateTime (s): the latest time the refund can have happened |
 /// | refund notify, other RetCode | `refund_failed` (evidence) and the alias | as above |
 /// | iOS refund inquiry | `refund_inquiry` (evidence: every field in `detail`) | refund_time (s) |
@@ -24,9 +24,11 @@ import Foundation
 /// the order's ids (the subscription's deliveries, aliases and the ledger's links), whichever
 /// arrives first. Customer = `OpenId` (never FromUserName, a fixed WeChat account).
 ///
+/// A contract change (signing, unsigning) without its own time (SignedTime / UnsignedTime) is
+/// placed at the push's CreateTime, named in `detail.time_basis` (schema 7).
+///
 /// What the decoder refuses (one `unreadable` fact naming why; the push stays stored as evidence):
-/// a contract change without its own time (SignedTime / UnsignedTime: it cannot be ordered against
-/// other contract changes), a subscription message without OriginalTransactionId, a delivery
+/// a contract change with neither its own time nor CreateTime, a subscription message without OriginalTransactionId, a delivery
 /// without OutTradeNo, a refund naming no order, an inquiry without pay_order_id or refund_time, and
 /// any id longer than `maxIdBytes`, and a time of the wrong magnitude (refund_time or PaidTime in
 /// milliseconds, SignedTime / UnsignedTime / RenewalDate in seconds: `WeChatTime.magnitude`). CreateTime (the send time, new on each re-push) orders nothing.
@@ -44,6 +46,13 @@ enum WeChatFacts {
         // Ingestion stored it as unreadable (`wechat:unreadable:<event>`): whatever else could be
         // read from it, it is evidence only, and counted as such.
         if case .wechatUnreadable = StreamId(event.streamId).kind {
+            if event.dedupeKey.hasPrefix("conflict:") {
+                // `conflict:<key>:sha256:<hash>` (WeChatPay's `XPayNotification.conflictEvidence`).
+                let key = event.dedupeKey.dropFirst("conflict:".count)
+                let original = key.range(of: ":sha256:").map { key[..<$0.lowerBound] } ?? key
+                throw FactDecodingError("a re-push whose content differs from the copy first stored under \(original); "
+                                        + "the first copy is in force, this one is kept as evidence")
+            }
             throw FactDecodingError("ingestion kept it as unreadable evidence (its stream or ids cannot be filed)")
         }
         return facts
@@ -68,30 +77,28 @@ enum WeChatFacts {
             let key = try subscription(info.originalTransactionId, env: nil)
             try WeChatTime.checkMillis(info.signedTime, "AppleSubscriptionInfo.SignedTime")
             try WeChatTime.checkMillis(info.renewalDate, "AppleSubscriptionInfo.RenewalDate")
-            guard let signed = WeChatTime.millis(info.signedTime) else {
-                throw FactDecodingError("the signing result has no SignedTime, so it cannot be ordered against other contract changes")
-            }
+            let (signed, basis) = try contractTime(info.signedTime, "SignedTime", createMs: createMs)
             return [Fact(
                 subscription: key, kind: .renewal, origin: .wechat, message: message, signedAt: signed,
                 customerId: try id(s.openId, "OpenId"),
                 renewal: RenewalFact(productId: try id(info.productId, "ProductId"), autoRenewProductId: info.productId,
                                      autoRenewStatus: info.autoRenewStatus.map(clamped) ?? 1,
-                                     renewalDate: WeChatTime.millis(info.renewalDate), signedDate: signed))]
+                                     renewalDate: WeChatTime.millis(info.renewalDate), signedDate: signed),
+                detail: basis)]
         case .unsigning(let u):
             let info = u.subscription
             let key = try subscription(info.originalTransactionId, env: nil)
             try WeChatTime.checkMillis(info.unsignedTime, "AppleSubscriptionInfo.UnsignedTime")
             try WeChatTime.checkMillis(info.renewalDate, "AppleSubscriptionInfo.RenewalDate")
-            guard let signed = WeChatTime.millis(info.unsignedTime) else {
-                throw FactDecodingError("the unsigning result has no UnsignedTime, so it cannot be ordered against other contract changes")
-            }
+            let (signed, basis) = try contractTime(info.unsignedTime, "UnsignedTime", createMs: createMs)
             return [Fact(
                 subscription: key, kind: .renewal, origin: .wechat, message: message, signedAt: signed,
                 customerId: try id(u.openId, "OpenId"),
                 renewal: RenewalFact(productId: try id(info.productId, "ProductId"), autoRenewProductId: info.productId,
                                      // The push says 0; a missing value still means turned off.
                                      autoRenewStatus: info.autoRenewStatus.map(clamped) ?? 0,
-                                     renewalDate: WeChatTime.millis(info.renewalDate), signedDate: signed))]
+                                     renewalDate: WeChatTime.millis(info.renewalDate), signedDate: signed),
+                detail: basis)]
         case .goodsDelivery(let d):
             guard let order = try id(d.outTradeNo, "OutTradeNo") else { throw FactDecodingError("the delivery has no OutTradeNo") }
             try WeChatTime.checkSeconds(d.paidTime, "WeChatPayInfo.PaidTime")
@@ -247,6 +254,19 @@ enum WeChatFacts {
                  transactionId: orderId, orderAlias: alias, customerId: try? id(v.text("openid"), "openid"),
                  detail: Detail.json(["status": Detail.int(order.int64("status")), "order_type": Detail.int(order.int64("order_type"))]))
         }
+    }
+
+    /// A contract change's own time (SignedTime / UnsignedTime, ms), else the push's CreateTime (s):
+    /// the send time, seconds after the change, is the best bound the push gives — a change folded
+    /// a little late beats one never folded (before schema 7 such a push was evidence only). The
+    /// basis is named in the fact's `detail.time_basis` whenever it is not the push's own time.
+    static func contractTime(_ own: Int64?, _ field: String, createMs: EpochMillis?) throws(FactDecodingError)
+        -> (EpochMillis, String?) {
+        if let t = WeChatTime.millis(own) { return (t, nil) }
+        guard let createMs else {
+            throw FactDecodingError("the contract change states neither AppleSubscriptionInfo.\(field) nor CreateTime, so it cannot be ordered against other contract changes")
+        }
+        return (createMs, Detail.json(["time_basis": .string("CreateTime"), "missing": .string("AppleSubscriptionInfo." + field)]))
     }
 
     static func subscription(_ otid: String?, env: Int64?) throws(FactDecodingError) -> SubscriptionKey {

@@ -9,7 +9,9 @@ import Foundation
 /// Without a configured catalog (`ProductCatalog.productIds`), every product grants one
 /// entitlement named after its productId, so a newcomer sees active subscribers entitled at once.
 ///
-/// `durationDays` (optional) is how long a **non-renewing subscription** grants from its purchase:
+/// `durationDays` (optional) is a product's period. For a WeChat subscription product it bounds
+/// where a delivery without PaidTime starts (no earlier than its RenewalDate minus the period;
+/// docs/projections.md). For an Apple **non-renewing subscription** it is how long it grants from its purchase:
 /// Apple states no expiry for one ("the app is responsible for the duration" of a Non-Renewing
 /// Subscription), so without `durationDays` it grants nothing (its status is `purchased`, like a
 /// consumable): `{"products": {"com.example.season": {"entitlements": ["premium"], "durationDays": 90}}}`.
@@ -81,6 +83,13 @@ public struct ProductCatalog: Sendable, Hashable, Codable {
         return catalog
     }
 
+    /// Product → `durationDays` in ms, for every product that states it: a WeChat subscription
+    /// product's period (the first basis of where a delivery without PaidTime starts,
+    /// `SubscriptionFold.catalogPeriods`). A fold built without it uses the messages' own periods.
+    public var periods: [String: EpochMillis] {
+        products.compactMapValues { $0.durationDays.map { EpochMillis($0) * 86_400_000 } }
+    }
+
     /// How long a non-renewing purchase of the product grants, in ms (nil: the catalog states none).
     public func nonRenewingDuration(of productId: String) -> EpochMillis? {
         products[productId]?.durationDays.map { EpochMillis($0) * 86_400_000 }
@@ -110,7 +119,7 @@ public enum ProductCatalogError: Error, Equatable, CustomStringConvertible {
         case .emptyEntitlement(let productId):
             return "product \(productId) in the product catalog grants an empty entitlement name; remove it or name it"
         case .invalidDuration(let productId, let days):
-            return "product \(productId) in the product catalog has durationDays \(days); give the days a non-renewing purchase of it grants, 1 to 36500"
+            return "product \(productId) in the product catalog has durationDays \(days); give the product's period in days (what a non-renewing purchase of it grants; a WeChat subscription product's period), 1 to 36500"
         }
     }
 }

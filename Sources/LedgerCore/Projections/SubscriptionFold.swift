@@ -76,6 +76,12 @@ public struct SubscriptionFold: Sendable {
     private var aliasEdges: [String: Set<String>] = [:]
     /// True once a WeChat fact was folded (the reports split figures by source).
     public private(set) var isWeChat = false
+    /// Product → its period (ms) as the product catalog states it (`durationDays`,
+    /// `ProductCatalog.periods`): the first basis of a WeChat delivery's "longest period" when it
+    /// states no PaidTime (`WeChatTimeline.longestPeriod`). Empty: the catalog states none, and the
+    /// messages' own periods decide. Configuration, not a fact: set by whoever builds the fold
+    /// from the catalog it runs with (a catalog change needs `ledger rebuild`, as for entitlements).
+    public var catalogPeriods: [String: EpochMillis] = [:]
     /// Every customer id any fact of this subscription named (for the customer → subscriptions index).
     public private(set) var customersNamed: Set<String> = []
     /// The customer id inserted last: a subscription's facts name the same customer over and
@@ -86,8 +92,9 @@ public struct SubscriptionFold: Sendable {
         self.key = key
     }
 
-    public init(key: SubscriptionKey, facts: some Sequence<Fact>) {
+    public init(key: SubscriptionKey, facts: some Sequence<Fact>, catalogPeriods: [String: EpochMillis] = [:]) {
         self.init(key: key)
+        self.catalogPeriods = catalogPeriods
         for fact in facts { apply(fact) }
     }
 
@@ -452,11 +459,12 @@ public struct SubscriptionFold: Sendable {
         /// The longest period when nothing states one: a month of 31 days.
         static let defaultPeriod: EpochMillis = 31 * 86_400_000
 
-        /// The product's longest period and its basis: a period the subscription's messages state
-        /// for the product (plus `monthSlack`), else the gap to the previous RenewalDate, else 31 days.
-        /// (A catalog duration is the first choice in the rule; the fold holds no catalog yet.)
-        static func longestPeriod(product: String?, statedPeriod: [String: EpochMillis], previousEnd: EpochMillis?,
-                                  end: EpochMillis) -> (EpochMillis, String) {
+        /// The product's longest period and its basis: the catalog's `durationDays` for the product,
+        /// else a period the subscription's messages state for the product (plus `monthSlack`),
+        /// else the gap to the previous RenewalDate, else 31 days.
+        static func longestPeriod(product: String?, catalogPeriods: [String: EpochMillis], statedPeriod: [String: EpochMillis],
+                                  previousEnd: EpochMillis?, end: EpochMillis) -> (EpochMillis, String) {
+            if let p = catalogPeriods[product ?? ""], p > 0 { return (p, PlacementBasis.catalogDuration) }
             if let p = statedPeriod[product ?? ""], p > 0 { return (p + monthSlack, PlacementBasis.statedPeriod) }
             if let previousEnd, previousEnd < end { return (end - previousEnd, PlacementBasis.renewalGap) }
             return (defaultPeriod, PlacementBasis.defaultPeriod)
@@ -510,7 +518,8 @@ public struct SubscriptionFold: Sendable {
                     // minus the product's longest period — after a lapse (or a billing-retry
                     // recovery) the period before it ended long ago, and starting there would
                     // backdate the charge (issue 20).
-                    let (longest, floorBasis) = WeChatTimeline.longestPeriod(product: tx.productId, statedPeriod: statedPeriod,
+                    let (longest, floorBasis) = WeChatTimeline.longestPeriod(product: tx.productId, catalogPeriods: fold.catalogPeriods,
+                                                                            statedPeriod: statedPeriod,
                                                                             previousEnd: placed(before: end), end: end)
                     let floor = end - longest
                     if let previous = placed(before: end) {
@@ -616,7 +625,10 @@ public struct SubscriptionFold: Sendable {
         /// No PaidTime: the end of the period before it (within the product's longest period).
         public static let periodStart = "period_start"
         /// No PaidTime, the period before it ended longer ago than the product's longest period:
-        /// RenewalDate minus the longest period the subscription's messages state (plus a day).
+        /// RenewalDate minus the product catalog's `durationDays`.
+        public static let catalogDuration = "renewal_date_minus_catalog_duration"
+        /// As above, no catalog duration: RenewalDate minus the longest period the subscription's
+        /// messages state (plus a day).
         public static let statedPeriod = "renewal_date_minus_stated_period"
         /// As above, the longest period being the gap to the previous RenewalDate.
         public static let renewalGap = "renewal_date_minus_renewal_gap"

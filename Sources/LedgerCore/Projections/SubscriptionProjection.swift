@@ -9,10 +9,15 @@ import Foundation
 public struct SubscriptionProjection: Sendable {
     private var folds: [SubscriptionKey: SubscriptionFold] = [:]
     private var unattached: [Fact] = []
+    /// Handed to every fold (`SubscriptionFold.catalogPeriods`).
+    public let catalogPeriods: [String: EpochMillis]
 
-    public init() {}
+    public init(catalogPeriods: [String: EpochMillis] = [:]) {
+        self.catalogPeriods = catalogPeriods
+    }
 
-    public init(facts: some Sequence<Fact>) {
+    public init(facts: some Sequence<Fact>, catalogPeriods: [String: EpochMillis] = [:]) {
+        self.catalogPeriods = catalogPeriods
         for fact in facts { apply(fact) }
     }
 
@@ -25,6 +30,7 @@ public struct SubscriptionProjection: Sendable {
             folds.values[index].apply(fact)
         } else {
             var fold = SubscriptionFold(key: key)
+            fold.catalogPeriods = catalogPeriods
             fold.apply(fact)
             folds[key] = fold
         }
@@ -70,12 +76,13 @@ public struct SubscriptionProjection: Sendable {
     /// "What was true at T as the ledger knew it at R": only facts recorded at or before R,
     /// evaluated at T (R alone: T = R).
     public static func view(
-        at time: EpochMillis, recordedBy recorded: EpochMillis? = nil, facts: some Sequence<Fact>
+        at time: EpochMillis, recordedBy recorded: EpochMillis? = nil, facts: some Sequence<Fact>,
+        catalogPeriods: [String: EpochMillis] = [:]
     ) -> ProjectionView {
         if let recorded {
-            return SubscriptionProjection(facts: facts.lazy.filter { $0.recordedAt <= recorded }).view(at: time)
+            return SubscriptionProjection(facts: facts.lazy.filter { $0.recordedAt <= recorded }, catalogPeriods: catalogPeriods).view(at: time)
         }
-        return SubscriptionProjection(facts: facts).view(at: time)
+        return SubscriptionProjection(facts: facts, catalogPeriods: catalogPeriods).view(at: time)
     }
 }
 

@@ -73,9 +73,10 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
     /// The contract of `openId` for `productId` among `facts` (the facts of every subscription that
     /// openid appears in; facts of other customers or products are ignored, as are Apple facts).
     /// Order-independent.
-    public static func of(openId: String, productId: String, facts: some Sequence<Fact>) -> WeChatContractState {
+    public static func of(openId: String, productId: String, facts: some Sequence<Fact>,
+                          catalogPeriods: [String: EpochMillis] = [:]) -> WeChatContractState {
         var best: (fold: SubscriptionFold, head: Fact)?
-        for fold in SubscriptionProjection(facts: facts).subscriptions.values.sorted(by: { $0.key < $1.key }) {
+        for fold in SubscriptionProjection(facts: facts, catalogPeriods: catalogPeriods).subscriptions.values.sorted(by: { $0.key < $1.key }) {
             // The fold's latest WeChat renewal state naming this customer and product.
             guard let head = fold.weChatContractHead(openId: openId, productId: productId) else { continue }
             if let current = best, !SubscriptionFold.renewalPrecedes(current.head, head) { continue }
@@ -110,12 +111,13 @@ public struct WeChatContractState: Sendable, Equatable, Codable {
         public var lastAnswer: (state: String?, autoRenew: Int?, renewalDate: EpochMillis?, originalTransactionId: String)?
     }
 
-    public static func reconciliationView(openId: String, productId: String, facts: some Sequence<Fact>) -> ReconciliationView {
+    public static func reconciliationView(openId: String, productId: String, facts: some Sequence<Fact>,
+                                          catalogPeriods: [String: EpochMillis] = [:]) -> ReconciliationView {
         let all = Array(facts)
-        let state = of(openId: openId, productId: productId, facts: all)
+        let state = of(openId: openId, productId: productId, facts: all, catalogPeriods: catalogPeriods)
         var head: EpochMillis?
         if let otid = state.appleSubscriptionInfo?.originalTransactionId {
-            let fold = SubscriptionProjection(facts: all).subscriptions.values.first {
+            let fold = SubscriptionProjection(facts: all, catalogPeriods: catalogPeriods).subscriptions.values.first {
                 $0.key.originalTransactionId == otid && $0.weChatContractHead(openId: openId, productId: productId) != nil
             }
             head = fold?.weChatContractHead(openId: openId, productId: productId)?.renewal?.renewalDate

@@ -23,7 +23,7 @@ public enum RefundEvidence {
     ///   position (`RefundInquiryFacts.Delivery.position`), when the caller read it.
     public static func facts(
         for inquiry: Fact, known: some Sequence<Fact>, customerRefundCases: [RefundCase],
-        deliveryRawSHA256: (Int64) -> String? = { _ in nil }
+        deliveryRawSHA256: (Int64) -> String? = { _ in nil }, catalogPeriods: [String: EpochMillis] = [:]
     ) throws(RefundEvidenceError) -> RefundInquiryFacts {
         guard inquiry.kind == .refundInquiry, inquiry.origin == .wechat else { throw .notAnInquiry(position: inquiry.position) }
         guard let order = inquiry.transactionId, !order.isEmpty else { throw .missing(field: "pay_order_id") }
@@ -44,7 +44,8 @@ public enum RefundEvidence {
         if let subscription {
             let own = facts.filter { $0.subscription == subscription }
             if !own.isEmpty {
-                fold = SubscriptionProjection.attach(facts.filter { $0.subscription == nil }, to: SubscriptionFold(key: subscription, facts: own))
+                fold = SubscriptionProjection.attach(facts.filter { $0.subscription == nil }, to: SubscriptionFold(key: subscription, facts: own,
+                                                                                                          catalogPeriods: catalogPeriods))
             }
         }
         let state = fold?.state(at: askedAt)

@@ -125,6 +125,7 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
                 if !r.refundIds.isEmpty { o["refund_ids"] = .array(r.refundIds.map(JSONValue.string)) }
                 return .object(o)
             }),
+            "earlier_refunds_count": .integer(Int64(earlier.count)),
         ]
         if let v = facts.customer { factObject["customer"] = .string(v) }
         if let v = facts.orderTime { factObject["order_time"] = .integer(v) }
@@ -156,7 +157,7 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
                 "from": .integer(start), "until": .integer(useEnd), "minutes": .integer(minutes),
             ])
         }
-        let evidence = JSONValue.object([
+        let evidence = RefundDecision.capped([
             "rule": .string(rule),
             "decision": .string(verdict == .allow ? "allow" : "refuse"),
             "policy": .object([
@@ -168,8 +169,7 @@ public struct RefundPolicy: Sendable, Equatable, Codable {
             ]),
             "facts": .object(factObject),
         ])
-        return RefundDecision(verdict: verdict, rule: rule, resultInfo: info,
-                              evidence: String(decoding: evidence.canonicalJSON(), as: UTF8.self))
+        return RefundDecision(verdict: verdict, rule: rule, resultInfo: info, evidence: evidence)
     }
 }
 
@@ -311,7 +311,7 @@ public struct RefundDecision: Sendable, Equatable {
                                 askedAt: EpochMillis?, why: String, resultInfo: String? = nil) -> RefundDecision {
         var facts: [String: JSONValue] = ["pay_order_id": .string(payOrderId)]
         if let askedAt { facts["asked_at"] = .integer(askedAt) }
-        let evidence = JSONValue.object([
+        let evidence = capped([
             "rule": .string(reason),
             "decision": .string(verdict == .allow ? "allow" : "refuse"),
             "fallback": .object(["reason": .string(reason), "budget_ms": .integer(budgetMs), "detail": .string(why)]),
@@ -320,7 +320,55 @@ public struct RefundDecision: Sendable, Equatable {
         return RefundDecision(
             verdict: verdict, rule: reason,
             resultInfo: resultInfo ?? "the ledger could not decide within its \(budgetMs) ms budget; configured fallback answer",
-            evidence: String(decoding: evidence.canonicalJSON(), as: UTF8.self))
+            evidence: evidence)
+    }
+
+    /// The longest `evidence` the ledger sends. The seed states no limit (000 §7.4), but the answer
+    /// must reach WeChat within its 3 s and sits in every audit export: a customer with hundreds of
+    /// earlier refunds, or a long error text, must not make it unbounded.
+    public static let maxEvidenceBytes = 4096
+
+    /// Compact JSON of `evidence`, at most `maxEvidenceBytes`: what does not fit is left out and
+    /// counted, never cut mid-value — first the oldest earlier refunds (`earlier_refunds_left_out`;
+    /// `earlier_refunds_count` keeps the whole count the rule used), then long texts (their tail,
+    /// with `…(N characters left out)`), last the facts themselves (`facts_left_out`).
+    static func capped(_ evidence: [String: JSONValue]) -> String {
+        func text(_ o: [String: JSONValue]) -> String { String(decoding: JSONValue.object(o).canonicalJSON(), as: UTF8.self) }
+        var o = evidence
+        var out = text(o)
+        guard out.utf8.count > maxEvidenceBytes else { return out }
+        if case .object(var facts)? = o["facts"], case .array(var earlier)? = facts["earlier_refunds_in_window"] {
+            var leftOut = 0
+            while !earlier.isEmpty && out.utf8.count > maxEvidenceBytes {
+                // Halving keeps this a few passes even for thousands of refunds.
+                let drop = max(1, earlier.count / 2)
+                earlier.removeFirst(drop)
+                leftOut += drop
+                facts["earlier_refunds_in_window"] = .array(earlier)
+                facts["earlier_refunds_left_out"] = .integer(Int64(leftOut))
+                o["facts"] = .object(facts)
+                out = text(o)
+            }
+        }
+        guard out.utf8.count > maxEvidenceBytes else { return out }
+        func shortened(_ v: JSONValue) -> JSONValue {
+            switch v {
+            case .string(let s) where s.count > 256:
+                return .string(String(s.prefix(256)) + "…(\(s.count - 256) characters left out)")
+            case .object(let m): return .object(m.mapValues(shortened))
+            case .array(let a): return .array(a.map(shortened))
+            default: return v
+            }
+        }
+        o = o.mapValues(shortened)
+        out = text(o)
+        guard out.utf8.count > maxEvidenceBytes else { return out }
+        let factsBytes = o["facts"].map { $0.canonicalJSON().count } ?? 0
+        o["facts"] = nil
+        o["facts_left_out"] = .string("\(factsBytes) bytes of facts did not fit in \(maxEvidenceBytes) bytes; the stored inquiry and answer events hold them")
+        out = text(o)
+        return out.utf8.count > maxEvidenceBytes ? text(["rule": o["rule"] ?? .null, "decision": o["decision"] ?? .null,
+                                                         "left_out": .string("the evidence did not fit in \(maxEvidenceBytes) bytes")]) : out
     }
 
     public init(verdict: Verdict, rule: String, resultInfo: String, evidence: String) {

@@ -259,6 +259,7 @@ extension LedgerApp {
         // One fold, each event's facts applied once as the page goes (the fold is order-free, so
         // this is the fold of every fact so far): not a fresh fold of the whole prefix per event.
         var fold = SubscriptionFold(key: key)
+        fold.catalogPeriods = store.configuration.catalog.periods
         var folded = 0
         var entries: [TimelineEntry] = []
         for e in shown {

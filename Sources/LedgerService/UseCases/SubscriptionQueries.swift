@@ -57,7 +57,10 @@ struct SubscriptionQueries: Sendable {
         try await store.read(atLeast: moment.minPosition) { reads in
             if moment.isNow { return try await reads.projections.subscription(key, now: moment.at) }
             let facts = try await reads.projections.facts(of: [key])
-            return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts).subscription(key)
+            // The catalog's periods place WeChat deliveries without PaidTime (as in the projections).
+            let catalog = try await catalog(recordedBy: moment.recordedBy, reads: reads)
+            return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts, catalogPeriods: catalog.periods)
+                .subscription(key)
         }
     }
 
@@ -88,7 +91,7 @@ struct SubscriptionQueries: Sendable {
             let keys = try await reads.projections.subscriptions(customerId: customer).filter { $0.environment == environment }
             let facts = try await reads.projections.facts(of: keys)
             let catalog = try await catalog(recordedBy: moment.recordedBy, reads: reads)
-            return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts)
+            return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts, catalogPeriods: catalog.periods)
                 .entitlements(catalog: catalog, customerId: customer, environment: environment)
         }
     }

@@ -57,7 +57,8 @@ struct WeChatContractReconciliation: Sendable {
             }
             let keys = try await store.projections.subscriptions(customerId: pair.openId)
             let view = WeChatContractState.reconciliationView(openId: pair.openId, productId: pair.productId,
-                                                              facts: try await store.projections.facts(of: keys))
+                                                              facts: try await store.projections.facts(of: keys),
+                                                              catalogPeriods: store.configuration.catalog.periods)
             let ledger = view.state
             if Self.agrees(view, answer.value) {
                 report.agreed += 1

@@ -125,11 +125,13 @@ extension WeChatPushDesk {
         if note.unreadableReason != nil, case .refundInquiry = note.message {
             return try await answerUnreadableInquiry(note, receiver: receiver, arrival: arrival, nonceHash: nonceHash)
         }
+        noticeSubscriptionProductWithoutInfo(note)
         let group = note.orderIds.isEmpty ? nil : try await store.wechat.orderGroup(naming: note.orderIds)
         let event = note.event()
         let batch = [event] + (group.map { linker.links(for: note, group: $0) } ?? [])
         let outcomes = try await intake.append(batch, source: "wechat")
         try await markNonceOfDuplicate(nonceHash, push.nonce, outcomes[0])
+        try await keepConflictingRepush(note, outcomes[0])
         // Re-checked after the commit: a push of the same order committed meanwhile is linked now.
         try await linker.relink(after: note)
         return WeChatReply(body: try receiver.reply(.success, to: push), contentType: contentType(push))
@@ -141,6 +143,38 @@ extension WeChatPushDesk {
     private func markNonceOfDuplicate(_ bodyHash: String?, _ nonce: String, _ outcome: AppendOutcome) async throws {
         guard let bodyHash, outcome.duplicate else { return }
         try await store.wechat.markNonceStored(nonce, bodySHA256: bodyHash, position: outcome.position)
+    }
+
+    /// A delivery without AppleSubscriptionInfo is an ordinary purchase (seed 000 §4.3: only Apple
+    /// subscription deliveries carry it) and grants nothing. When its product is one the configured
+    /// catalog lists (it grants entitlements: a subscription product, auto-renewing or with
+    /// `durationDays`) the customer paid for access the ledger cannot give: counted
+    /// (`ledger_wechat_subscription_deliveries_without_info_total`) and logged for the operator, the
+    /// push stored as the ordinary purchase it reads as. The default catalog (every product named
+    /// after itself) says nothing about which products grant access, so it alerts on none.
+    private func noticeSubscriptionProductWithoutInfo(_ note: XPayNotification) {
+        guard note.isReadable, case .goodsDelivery(let d) = note.message, d.subscription == nil, let product = d.productId else { return }
+        let catalog = store.configuration.catalog
+        guard !catalog.grantsProductIds, catalog.products[product] != nil else { return }
+        metrics.increment("ledger_wechat_subscription_deliveries_without_info_total")
+        log.warn("a WeChat delivery of a catalog subscription product has no AppleSubscriptionInfo; stored as an ordinary purchase, it grants nothing",
+                 ["product_id": String(product.prefix(128)), "order": String((d.outTradeNo ?? "-").prefix(128))])
+    }
+
+    /// A push answered as a duplicate whose content differs from the stored copy (WeChat's own id
+    /// names two different messages): counted (`ledger_wechat_conflicting_repushes_total`), logged
+    /// and kept as evidence (`XPayNotification.conflictEvidence`) before the 200 — the first copy
+    /// stays in force, but the second is never dropped without a trace. An ordinary re-push (the
+    /// same message, new CreateTime/nonce) costs one indexed read.
+    private func keepConflictingRepush(_ note: XPayNotification, _ outcome: AppendOutcome) async throws {
+        guard outcome.duplicate, note.isReadable,
+              let stored = try await store.wechat.stored(stream: note.stream, dedupeKey: note.dedupeKey),
+              let evidence = note.conflictEvidence(storedPayload: stored.event.payload) else { return }
+        let event = String(XPayNotification.bucket(note.push.event ?? note.push.msgType) ?? "unknown")
+        metrics.increment("ledger_wechat_conflicting_repushes_total", ["event": event])
+        log.warn("a WeChat re-push differs from the copy stored under the same key; the first stays in force, this one is kept as evidence",
+                 ["event": event, "stream": note.stream, "key": note.dedupeKey, "stored_position": String(stored.position)])
+        _ = try await intake.append([evidence], source: "wechat")
     }
 
     private func contentType(_ push: ReceivedPush) -> String {
@@ -247,6 +281,12 @@ extension WeChatPushDesk {
                                  "the answer could not be stored within \(refundAnswerDeadline.milliseconds) ms; nothing is sent unstored — ask again")
         }
         try await markNonceOfDuplicate(nonceHash, note.push.nonce, outcomes[0])
+        // The answer is stored and WeChat is waiting (3 s): keeping a conflicting copy of the asking
+        // must not cost the reply — a failure is logged (the trace), not answered.
+        do { try await keepConflictingRepush(note, outcomes[0]) } catch {
+            log.warn("a conflicting re-push of a refund inquiry could not be kept as evidence; its answer is sent",
+                     ["stream": note.stream, "error": "\(error)"])
+        }
         if outcomes[1].duplicate, let stored = try await store.wechat.storedAnswer(stream: stream, answerKey: answerKey),
            let d = RefundInquiryAnswer.decision(fromPayload: stored.event.payload) {
             // A concurrent copy of this asking stored its answer first: that one, word for word.
@@ -315,7 +355,8 @@ extension WeChatPushDesk {
             RefundCaseFold.cases(from: inputs.customerFacts).filter { $0.openId == customer }
         } ?? []
         let facts = try RefundEvidence.facts(for: inquiry, known: inputs.known, customerRefundCases: cases,
-                                             deliveryRawSHA256: { inputs.rawSHA256[$0] })
+                                             deliveryRawSHA256: { inputs.rawSHA256[$0] },
+                                             catalogPeriods: store.configuration.catalog.periods)
         return policy.decide(facts, policyDigest: policyDigest)
     }
 

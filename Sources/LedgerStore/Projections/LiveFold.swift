@@ -178,6 +178,9 @@ extension Projector {
             // Moved out of `cached` (the temporary ends with the statement), so applying facts
             // mutates the snapshot in place instead of copying its dictionaries.
             var fold = cached.removeValue(forKey: key)?.fold ?? SubscriptionFold(key: key)
+            // Every fold of the ledger places WeChat periods with the catalog (WeChat folds take the
+            // full refold above; this keeps the snapshot path the same should one ever get here).
+            fold.catalogPeriods = catalogPeriods
             // The table holds the fold of the facts before this batch (another writer's, too).
             let before = facts.prefix { $0.position < first }
             for fact in before { fold.apply(fact) }

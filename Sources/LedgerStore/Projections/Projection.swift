@@ -99,8 +99,9 @@ enum Projections {
 
     /// Every projection the ledger keeps, in the order the worker passes them.
     static func registered(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) -> [any Projection] {
-        [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(), WeChatContractsProjection(),
-         ReportsProjection(), AppleStatusChecksProjection(), WebhookEventsProjection(projector: projector)]
+        [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(),
+         WeChatContractsProjection(catalogPeriods: projector.catalogPeriods), ReportsProjection(catalogPeriods: projector.catalogPeriods),
+         AppleStatusChecksProjection(), WebhookEventsProjection(projector: projector)]
     }
 }
 

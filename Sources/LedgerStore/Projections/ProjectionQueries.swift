@@ -10,10 +10,12 @@ internal import Postgres
 public struct ProjectionQueries: Sendable {
     let pool: ConnectionPool
     public let catalog: ProductCatalog
+    let catalogPeriods: [String: EpochMillis]
 
     init(pool: ConnectionPool, catalog: ProductCatalog = .productIds) {
         self.pool = pool
         self.catalog = catalog
+        self.catalogPeriods = catalog.periods
     }
 
     /// The subscription's state evaluated at `now`, or nil for an unknown subscription.
@@ -28,11 +30,11 @@ public struct ProjectionQueries: Sendable {
                 // after the server's clock then). Folded now, so it shows by itself once its time
                 // comes, without waiting for another event (issue 20 rule 4); an unknown id costs
                 // one indexed facts lookup.
-                return try Projector.folds(of: [key], on: connection).first?.state(at: now)
+                return try Projector.folds(of: [key], catalogPeriods: catalogPeriods, on: connection).first?.state(at: now)
             }
             let stored = try SubscriptionRow.decode(row)
             if stored.needsRefold(at: now) {
-                return try Projector.folds(of: [key], on: connection).first?.state(at: now)
+                return try Projector.folds(of: [key], catalogPeriods: catalogPeriods, on: connection).first?.state(at: now)
             }
             return stored.reevaluated(at: now)
         }
@@ -75,7 +77,7 @@ public struct ProjectionQueries: Sendable {
                 }
             }
             if !stale.isEmpty {
-                for fold in try Projector.folds(of: stale, on: connection) {
+                for fold in try Projector.folds(of: stale, catalogPeriods: catalogPeriods, on: connection) {
                     guard let state = fold.state(at: now), state.customerId == customerId else { continue }
                     grants += EntitlementGrant.grants(of: state, catalog: catalog)
                 }

@@ -7,11 +7,14 @@ internal import Postgres
 /// catch-up, so all three write exactly what a rebuild writes.
 public struct Projector: Sendable {
     public let catalog: ProductCatalog
+    /// `catalog.periods`, computed once: every fold this projector builds gets it.
+    public let catalogPeriods: [String: EpochMillis]
     /// The evaluation time of the fold-time status (tests fix it; the service uses the clock).
     public let clock: @Sendable () -> EpochMillis
 
     public init(catalog: ProductCatalog, clock: @escaping @Sendable () -> EpochMillis) {
         self.catalog = catalog
+        self.catalogPeriods = catalog.periods
         self.clock = clock
     }
 
@@ -20,12 +23,13 @@ public struct Projector: Sendable {
     }
 
     /// The folds of `keys` from their stored facts (up to `upTo`), with the order facts that join them.
-    static func folds(of keys: Set<SubscriptionKey>, upTo: Int64? = nil, on connection: Connection) throws -> [SubscriptionFold] {
+    static func folds(of keys: Set<SubscriptionKey>, upTo: Int64? = nil, catalogPeriods: [String: EpochMillis],
+                      on connection: Connection) throws -> [SubscriptionFold] {
         let sorted = keys.sorted()
         let (attached, candidates) = try FactStore.facts(of: sorted, upTo: upTo, on: connection)
         return sorted.compactMap { key in
             guard let facts = attached[key] else { return nil }
-            let fold = SubscriptionFold(key: key, facts: facts)
+            let fold = SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)
             return candidates.isEmpty ? fold : SubscriptionProjection.attach(candidates, to: fold)
         }
     }
@@ -37,7 +41,7 @@ public struct Projector: Sendable {
         on connection: Connection
     ) throws {
         if keys.isEmpty || projections.isEmpty { return }
-        let folds = try Self.folds(of: keys, upTo: upTo, on: connection)
+        let folds = try Self.folds(of: keys, upTo: upTo, catalogPeriods: catalogPeriods, on: connection)
         let ids = PostgresValue.array(keys.sorted().map { .text($0.text) }, of: .text)
         for table in SubscriptionCutsProjection.tables(projections) {
             try connection.query("DELETE FROM \(table.qualified(next: next)) WHERE subscription = ANY($1)", [ids],

@@ -252,7 +252,7 @@ public struct Rebuilder: Sendable {
             let result = Result { () throws -> (Int, Int) in
                 var buffers = CopyBuffers()
                 let scan = try streamFacts(snapshot: load.snapshot, range: bounds[index], head: load.head, progress: reportRows) { key, facts in
-                    let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
+                    let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts, catalogPeriods: projector.catalogPeriods))
                     buffers.add(SubscriptionRows(fold: fold, catalog: projector.catalog, now: now), for: projections)
                     try buffers.send(to: writers, atLeast: chunkBytes)
                 }
@@ -297,7 +297,7 @@ public struct Rebuilder: Sendable {
         var gains: [EntitlementChange] = []
         var losses: [EntitlementChange] = []
         let (head, factRows, streams) = try streamFacts(progress: progress) { key, facts, orderFacts in
-            let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts))
+            let fold = orderFacts.attach(to: SubscriptionFold(key: key, facts: facts, catalogPeriods: projector.catalogPeriods))
             let grants = Set((fold.state(at: now).map { EntitlementGrant.grants(of: $0, catalog: projector.catalog) } ?? []).map(EntitlementChange.init))
             let before = stored.removeValue(forKey: key.text) ?? []
             gains += grants.subtracting(before)

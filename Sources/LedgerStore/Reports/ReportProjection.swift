@@ -10,6 +10,8 @@ internal import Postgres
 /// the commit (checkpoint row locked, gap check, a failing event stops it with the error recorded),
 /// and the reports name the position they were read at (`ReportQueries`).
 struct ReportsProjection: Projection {
+    /// The catalog's periods (`SubscriptionFold.catalogPeriods`), as every fold of the ledger has them.
+    let catalogPeriods: [String: EpochMillis]
     var names: [ProjectionName] { [.reports] }
     /// A contribution walks a subscription's whole history day by day: kept by the catch-up, never
     /// in the append transaction.
@@ -20,11 +22,11 @@ struct ReportsProjection: Projection {
     }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try ReportProjection.apply(range, next: next, on: connection)
+        try ReportProjection.apply(range, next: next, catalogPeriods: catalogPeriods, on: connection)
     }
 
     func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
-        try ReportProjection.load(into: load)
+        try ReportProjection.load(into: load, catalogPeriods: catalogPeriods)
     }
 }
 
@@ -84,20 +86,22 @@ enum ReportProjection {
     /// Refolds the subscriptions the facts at `range` touch, as known at the range's end; returns
     /// how many.
     @discardableResult
-    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws -> Int {
+    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, catalogPeriods: [String: EpochMillis],
+                      on connection: Connection) throws -> Int {
         let keys = try FactStore.subscriptions(touchedByPositions: range, on: connection)
-        try refold(keys, upTo: range.upperBound, next: next, on: connection)
+        try refold(keys, upTo: range.upperBound, next: next, catalogPeriods: catalogPeriods, on: connection)
         return keys.count
     }
 
     /// The contributions of `keys` folded from their facts up to `upTo` (with the order facts that
     /// join them, as the subscription projections fold); keys without facts are left out.
-    static func contributions(of keys: Set<SubscriptionKey>, upTo: Int64, on connection: Connection) throws -> [Folded] {
+    static func contributions(of keys: Set<SubscriptionKey>, upTo: Int64, catalogPeriods: [String: EpochMillis],
+                              on connection: Connection) throws -> [Folded] {
         let sorted = keys.sorted()
         let (attached, candidates) = try FactStore.facts(of: sorted, upTo: upTo, on: connection)
         return sorted.compactMap { key in
             guard let facts = attached[key], let latest = facts.lazy.map(\.signedAt).max() else { return nil }
-            let fold = SubscriptionFold(key: key, facts: facts)
+            let fold = SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)
             return folded(key, latest: latest, candidates.isEmpty ? fold : SubscriptionProjection.attach(candidates, to: fold))
         }
     }
@@ -108,10 +112,11 @@ enum ReportProjection {
 
     /// Replaces the contributions of `keys` with their folds up to `upTo`: subtracts what each
     /// added before (its stored body) from the rollups and adds the new contribution.
-    static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, next: Bool, on connection: Connection) throws {
+    static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, next: Bool, catalogPeriods: [String: EpochMillis],
+                       on connection: Connection) throws {
         guard !keys.isEmpty else { return }
         let tables = Tables(next: next)
-        let folded = try contributions(of: keys, upTo: upTo, on: connection)
+        let folded = try contributions(of: keys, upTo: upTo, catalogPeriods: catalogPeriods, on: connection)
         let ids = PostgresValue.array(keys.sorted().map { .text($0.text) }, of: .text)
         var delta = ReportRollup()
         for row in try connection.query("DELETE FROM \(tables.subscriptions) WHERE subscription = ANY($1) RETURNING body", [ids],
@@ -256,7 +261,7 @@ extension ReportProjection {
     /// The rebuild's bulk pass (`Projection.load`): every subscription folded in the snapshot, its
     /// contribution and drill-down runs written as it comes, the daily rollups and cohorts (the
     /// sum of every contribution, cells that sum to zero left out as `add` deletes them) at the end.
-    static func load(into load: BulkLoad) throws -> BulkLoad.Counts {
+    static func load(into load: BulkLoad, catalogPeriods: [String: EpochMillis]) throws -> BulkLoad.Counts {
         let (_, totalFacts) = try Rebuilder.partitionBounds(on: load.reader, head: load.head, partitions: 1)
         let orderFacts = try Rebuilder.orderFacts(upTo: load.head, on: load.reader)
         // Dimension ids are added on a session of their own and committed at once: the table is
@@ -288,7 +293,7 @@ extension ReportProjection {
             progress: { rows in done += rows; load.progress(done, totalFacts) }
         ) { key, facts in
             guard let latest = facts.lazy.map(\.signedAt).max() else { return }
-            let f = folded(key, latest: latest, orderFacts.attach(to: SubscriptionFold(key: key, facts: facts)))
+            let f = folded(key, latest: latest, orderFacts.attach(to: SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)))
             rollup.add(f.contribution)
             subscriptionRows.field(key.text)
             subscriptionRows.field(f.latest)

@@ -73,6 +73,8 @@ public struct ReportQueries: Sendable {
     let pool: ConnectionPool
     /// A fold of every fact is a long read (LongReads.swift: limited, timed out, cancelled with its request).
     let longReads: LongReads
+    /// The catalog's periods (`SubscriptionFold.catalogPeriods`), as every fold of the ledger has them.
+    var catalogPeriods: [String: EpochMillis] = [:]
     let cache = Cache()
 
     final class Cache: Sendable {
@@ -216,7 +218,7 @@ public struct ReportQueries: Sendable {
             let rows = try connection.query(
                 "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND position <= $2 ORDER BY position, ordinal",
                 [.int64(Int64(FactStore.version)), .int64(position)], name: "report facts up to")
-            var projection = SubscriptionProjection()
+            var projection = SubscriptionProjection(catalogPeriods: catalogPeriods)
             var latest: EpochMillis?
             for row in rows.rows {
                 let fact = try FactRows.fact(FactQueryRow(row: row))

@@ -17,6 +17,8 @@ internal import Postgres
 /// facts reach); those are refolded whole, as known at the batch's end. An Apple-only batch costs
 /// one indexed lookup of its subscriptions in the (small) parties table.
 struct WeChatContractsProjection: Projection {
+    /// The catalog's periods (`SubscriptionFold.catalogPeriods`), as every fold of the ledger has them.
+    let catalogPeriods: [String: EpochMillis]
     var names: [ProjectionName] { [.wechatContracts] }
     var isLive: Bool { true }
 
@@ -26,16 +28,17 @@ struct WeChatContractsProjection: Projection {
 
     func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
         guard let last = events.last?.position else { return nil }
-        try Self.update(with: facts, upTo: last, next: false, on: connection)
+        try Self.update(with: facts, upTo: last, next: false, catalogPeriods: catalogPeriods, on: connection)
         return nil
     }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try Self.update(with: try FactStore.facts(in: range, on: connection), upTo: range.upperBound, next: next, on: connection)
+        try Self.update(with: try FactStore.facts(in: range, on: connection), upTo: range.upperBound, next: next,
+                        catalogPeriods: catalogPeriods, on: connection)
     }
 
     func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
-        try Self.load(into: load)
+        try Self.load(into: load, catalogPeriods: catalogPeriods)
     }
 
     // MARK: applying a batch
@@ -43,7 +46,8 @@ struct WeChatContractsProjection: Projection {
     /// Records the parties `facts` name and refolds every contract they may change. Returns the
     /// contracts refolded.
     @discardableResult
-    static func update(with facts: [Fact], upTo: Int64, next: Bool, on connection: Connection) throws -> Int {
+    static func update(with facts: [Fact], upTo: Int64, next: Bool, catalogPeriods: [String: EpochMillis],
+                       on connection: Connection) throws -> Int {
         let parties = Set(facts.compactMap { f in f.subscription.flatMap { s in WeChatContractState.party(of: f).map { ($0, s) } } }
             .map { PartyRow(party: $0.0, subscription: $0.1) })
         let touched = try FactStore.subscriptions(touchedBy: facts, on: connection)
@@ -66,7 +70,7 @@ struct WeChatContractsProjection: Projection {
                  .array(sorted.map { .text($0.subscription.text) }, of: .text)], name: "record contract parties")
         }
         guard !contracts.isEmpty else { return 0 }
-        let rows = try refold(contracts, upTo: upTo, next: next, on: connection)
+        let rows = try refold(contracts, upTo: upTo, next: next, catalogPeriods: catalogPeriods, on: connection)
         let table = ProjectionTable.wechatContracts.qualified(next: next)
         let sorted = contracts.sorted()
         try connection.query(
@@ -81,7 +85,8 @@ struct WeChatContractsProjection: Projection {
 
     /// The rows (COPY text of `projections.wechat_contracts`) of `contracts`, each folded from the
     /// facts up to `upTo` of its candidates (read from the parties table, or its `_next` one).
-    static func refold(_ contracts: Set<WeChatContractState.Party>, upTo: Int64, next: Bool, on connection: Connection) throws -> [UInt8] {
+    static func refold(_ contracts: Set<WeChatContractState.Party>, upTo: Int64, next: Bool, catalogPeriods: [String: EpochMillis],
+                       on connection: Connection) throws -> [UInt8] {
         let sorted = contracts.sorted()
         var candidates: [WeChatContractState.Party: [SubscriptionKey]] = [:]
         for row in try connection.query(
@@ -96,18 +101,19 @@ struct WeChatContractsProjection: Projection {
             guard let key = SubscriptionKey(text: text) else { throw ProjectionError.corrupt("contract party subscription '\(text)' is not <environment>:<id>") }
             candidates[party, default: []].append(key)
         }
-        return try rows(candidates, upTo: upTo, on: connection)
+        return try rows(candidates, upTo: upTo, catalogPeriods: catalogPeriods, on: connection)
     }
 
     /// Folds each contract of `candidates` from its candidates' facts up to `upTo` and writes its
     /// row (none for UNBINDUSER).
-    static func rows(_ candidates: [WeChatContractState.Party: [SubscriptionKey]], upTo: Int64, on connection: Connection) throws -> [UInt8] {
+    static func rows(_ candidates: [WeChatContractState.Party: [SubscriptionKey]], upTo: Int64, catalogPeriods: [String: EpochMillis],
+                     on connection: Connection) throws -> [UInt8] {
         let keys = Set(candidates.values.joined()).sorted()
         let (attached, orderFacts) = try FactStore.facts(of: keys, upTo: upTo, on: connection)
         var out: [UInt8] = []
         for party in candidates.keys.sorted() {
             let facts = Set(candidates[party]!).sorted().flatMap { attached[$0] ?? [] } + orderFacts
-            let state = WeChatContractState.of(openId: party.openId, productId: party.productId, facts: facts)
+            let state = WeChatContractState.of(openId: party.openId, productId: party.productId, facts: facts, catalogPeriods: catalogPeriods)
             guard let info = state.appleSubscriptionInfo else { continue }
             out.field(party.openId)
             out.field(party.productId)
@@ -123,7 +129,7 @@ struct WeChatContractsProjection: Projection {
 
     /// Every party up to `load.head` (one scan of the WeChat renewal facts), then the contracts
     /// folded in groups of customers, each group's candidates' facts read once.
-    static func load(into load: BulkLoad) throws -> BulkLoad.Counts {
+    static func load(into load: BulkLoad, catalogPeriods: [String: EpochMillis]) throws -> BulkLoad.Counts {
         var byParty: [WeChatContractState.Party: [SubscriptionKey]] = [:]
         var partyRows: [UInt8] = []
         for row in try load.reader.query(
@@ -152,7 +158,7 @@ struct WeChatContractsProjection: Projection {
             while end < parties.count && parties[end].openId == parties[end - 1].openId { end += 1 }
             var group: [WeChatContractState.Party: [SubscriptionKey]] = [:]
             for party in parties[start..<end] { group[party] = byParty[party] }
-            let rows = try rows(group, upTo: load.head, on: load.reader)
+            let rows = try rows(group, upTo: load.head, catalogPeriods: catalogPeriods, on: load.reader)
             try load.send(rows, to: .wechatContracts)
             done = end
             facts += group.values.reduce(0) { $0 + $1.count }
@@ -207,7 +213,7 @@ extension WeChatQueries {
                             throw ProjectionError.corrupt("a stored WeChat contract does not decode (\(error)); rebuild it: ledger rebuild --projection wechat_contracts")
                         }
                     }
-                    return try Self.foldedContract(openId: openId, productId: productId, on: connection)
+                    return try Self.foldedContract(openId: openId, productId: productId, catalogPeriods: catalogPeriods, on: connection)
                 }
             }
         } catch {
@@ -217,11 +223,13 @@ extension WeChatQueries {
 
     /// The fold of every subscription that ever named the customer (what the projection holds once
     /// it has caught up).
-    static func foldedContract(openId: String, productId: String, on connection: Connection) throws -> WeChatContractState {
+    static func foldedContract(openId: String, productId: String, catalogPeriods: [String: EpochMillis],
+                               on connection: Connection) throws -> WeChatContractState {
         let keys = try connection.query(
             "SELECT subscription FROM projections.customer_subscriptions WHERE customer_id = $1 ORDER BY subscription",
             [.text(openId)], name: "subscriptions of customer").rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
         let (attached, candidates) = try FactStore.facts(of: keys, on: connection)
-        return WeChatContractState.of(openId: openId, productId: productId, facts: keys.flatMap { attached[$0] ?? [] } + candidates)
+        return WeChatContractState.of(openId: openId, productId: productId, facts: keys.flatMap { attached[$0] ?? [] } + candidates,
+                                      catalogPeriods: catalogPeriods)
     }
 }

@@ -76,6 +76,8 @@ public struct RefundDecisionInputs: Sendable {
 /// LedgerStore's WeChat reads and the plaintext nonce memory (`store.wechat`).
 public struct WeChatQueries: Sendable {
     let pool: ConnectionPool
+    /// The catalog's periods (`SubscriptionFold.catalogPeriods`) for the contracts it folds.
+    var catalogPeriods: [String: EpochMillis] = [:]
 
     // MARK: the alias index
 
@@ -231,9 +233,14 @@ public struct WeChatQueries: Sendable {
 
     /// The answer stored under `answerKey` in `stream` (a concurrent asking's), if any.
     public func storedAnswer(stream: String, answerKey: String) async throws(StoreError) -> RecordedEvent? {
+        try await stored(stream: stream, dedupeKey: answerKey)
+    }
+
+    /// The event stored under `dedupeKey` in `stream` (the copy a duplicate push was answered with).
+    public func stored(stream: String, dedupeKey: String) async throws(StoreError) -> RecordedEvent? {
         try await read { connection in
             try connection.query("SELECT \(EventStore.columns) FROM events WHERE stream_id = $1 AND dedupe_key = $2",
-                                 [.text(stream), .text(answerKey)], name: "stored refund answer").rows.map(EventStore.decode).first
+                                 [.text(stream), .text(dedupeKey)], name: "stored event by key").rows.map(EventStore.decode).first
         }
     }
 

@@ -76,7 +76,8 @@ struct WebhookEventsProjection: Projection {
             let known = try WebhookEventStore.ids(of: keys, next: next, on: connection)
             for key in keys {
                 events += Self.derive(key, facts: attached[key] ?? [], candidates: candidates, after: range.lowerBound - 1,
-                                      known: known[key.text] ?? [], derivation: derivation, clock: clock)
+                                      known: known[key.text] ?? [], derivation: derivation,
+                                      catalogPeriods: projector.catalogPeriods, clock: clock)
             }
         }
         events += try decisions(in: range, on: connection)
@@ -106,16 +107,31 @@ struct WebhookEventsProjection: Projection {
     /// every position derives the same ids at the same positions; an expiry that time alone
     /// brought is derived by the next fact of its subscription.
     static func derive(_ key: SubscriptionKey, facts: [Fact], candidates: [Fact], after: Int64, known: Set<String>,
-                       derivation: WebhookDerivation, clock: EpochMillis) -> [WebhookEvent] {
+                       derivation: WebhookDerivation, catalogPeriods: [String: EpochMillis], clock: EpochMillis) -> [WebhookEvent] {
+        // The candidates (unattached order facts of the whole batch or chunk) that can ever join
+        // this subscription: those the fold of all its facts attaches. An order id, once the
+        // subscription names it, stays named, so a fold up to any position attaches a subset of
+        // these. Filtering once keeps each position's attach from scanning the chunk's, and makes
+        // the positions walked this subscription's own (not another's in the same chunk), so the
+        // live path and a rebuild, which chunk differently, stamp events at the same positions.
+        var joinable: [Fact] = []
+        if !candidates.isEmpty, !facts.isEmpty {
+            let all = SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)
+            if !all.orderIds.isEmpty {
+                let attached = SubscriptionProjection.attach(candidates, to: all)
+                let ids = attached.orderIds
+                joinable = candidates.filter { ids.contains($0.transactionId ?? "") || ids.contains($0.orderAlias ?? "") }
+            }
+        }
         func fold(upTo p: Int64) -> SubscriptionFold? {
             let own = facts.filter { $0.position <= p }
             guard !own.isEmpty else { return nil }
-            let fold = SubscriptionFold(key: key, facts: own)
-            let joining = candidates.filter { $0.position <= p }
+            let fold = SubscriptionFold(key: key, facts: own, catalogPeriods: catalogPeriods)
+            let joining = joinable.filter { $0.position <= p }
             return joining.isEmpty ? fold : SubscriptionProjection.attach(joining, to: fold)
         }
         var recorded: [Int64: EpochMillis] = [:]
-        for f in facts + candidates where f.position > after { recorded[f.position] = max(recorded[f.position] ?? 0, f.recordedAt) }
+        for f in facts + joinable where f.position > after { recorded[f.position] = max(recorded[f.position] ?? 0, f.recordedAt) }
         var known = known
         var out: [WebhookEvent] = []
         for p in recorded.keys.sorted() {
@@ -144,7 +160,7 @@ struct WebhookEventsProjection: Projection {
             var events: [WebhookEvent] = []
             for key in slice {
                 events += Self.derive(key, facts: attached[key] ?? [], candidates: candidates, after: 0, known: [], derivation: derivation,
-                                      clock: now)
+                                      catalogPeriods: projector.catalogPeriods, clock: now)
             }
             try load.send(WebhookEventStore.rows(WebhookEventStore.sequenced(events)), to: .webhookEvents)
             load.progress(chunk + slice.count, keys.count)

@@ -110,15 +110,22 @@ struct WeChatScript {
     /// TransactionId): the order then starts where the period before it ended (the latest earlier
     /// RenewalDate, or the SignedTime of a signing of its period) — never at a push's CreateTime,
     /// which WeChat's re-push moves.
-    mutating func order(product: String, paid: EpochMillis, renewalDate: EpochMillis, mayOmitPayInfo: Bool = true) -> Int {
+    mutating func order(product: String, paid: EpochMillis, renewalDate: EpochMillis, mayOmitPayInfo: Bool = true,
+                        omitPayInfo: Bool? = nil) -> Int {
         let k = world.orders.count
         let id = "WX\(otid)T\(k + 1)"
-        let withPay = !mayOmitPayInfo || !rng.chance(0.1)
+        let withPay = !(omitPayInfo ?? (mayOmitPayInfo && rng.chance(0.1)))
         let ends = world.orders.map(\.renewalDate) + world.signings.map(\.renewalDate)
         // Signings that re-enable auto-renew within a period (after an unsigning of it) start nothing.
         let starts = world.signings.filter { s in !resignings.contains(s.at) && s.renewalDate <= renewalDate && s.at < renewalDate }
         let placed = (ends.filter { $0 < renewalDate } + starts.map(\.at)).max()
-        let start = withPay ? paid : placed ?? paid + 1000
+        // Never earlier than RenewalDate minus the product's longest period (issue 20): the longest
+        // period a signing (SignedTime → RenewalDate) or a paid order (PaidTime → RenewalDate) states,
+        // plus a day; one product per lifecycle. Binds only after a lapse.
+        let stated = world.signings.map { $0.renewalDate - $0.at }
+            + world.orders.indices.filter { payInfo[$0] }.map { world.orders[$0].renewalDate - world.orders[$0].paid }
+        let floor = renewalDate - (stated.max().map { $0 + DiffTime.day } ?? 31 * DiffTime.day)
+        let start = withPay ? paid : max(placed ?? paid + 1000, floor)
         world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: start, renewalDate: renewalDate))
         orderIds.append(id)
         payInfo.append(withPay)
@@ -187,11 +194,35 @@ struct WeChatScript {
                 }
             }
             guard on, !tags.contains("signed-not-delivered") else { break }
+            if rng.chance(0.1) {
+                // Apple charges a renewal up to 24 h before the period ends (issue 20); the user
+                // unsigns after that charge, the unsigning still stating the period it ends (seed
+                // 000 §4.4: 当前订阅周期的结束时间). By when each happened the unsigning is the later
+                // act: auto-renew 0 from it, the early-charged period still runs to its end.
+                let early = Self.seconds(renewalDate - rng.int(2...23) * DiffTime.hour)
+                let u = Self.seconds(early + rng.int(1...60) * DiffTime.minute)
+                if early > t + DiffTime.minute, u < renewalDate, u <= horizon {
+                    _ = order(product: product, paid: early, renewalDate: renewalDate + period, mayOmitPayInfo: false)
+                    unsign(at: u, renewalDate: renewalDate, product: product)
+                    tags.insert("early-unsigning")
+                    break outer
+                }
+            }
             let paid = Self.seconds(renewalDate) + rng.int(0...600) * 1000
             if paid > horizon { break }
             _ = order(product: product, paid: paid, renewalDate: renewalDate + period)
             renewalDate += period
             t = paid
+        }
+        // A lapse, then a resubscription through the App Store: WeChat pushes the delivery only (§4.2:
+        // no signing push after the first signing), often without PaidTime — its period must not
+        // start at the old period's end.
+        if !on, !tags.contains("early-unsigning"), !tags.contains("signed-not-delivered"), rng.chance(0.3) {
+            let paid = Self.seconds(renewalDate + rng.int(2...30) * DiffTime.day + rng.int(0...3600) * 1000)
+            if paid <= horizon {
+                _ = order(product: product, paid: paid, renewalDate: paid + period, omitPayInfo: rng.chance(0.5))
+                tags.insert("lapse-without-signing")
+            }
         }
         if world.orders.count > 1 { tags.insert("renewed") }
     }
