@@ -87,6 +87,7 @@ extension MetricsRegistry {
         describe("ledger_wechat_refund_decision_seconds", type: .histogram, help: "Refund inquiries: time from arrival to the reply being ready (decidedInMs)")
         describe("ledger_wechat_refund_fallbacks_total", type: .counter, help: "Refund inquiries answered with the configured fallback, by reason (deadline, decision_error, unreadable)")
         describe("ledger_wechat_refund_answers_not_stored_total", type: .counter, help: "Refund answers not stored before WeChat's deadline (answered 503; WeChat asks again)")
+        describe("ledger_wechat_relinks_past_deadline_total", type: .counter, help: "Refund inquiries whose order relink outlasted the answer deadline (replied; the link finished on its own)")
         describe("ledger_wechat_conflicting_repushes_total", type: .counter, help: "WeChat re-pushes whose content differs from the copy stored under the same key (the first stays in force; the re-push is kept as evidence), by event")
         describe("ledger_wechat_subscription_deliveries_without_info_total", type: .counter, help: "WeChat deliveries of a catalog subscription product without AppleSubscriptionInfo (stored as ordinary purchases; they grant nothing)")
     }

@@ -295,17 +295,23 @@ extension WeChatPushDesk {
         let reply = try receiver.reply(.refundAnswer(decision), to: note.push)
         // Relinked after every commit of an asking (not only when the decision's read saw a
         // subscription): an inquiry racing its own delivery commits after the delivery re-checked
-        // its group, so only this check sees both. Awaited in this task (structured: no
-        // fire-and-forget work outlives the request); a failure is logged, not answered — the
-        // answer is stored, and any later push of the order or `ledger reconcile --wechat` links it.
-        // Skipped only when the decision's read did not finish (the database is struggling and the
-        // reply must not wait on it): the reconciliation links those.
+        // its group, so only this check sees both. Awaited up to the answer's deadline: WeChat
+        // waits 3 s for the reply and the answer is already stored, so past it the reply goes out
+        // and the relink finishes on its own (its append is an idempotent link event). A failure
+        // is logged, not answered: any later push of the order or `ledger reconcile --wechat`
+        // links it. Skipped only when the decision's read did not finish (the database is
+        // struggling and the reply must not wait on it): the reconciliation links those.
         guard inputs != nil else { return WeChatReply(body: reply, contentType: contentType(note.push)) }
-        do {
-            try await linker.relink(after: note)
-        } catch {
+        let linker = linker, log = log
+        switch await Deadline.run(until: arrival + refundAnswerDeadline, { try await linker.relink(after: note) }) {
+        case .value: break
+        case .failed(let error):
             log.warn("linking a refund inquiry's order stream failed; a later push of the order or `ledger reconcile --wechat` links it",
                      ["stream": note.stream, "error": "\(error)"])
+        case .timedOut:
+            metrics.increment("ledger_wechat_relinks_past_deadline_total")
+            log.warn("linking a refund inquiry's order stream outlasted the answer's deadline; replied, the link finishes on its own",
+                     ["stream": note.stream])
         }
         return WeChatReply(body: reply, contentType: contentType(note.push))
     }
