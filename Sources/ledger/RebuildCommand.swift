@@ -12,8 +12,9 @@ enum RebuildCommand {
     them in atomically (appends wait only for the swap) and sets their checkpoints to the head.
     Reads the decoded payload columns only, never the raw evidence. Works as the service role.
 
-      --projection NAME   subscriptions, transactions, entitlements, refund_cases or wechat_contracts
-                          (default: all of them)
+      --projection NAME   one of \(ProjectionName.allCases.map(\.rawValue).joined(separator: ", "))
+                          (default: all of them; webhook events are recomputed with their ids and
+                          positions, and a rebuild sends none again)
       --dry-run           change nothing: fold everything under the CURRENT product catalog
                           (configuration "products") and print who would gain and who would lose
                           which entitlement compared with the stored entitlements table
