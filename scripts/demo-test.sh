@@ -26,8 +26,10 @@ for environment in ${DEMO_TEST_ENVIRONMENTS:-Production Sandbox}; do
     scripts/demo.sh >"$out" 2>"$STATE/demo-$environment.err" || { tail -n 30 "$STATE/demo-$environment.err" >&2; exit 1; }
   pid="$(sed -nE 's/^ledger serve keeps running in the background: PID ([0-9]+).*/\1/p' "$out")"
   [ -n "$pid" ] || { echo "demo-test: the demo printed no server PID" >&2; exit 1; }
+  receiver="$(sed -nE 's/^The webhook receiver too: PID ([0-9]+).*/\1/p' "$out")"
+  [ -n "$receiver" ] || { echo "demo-test: the demo printed no webhook receiver PID" >&2; exit 1; }
   python3 scripts/demo_check.py "$out" "$environment" || status=1
-  kill -TERM "$pid" 2>/dev/null || true
+  kill -TERM "$pid" "$receiver" 2>/dev/null || true
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 done
 echo "demo-test: $([ $status = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - started )) s"

@@ -40,6 +40,8 @@ BASE="http://$LISTEN"
 STATE="${DEMO_STATE:-$ROOT/.build/demo}"   # git-ignored, survives between demos
 PIDFILE="$STATE/serve.pid"
 LOG="$STATE/serve.log"
+RECEIVER_PIDFILE="$STATE/webhook-receiver.pid"
+RECEIVER_LOG="$STATE/webhooks.log"
 APP_TOKEN=demo-app-token-0123456789abcdef0123456789abcdef
 AUDITOR_TOKEN=demo-auditor-token-0123456789abcdef0123456789abcdef
 ADMIN_TOKEN=demo-admin-token-0123456789abcdef0123456789abcdef
@@ -65,6 +67,12 @@ if [ -s "$PIDFILE" ]; then
     for _ in $(seq 1 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
   fi
   rm -f "$PIDFILE"
+fi
+# …and its webhook receiver (by its recorded PID, and only if it is `ledger-dev`).
+if [ -s "$RECEIVER_PIDFILE" ]; then
+  old="$(cat "$RECEIVER_PIDFILE")"
+  if kill -0 "$old" 2>/dev/null && grep -q ledger-dev "/proc/$old/cmdline" 2>/dev/null; then kill -TERM "$old"; fi
+  rm -f "$RECEIVER_PIDFILE"
 fi
 if curl -s -o /dev/null --max-time 1 "$BASE/healthz"; then
   fail "something already answers on $LISTEN; stop it or pick another address: LEDGER_LISTEN=127.0.0.1:8181 make demo"
@@ -105,8 +113,21 @@ say "minting the simulator's test root (seed $SEED)"
 ENV_LINE="$("$LEDGER_DEV" simulate --mint-root "$STATE/simulator-root.der" --seed "$SEED" --environment "$ENVIRONMENT" --wechat "$WECHAT")"
 read -r -a APPLE_ENV <<<"$ENV_LINE"
 
+# A webhook endpoint for the demo: ledger-dev's receiver on a free loopback port, verifying every
+# request's Standard Webhooks signature with the endpoint's secret and printing each event.
+RECEIVER_LISTEN="${DEMO_WEBHOOK_LISTEN:-127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+WEBHOOK_SECRET="whsec_$(python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')"
+say "starting the demo's webhook receiver on $RECEIVER_LISTEN (log: $RECEIVER_LOG)"
+nohup "$LEDGER_DEV" webhook-receiver --secret "$WEBHOOK_SECRET" --listen "$RECEIVER_LISTEN" >"$RECEIVER_LOG" 2>&1 </dev/null &
+RECEIVER_PID=$!
+echo "$RECEIVER_PID" >"$RECEIVER_PIDFILE"
+
 say "starting ledger serve on $LISTEN (log: $LOG)"
 env "${APPLE_ENV[@]}" \
+  LEDGER_WEBHOOK_NAME=demo \
+  LEDGER_WEBHOOK_URL="http://$RECEIVER_LISTEN/hooks" \
+  LEDGER_WEBHOOK_SECRET="$WEBHOOK_SECRET" \
+  LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK=true \
   LEDGER_CONFIG="$STATE/config.json" \
   LEDGER_LISTEN="$LISTEN" \
   LEDGER_TOKENS="app:$APP_TOKEN,auditor:$AUDITOR_TOKEN,admin:$ADMIN_TOKEN" \
@@ -134,6 +155,9 @@ for _ in $(seq 1 300); do
   [ "${at:-0}" -ge "$HEAD_POSITION" ] && break
   sleep 0.2
 done
+# The first webhooks reach the receiver within seconds (each subscription's in order; the rest
+# keep arriving while you read this).
+for _ in $(seq 1 150); do grep -q ' verified ' "$RECEIVER_LOG" 2>/dev/null && break; sleep 0.2; done
 
 # The sample tables' rows: appAccountToken (or openid) and originalTransactionId.
 mapfile -t SAMPLE < <(awk '/^  [0-9a-f]+-[0-9a-f]+-[0-9a-f]+-/ {print $1 " " $2}' "$OUT" | head -n 3)
@@ -186,6 +210,12 @@ cat <<EOF
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/readyz
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" $BASE/metrics | grep ^ledger_
 
+  # webhooks: what the ledger told the demo's endpoint (ledger-dev webhook-receiver, every
+  # signature verified; make demo keeps it running), and the admin view of events and attempts
+  grep -c ' verified ' $RECEIVER_LOG
+  grep ' verified ' $RECEIVER_LOG | tail -n 3
+  curl -s -H "Authorization: Bearer $ADMIN_TOKEN" "$BASE/v1/admin/webhooks/events?limit=3"
+
 The auditor's pages (plain HTTP here, so the session cookie is not Secure: LEDGER_INSECURE_COOKIES=true):
   open $BASE/audit and sign in with $AUDITOR_TOKEN; the charts are at $BASE/audit/reports
 
@@ -197,5 +227,6 @@ Re-verify a stored notification's raw evidence offline, as an auditor would:
     | $LEDGER verify-payload --root $STATE/simulator-root.der -
 
 ledger serve keeps running in the background: PID $PID (log: $LOG).
-Stop it with:  kill $PID
+The webhook receiver too: PID $RECEIVER_PID (log: $RECEIVER_LOG).
+Stop both with:  kill $PID $RECEIVER_PID
 EOF

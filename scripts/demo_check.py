@@ -50,6 +50,13 @@ def check(comment, command, environment):
         return f"exit status {code}: {(err or out)[:300]}"
     if "verify" in command:
         return None
+    if command.startswith("grep -c ' verified '"):
+        return None if out.strip().isdigit() and int(out.strip()) > 0 else f"no verified webhook: {out[:200]}"
+    if command.startswith("grep ' verified '"):
+        lines = [l for l in out.splitlines() if l.strip()]
+        if not lines or any("REFUSED" in l for l in lines):
+            return f"expected verified webhook lines: {out[:300]}"
+        return None
     if not out.strip():
         return "no output"
     url = re.search(r'"?(http://[^" ]+)"?', command)
