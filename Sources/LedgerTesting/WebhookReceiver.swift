@@ -26,8 +26,9 @@ public final class WebhookReceiver: Sendable {
     /// How to answer.
     public enum Behaviour: Sendable, Equatable {
         case accept
-        /// Answer this status (e.g. 500), with `Retry-After` when given (seconds).
-        case fail(status: Int, retryAfter: Int?)
+        /// Answer this status (e.g. 500), with `Retry-After` when given (seconds) and `body` as
+        /// text when given (a hostile receiver's answer, shown escaped on the auditor's page).
+        case fail(status: Int, retryAfter: Int?, body: String? = nil)
         /// Wait this long before answering 204 (longer than the sender's timeout: a timeout).
         case stall(seconds: Double)
     }
@@ -102,11 +103,13 @@ public final class WebhookReceiver: Sendable {
         }
         var status = refusal == nil ? 204 : 401
         var headers: [(String, String)] = []
+        var answer: Data?
         if refusal == nil {
             switch behaviour {
             case .accept: break
-            case .fail(let s, let retryAfter):
+            case .fail(let s, let retryAfter, let text):
                 status = s
+                answer = text.map { Data($0.utf8) }
                 if let retryAfter { headers.append(("Retry-After", String(retryAfter))) }
             case .stall(let seconds):
                 try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
@@ -120,6 +123,7 @@ public final class WebhookReceiver: Sendable {
         if let refusal {
             return .json(401, Data(#"{"error":"bad_signature","message":"\#(refusal.replacingOccurrences(of: "\"", with: "'"))"}"#.utf8))
         }
+        if let answer { return HTTPResponse(status: status, headers: headers + [("Content-Type", "text/html")], body: answer) }
         return HTTPResponse(status: status, headers: headers)
     }
 }

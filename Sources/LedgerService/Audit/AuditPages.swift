@@ -4,7 +4,7 @@ import LedgerStore
 
 /// The navigation of the auditor's pages.
 enum AuditNavigation: String, CaseIterable {
-    case search, refunds, reports, projections, drift
+    case search, refunds, reports, projections, drift, webhooks
 
     var title: String {
         switch self {
@@ -13,6 +13,7 @@ enum AuditNavigation: String, CaseIterable {
         case .reports: "Charts"
         case .projections: "Projection status"
         case .drift: "Drift report"
+        case .webhooks: "Webhooks"
         }
     }
 
@@ -23,6 +24,7 @@ enum AuditNavigation: String, CaseIterable {
         case .reports: AuditURL("reports")
         case .projections: AuditURL("projections")
         case .drift: AuditURL("drift")
+        case .webhooks: AuditURL("webhooks")
         }
     }
 }

@@ -126,6 +126,9 @@ extension LedgerApp {
                                                     apple: try await appleAPI.drift.appleChecks()), csrf: csrf)
                 }
             }
+            group.add("GET", "/audit/webhooks") { [self] request in
+                try await page(request) { csrf in try await webhooksPage(request, csrf: csrf) }
+            }
             group.add("GET", "/audit/projections") { [self] request in
                 try await page(request) { csrf in
                     AuditPages.projections(try await store.projectionStatuses(), chain: try? await store.chain.head(), csrf: csrf)
@@ -275,6 +278,29 @@ extension LedgerApp {
                                          chainHolds: holds[e.event.position]))
         }
         return AuditPages.timeline(key, entries: entries, truncated: ordered.count > limit, csrf: csrf)
+    }
+
+    /// The events of `GET /v1/admin/webhooks/events` (the same operation and cursor), newest first.
+    func webhooksPage(_ request: HTTPRequest, csrf: String) async throws -> HTML {
+        var limit = 50
+        if let l = request.query["limit"] {
+            guard let n = Int(l), (1...200).contains(n) else { throw ServiceFailure.invalidParameter("limit must be an integer from 1 to 200") }
+            limit = n
+        }
+        let after = try Self.webhookCursor(request.query["cursor"])
+        let endpoint = request.query["endpoint"].flatMap { $0.isEmpty ? nil : $0 }
+        if let endpoint, !WebhookEndpointSettings.validName(endpoint) {
+            throw ServiceFailure.invalidParameter("endpoint must be an endpoint name (lowercase letters, digits and _.-)")
+        }
+        let status = request.query["status"].flatMap { $0.isEmpty ? nil : $0 }
+        if let status, !WebhookPageModel.statuses.contains(status) {
+            throw ServiceFailure.invalidParameter("status must be one of \(WebhookPageModel.statuses.joined(separator: ", "))")
+        }
+        let operations = WebhookOperations(store: store, endpoints: webhookEndpoints)
+        let (events, next) = try await operations.page(after: after, limit: limit, positions: nil, newestFirst: true)
+        let endpoints = try await webhookEndpoints.list().map(\.json)
+        return AuditPages.webhooks(WebhookPageModel(endpoints: endpoints, events: events, next: next, endpoint: endpoint, status: status,
+                                                    limit: limit, isFirstPage: after == nil), csrf: csrf)
     }
 
     func casePage(_ id: String, csrf: String) async throws -> HTML {

@@ -228,8 +228,10 @@ struct WebhookOperations: Sendable {
     }
 
     /// A page of events (position order) with their deliveries and attempts per endpoint.
-    func page(after: (Int64, Int)?, limit: Int, positions: ClosedRange<Int64>?) async throws -> (events: [JSONValue], next: String?) {
-        let events = try await store.webhookEvents.events(after: after, limit: limit + 1, positions: positions)
+    /// `newestFirst` for the auditor's page (`/audit/webhooks`); the cursor has the same form.
+    func page(after: (Int64, Int)?, limit: Int, positions: ClosedRange<Int64>?,
+              newestFirst: Bool = false) async throws -> (events: [JSONValue], next: String?) {
+        let events = try await store.webhookEvents.events(after: after, limit: limit + 1, positions: positions, newestFirst: newestFirst)
         let shown = Array(events.prefix(limit))
         let ids = shown.map(\.id)
         let items = try await store.webhookEvents.items(events: ids)

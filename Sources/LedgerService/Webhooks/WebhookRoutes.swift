@@ -72,14 +72,7 @@ extension LedgerApp {
                 guard let n = Int(l), (1...500).contains(n) else { throw ServiceFailure.invalidParameter("limit must be an integer from 1 to 500") }
                 limit = n
             }
-            var after: (Int64, Int)?
-            if let c = request.query["cursor"] {
-                let parts = c.split(separator: ".", omittingEmptySubsequences: false)
-                guard parts.count == 2, let p = Int64(parts[0]), let s = Int(parts[1]), p >= 0, s >= 0 else {
-                    throw ServiceFailure.invalidParameter("cursor must be the `next` of an earlier page (<position>.<sequence>)")
-                }
-                after = (p, s)
-            }
+            let after = try Self.webhookCursor(request.query["cursor"])
             let range = try Self.positionRange(from: request.query["fromPosition"], to: request.query["toPosition"], optional: true)
             let (events, next) = try await operations.page(after: after, limit: limit, positions: range)
             return .json(200, ["events": .array(events), "next": .optional(next)])
@@ -93,6 +86,17 @@ extension LedgerApp {
             let event = try await operations.sendTest(to: name, requestedBy: tokens.requester(of: request))
             return .json(202, ["id": .string(event.id), "endpoint": .string(name), "type": .string(event.type.rawValue)])
         }
+    }
+
+    /// The events' cursor (`<position>.<sequence>`, the `next` of an earlier page), shared by the
+    /// admin route and the auditor's page.
+    static func webhookCursor(_ text: String?) throws -> (Int64, Int)? {
+        guard let c = text else { return nil }
+        let parts = c.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, let p = Int64(parts[0]), let s = Int(parts[1]), p >= 0, s >= 0 else {
+            throw ServiceFailure.invalidParameter("cursor must be the `next` of an earlier page (<position>.<sequence>)")
+        }
+        return (p, s)
     }
 
     /// `fromPosition`/`toPosition` (both or, when `optional`, neither): 1 ≤ from ≤ to.

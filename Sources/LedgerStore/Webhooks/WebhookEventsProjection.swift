@@ -331,9 +331,16 @@ public struct WebhookEventStore: Sendable {
 
     /// Events in (position, sequence) order after the cursor `after` (position, sequence), with
     /// `position` within `positions` when given.
-    public func events(after: (Int64, Int)?, limit: Int, positions: ClosedRange<Int64>? = nil) async throws(StoreError) -> [WebhookEventRecord] {
+    /// `newestFirst`: descending, `after` then meaning the cursor below which the page starts
+    /// (the auditor's page lists the newest first with the API's cursor format).
+    public func events(after: (Int64, Int)?, limit: Int, positions: ClosedRange<Int64>? = nil,
+                       newestFirst: Bool = false) async throws(StoreError) -> [WebhookEventRecord] {
         try await rows(
-            """
+            newestFirst ? """
+            SELECT \(Self.columns) FROM projections.webhook_events
+            WHERE ($1::bigint IS NULL OR (position, sequence) < ($1, $2)) AND ($3::bigint IS NULL OR position BETWEEN $3 AND $4)
+            ORDER BY position DESC, sequence DESC LIMIT $5
+            """ : """
             SELECT \(Self.columns) FROM projections.webhook_events
             WHERE ($1::bigint IS NULL OR (position, sequence) > ($1, $2)) AND ($3::bigint IS NULL OR position BETWEEN $3 AND $4)
             ORDER BY position, sequence LIMIT $5
