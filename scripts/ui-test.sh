@@ -8,7 +8,8 @@
 # the API's, opens projection status and the drift report (an Apple-status disagreement seeded by
 # simulate --disputed-statuses), signs out, checks that an app token gets
 # a refusal page, that the CSP header is there and that the browser reported no console errors or
-# CSP violations, opens the charts overview and one report page (each chart's points and table
+# CSP violations, opens the webhooks page (ui_test.py's own loopback receivers: one accepts, one
+# answers 500 with a hostile body), opens the charts overview and one report page (each chart's points and table
 # against the reports API's CSV, 1280 and 390 px wide). Screenshots: .build/ui/; the README's three
 # (timeline, refund case, charts overview at 1280 px) are copied to docs/screenshots/.
 set -euo pipefail
@@ -61,7 +62,7 @@ read -r -a APPLE_ENV <<<"$ENV_LINE"
 WECHAT_TOKEN="$(tr ' ' '\n' <<<"$ENV_LINE" | sed -n 's/^LEDGER_WECHAT_TOKEN=//p')"
 env "${APPLE_ENV[@]}" LEDGER_DATABASE_URL="$SERVICE_URL" LEDGER_LISTEN="127.0.0.1:$PORT" \
   LEDGER_TOKENS="app:ui-app-token-0123456789abcdef0123456789abcdef,auditor:ui-auditor-token-0123456789abcdef0123456789abcdef,admin:ui-admin-token-0123456789abcdef0123456789abcdef" \
-  LEDGER_WECHAT_ALLOW_PLAINTEXT=true LEDGER_DEVELOPMENT=true \
+  LEDGER_WECHAT_ALLOW_PLAINTEXT=true LEDGER_DEVELOPMENT=true LEDGER_OUTBOUND_ALLOW_PLAIN_HTTP_LOOPBACK=true \
   LEDGER_INSECURE_COOKIES=true LEDGER_SESSION_KEY=ui-test-session-key-0123456789abcdef0123 \
   "$LEDGER" serve >"$STATE/serve.log" 2>&1 </dev/null &
 PID=$!

@@ -3,14 +3,17 @@
 Each step asserts what a person would check; screenshots go to LEDGER_UI_SHOTS. Any console
 error or Content-Security-Policy violation the browser reports fails the run.
 """
+import base64
 import hashlib
 import json
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # `http` is this script's client below
 
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
@@ -125,6 +128,64 @@ def reports_caught_up():
     fail(f"the reports projection did not catch up within 60 s: {body[:400]!r}")
 
 
+class Receiver(BaseHTTPRequestHandler):
+    """Two webhook receivers on one loopback port: /good accepts, /bad answers 500 with a hostile
+    body (the auditor's page must show it as text)."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/good":
+            self.send_response(204)
+            self.end_headers()
+        else:
+            body = b'<script>alert("receiver")</script>'
+            self.send_response(500)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def seed_webhooks():
+    """Endpoints for both receivers, created before the WeChat pushes so their events go to both,
+    and a `test` event to each."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    for name in ["good", "bad"]:
+        secret = "whsec_" + base64.b64encode(hashlib.sha256(name.encode()).digest()).decode()
+        body = json.dumps({"name": name, "url": f"http://127.0.0.1:{port}/{name}", "secret": secret}).encode()
+        status, _, answer = http("/v1/admin/webhooks/endpoints", token=ADMIN, data=body, content_type="application/json")
+        check(status == 201, f"webhook endpoint {name}: {status} {answer[:300]!r}")
+        status, _, answer = http("/v1/admin/webhooks/test", token=ADMIN, data=json.dumps({"endpoint": name}).encode(),
+                                 content_type="application/json")
+        check(status == 202, f"webhook test event for {name}: {status} {answer[:300]!r}")
+    return server
+
+
+def webhooks_attempted():
+    """Waits until the API shows a delivered attempt to `good` and a failed one to `bad`; the events."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        events, cursor = [], None
+        while True:  # every page: the simulation's events come first, the endpoints' after them
+            status, _, body = http("/v1/admin/webhooks/events?limit=500" + (f"&cursor={cursor}" if cursor else ""), token=ADMIN)
+            check(status == 200, f"GET /v1/admin/webhooks/events: {status} {body[:300]!r}")
+            page = json.loads(body)
+            events += page["events"]
+            cursor = page["next"]
+            if not cursor:
+                break
+        history = {d["endpoint"]: [a["outcome"] for a in d["history"]] for e in events for d in e["deliveries"] if d["history"]}
+        if "delivered" in history.get("good", []) and "failed" in history.get("bad", []):
+            return events
+        time.sleep(0.5)
+    fail(f"no delivered and failed webhook attempts within 60 s: {body[:400]!r}")
+
+
 def seed_wechat():
     delivery = header("xpay_goods_deliver_notify", 1775226066)
     delivery.update({"OpenId": "oUIcustomer", "OutTradeNo": "ORDER-UI-1", "Env": 0,
@@ -213,6 +274,7 @@ class Browser:
 
 def main():
     started = time.time()
+    receiver = seed_webhooks()
     seed_wechat()
 
     # The header every page carries, and the API's view to compare the pages with.
@@ -337,6 +399,32 @@ def main():
         b.shot("report-subscriptions")
         b.shot("report-subscriptions", 390)
         print(f"ui-test: chart points {counts}")
+
+        # Webhooks, through the navigation: the endpoints (fingerprints, no secret), every event newest
+        # first as the API lists it, a delivered attempt to `good` and a failed one to `bad` whose
+        # hostile answer is shown as text (no alert, no console error, no CSP violation).
+        events = webhooks_attempted()
+        b.click(b.driver.find_element(By.LINK_TEXT, "Webhooks"), "webhooks")
+        check(b.driver.current_url.endswith("/audit/webhooks"), f"webhooks link: {b.driver.current_url}")
+        check(b.driver.find_element(By.CSS_SELECTOR, "nav a[aria-current]").text == "Webhooks", "webhooks is the current page")
+        endpoints = [r.get_attribute("data-endpoint") for r in b.driver.find_elements(By.CSS_SELECTOR, "#endpoints tbody tr")]
+        check(sorted(endpoints) == ["bad", "good"], f"both endpoints are listed: {endpoints}")
+        check("whsec_" not in b.driver.page_source, "a secret is on the page")
+        shown = [s.get_attribute("data-event-id") for s in b.driver.find_elements(By.CSS_SELECTOR, "section.webhook")]
+        expected = [e["id"] for e in reversed(events)][:50]
+        check(shown == expected, f"the page lists the API's events newest first: {shown[:5]} vs {expected[:5]}")
+        check(b.driver.find_elements(By.CSS_SELECTOR, ".delivery[data-endpoint='good'][data-status='delivered']"),
+              "a delivery to good is shown delivered")
+        excerpts = [c.text for c in b.driver.find_elements(By.CSS_SELECTOR, ".delivery[data-endpoint='bad'] code.excerpt")]
+        check('<script>alert("receiver")</script>' in excerpts, f"the bad receiver's answer is shown as text: {excerpts[:3]}")
+        try:
+            alert = b.driver.switch_to.alert
+            fail(f"the receiver's answer ran: alert {alert.text!r}")
+        except NoAlertPresentException:
+            pass
+        b.shot("webhooks")
+        b.shot("webhooks", 390)
+        receiver.shutdown()
 
         # Sign out: the pages are closed again.
         b.click(b.driver.find_element(By.ID, "logout"), "sign-out")
