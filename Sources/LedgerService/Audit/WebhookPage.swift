@@ -105,7 +105,7 @@ extension AuditPages {
             p > 0 ? "<a href=\"\(AuditURL("events", String(p), "raw"))\">\(p)</a>" as HTML : "\(p)"
         } ?? "—"
         let rows: HTML = deliveries.isEmpty
-            ? "<p class=\"muted\">Queued for no endpoint (none enabled took it when it was derived).</p>"
+            ? "<p class=\"muted\">Sent to no endpoint: none enabled took it when it was derived.</p>"
             : HTML.join(deliveries.map(webhookDelivery))
         return """
         <section class="event webhook" id="webhook-\(e.text("id"))" data-event-id="\(e.text("id"))">
@@ -123,7 +123,11 @@ extension AuditPages {
         case "pending": "<span class=\"warn\">pending</span>"
         default: "\(status)"
         }
-        let next: HTML = d.int64("nextAttemptAt").map { " · next attempt \(time($0))" as HTML } ?? .empty
+        // A pending item with no time yet waits for an earlier event of its subscription (delivery is
+        // ordered per endpoint and subscription), so it has no attempt time to show.
+        let next: HTML = d.int64("nextAttemptAt").map { at in
+            at > 0 ? " · next attempt \(time(at))" as HTML : " · waits for an earlier event of its subscription" as HTML
+        } ?? .empty
         let history = d["history"]?.arrayValue ?? []
         let rows = HTML.join(history.map { a in
             let outcome: HTML = a.text("outcome") == "delivered" ? "<span class=\"ok\">delivered</span>" : "<span class=\"bad\">failed</span>"
