@@ -6,8 +6,10 @@ import Postgres
 /// (Apple V2 with shares of V1, one-time purchases, Sandbox twins, WeChat xpay; its model is the
 /// truth, written independently of the folds) delivered to the real `ledger serve` binary in a
 /// random order with senders' retries, in slices, while at seeded moments the service is killed
-/// (-9) or stopped with SIGTERM under load, PostgreSQL is crashed (immediate stop, postmaster kill)
-/// and every projection is rebuilt blue/green while ingesting; what failed in a slice is
+/// (-9) or stopped with SIGTERM under load, PostgreSQL is crashed (immediate stop, postmaster kill),
+/// every projection is rebuilt blue/green while ingesting, `ledger migrate` runs on the live
+/// database, and the webhook receiver (the service's endpoint for the whole run) answers 500 for a
+/// while; what failed in a slice is
 /// re-posted once the fault is over (what a sender does) and the end check runs against the model
 /// and the database.
 ///
@@ -18,7 +20,8 @@ import Postgres
 ///
 /// Not yet in this slice (issue 25 items 1–5): a year compressed into wall-clock order with
 /// Apple's and WeChat's retry schedules, reconciliation of never-delivered notifications, a second
-/// instance, a stalled database path, webhook receivers, migrate mid-run, PostgreSQL's RSS.
+/// instance, a stalled database path, a webhook outage longer than the first retry, a pending
+/// migration, PostgreSQL's RSS.
 /// `--subscribers` beyond a few thousand is untested: the model's guard band (DifferentialRun:
 /// nothing scripted within 30 minutes after its anchor) bounds a run's length.
 public enum SoakSuite {
@@ -157,7 +160,7 @@ public enum SoakSuite {
         environment["LEDGER_TOKENS"] = "app:\(appToken),auditor:\(auditorToken),admin:\(adminToken)"
         environment.merge(Scenarios.webhookEnvironment(receiver)) { $1 }
         // The worker delivers about 80 events/s on this box (README §Webhooks), fewer than a
-        // debug-build ingest derives; the quick run's endpoint takes four types (about a quarter of
+        // debug-build ingest derives; the quick run's endpoint takes four types (about a third of
         // the events) so the queue drains within a couple of minutes. The full run takes every type.
         if options.reliability.quick {
             environment["LEDGER_WEBHOOK_EVENT_TYPES"] = "subscription.started,subscription.expired,subscription.refunded,refund_case.decided"
@@ -419,8 +422,10 @@ public enum SoakSuite {
     to the real service (`ledger serve`, PATH or the `ledger` next to this executable) on a scratch
     database in a random order with senders' retries, in slices, while killing the service (-9) K
     times and crashing PostgreSQL D times (immediate stop / postmaster kill, LEDGER_TEST_DB_SCRIPT),
-    re-posts what failed in a slice once the fault is over, and checks every answer against the generator's truth, acknowledged
-    == stored, gapless positions, every projection table against a rebuild and `ledger verify`.
+    re-posts what failed in a slice once the fault is over (also: a blue/green rebuild, `ledger
+    migrate` on the live database, the webhook receiver answering 500 for 4 s), and checks every answer against the generator's truth, acknowledged
+    == stored, gapless positions, every webhook event of the endpoint received, verified and in order
+    per subscription once the outbox drained, every projection table against a rebuild and `ledger verify`.
       --workers      concurrent connections delivering (default 8; each lifecycle's messages in order on one)
       --quick        1,500 subscribers, 2 kills, 2 PostgreSQL faults, 8 slices (a couple of minutes)
       default        100,000 subscribers, 10 kills, 10 PostgreSQL faults, 40 slices (issue 25's target; not yet reached by this slice)
