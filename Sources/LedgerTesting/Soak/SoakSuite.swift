@@ -6,8 +6,10 @@ import Postgres
 /// (Apple V2 with shares of V1, one-time purchases, Sandbox twins, WeChat xpay; its model is the
 /// truth, written independently of the folds) delivered to the real `ledger serve` binary in a
 /// random order with senders' retries, in slices, while at seeded moments the service is killed
-/// (-9) or stopped with SIGTERM under load, PostgreSQL is crashed (immediate stop, postmaster kill)
-/// and every projection is rebuilt blue/green while ingesting; what failed in a slice is
+/// (-9) or stopped with SIGTERM under load, PostgreSQL is crashed (immediate stop, postmaster kill),
+/// every projection is rebuilt blue/green while ingesting, `ledger migrate` runs on the live
+/// database, and the webhook receiver (the service's endpoint for the whole run) answers 500 for a
+/// while; what failed in a slice is
 /// re-posted once the fault is over (what a sender does) and the end check runs against the model
 /// and the database.
 ///
@@ -18,7 +20,8 @@ import Postgres
 ///
 /// Not yet in this slice (issue 25 items 1–5): a year compressed into wall-clock order with
 /// Apple's and WeChat's retry schedules, reconciliation of never-delivered notifications, a second
-/// instance, a stalled database path, webhook receivers, migrate mid-run, PostgreSQL's RSS.
+/// instance, a stalled database path, a webhook outage longer than the first retry, a pending
+/// migration, PostgreSQL's RSS.
 /// `--subscribers` beyond a few thousand is untested: the model's guard band (DifferentialRun:
 /// nothing scripted within 30 minutes after its anchor) bounds a run's length.
 public enum SoakSuite {
@@ -40,10 +43,18 @@ public enum SoakSuite {
         case rebuild = "blue/green rebuild of every projection while ingesting"
         case crashDatabase = "PostgreSQL immediate stop"
         case killPostmaster = "kill -9 of the postmaster"
+        case webhookOutage = "webhook receiver answering 500 for 4 s, then recovering"
+        case migrate = "`ledger migrate` on the live database while ingesting"
     }
 
+    /// How long the receiver answers 500: shorter than the published schedule's first retry
+    /// (5 s, -10 % jitter), so every attempt failed in the stretch is retried after it and the
+    /// queue drains within the run. The service has no setting to compress its schedule (by
+    /// design, WebhookSettings.schedule); a longer stretch would leave items waiting 5 min, 30 min….
+    static let webhookOutageSeconds = 4.0
+
     /// Breaks and heals: the service restarted after 300 ms; PostgreSQL started again after a second.
-    static func strike(_ fault: Fault, _ h: Harness, _ client: DiffLoopbackClient) async throws {
+    static func strike(_ fault: Fault, _ h: Harness, _ client: DiffLoopbackClient, _ receiver: WebhookReceiver) async throws {
         switch fault {
         case .sigterm:
             let (status, _) = try h.service.terminate(timeout: .seconds(30))
@@ -62,6 +73,30 @@ public enum SoakSuite {
             try Scenarios.runScript(script, fault == .crashDatabase ? Scenarios.Outage.crash.rawValue : Scenarios.Outage.killPostmaster.rawValue)
             try await Task.sleep(for: .seconds(1))
             try Scenarios.runScript(script, "start")
+        case .migrate:
+            // The product's own command, as an operator runs it (the owner's connection); with no
+            // migration pending it must still take its lock, check every checksum and succeed.
+            var environment = h.service.environment
+            environment["LEDGER_DATABASE_URL"] = h.database.adminConninfo
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: h.options.ledgerBinary)
+            p.arguments = ["migrate"]
+            p.environment = environment
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            p.standardInput = FileHandle.nullDevice
+            try p.run()
+            let output = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            if p.terminationStatus != 0 {
+                throw ReliabilityError.serviceFailed("ledger migrate: exit \(p.terminationStatus): \(String(decoding: output, as: UTF8.self).suffix(400))")
+            }
+        case .webhookOutage:
+            receiver.behave(.fail(status: 500, retryAfter: nil), until: Date().addingTimeInterval(webhookOutageSeconds))
+            try await Task.sleep(for: .seconds(webhookOutageSeconds))
+            let failed = receiver.deliveries.filter { $0.status == 500 }.count
+            if failed == 0 { throw ReliabilityError.serviceFailed("the receiver answered no 500 in its outage (nothing was being delivered)") }
         }
     }
 
@@ -116,12 +151,33 @@ public enum SoakSuite {
         let generated = ContinuousClock.now - started
         log("soak: generated and signed in \(generated): \(run.summary)")
 
+        // The webhook receiver is the service's endpoint for the whole run (verifying every
+        // signature); the reliability scenario's settings: loopback http, a short timeout and
+        // lease so an attempt cut short by a kill is sent again within seconds.
+        let receiver = WebhookReceiver(secrets: [Scenarios.webhookSecret])
+        try receiver.start()
         var environment = DifferentialRun.serviceEnvironment
         environment["LEDGER_TOKENS"] = "app:\(appToken),auditor:\(auditorToken),admin:\(adminToken)"
+        environment.merge(Scenarios.webhookEnvironment(receiver)) { $1 }
+        // The worker delivers about 80 events/s on this box (README §Webhooks), fewer than a
+        // debug-build ingest derives; the quick run's endpoint takes four types (about a third of
+        // the events) so the queue drains within a couple of minutes. The full run takes every type.
+        if options.reliability.quick {
+            environment["LEDGER_WEBHOOK_EVENT_TYPES"] = "subscription.started,subscription.expired,subscription.refunded,refund_case.decided"
+        }
         let h = try Harness(scenario: "soak", options: options.reliability, authority: authority, environment: environment)
         defer { h.finish() }
-        log("soak: service log \(h.service.logURL.path), database \(h.database.name)")
+        log("soak: service log \(h.service.logURL.path), database \(h.database.name), webhook receiver \(receiver.url)")
         try h.service.start()
+        // Items are enqueued only for endpoints recorded when an event is derived (a start-up job).
+        do {
+            let c = try h.database.connect()
+            let ready = ContinuousClock.now + .seconds(30)
+            while try c.query("SELECT count(*) AS n FROM webhooks.endpoints WHERE enabled", name: "soak: endpoint").first!.decode(Int64.self, "n") == 0 {
+                guard ContinuousClock.now < ready else { throw ReliabilityError.setup("no enabled webhook endpoint 30 s after start; log:\n\(h.service.logTail())") }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
         let client = try DiffLoopbackClient(port: h.service.target.port)
 
         // 1. Deliver in slices (each unit's messages in its planned order on one connection, units
@@ -133,7 +189,7 @@ public enum SoakSuite {
         let deliveries = plan.reduce(0) { $0 + $1.count }
         let jobs = plan.map { unit in unit.map { DiffRequest(method: "POST", path: $0.path, body: $0.body, contentType: $0.contentType) } }
         var rng = SplitMix64(seed: options.seed ^ 0x50A4)
-        var faults: [Fault] = Array(repeating: .killService, count: options.kills) + [.sigterm, .rebuild]
+        var faults: [Fault] = Array(repeating: .killService, count: options.kills) + [.sigterm, .rebuild, .webhookOutage, .migrate]
         if options.reliability.databaseScript != nil {
             faults += (0..<options.databaseFaults).map { $0 % 2 == 0 ? .crashDatabase : .killPostmaster }
         }
@@ -157,7 +213,7 @@ public enum SoakSuite {
             if let fault = faultAt[slice] {
                 try await Task.sleep(for: .milliseconds(Int64(100 + rng.next() % 500)))
                 do {
-                    try await strike(fault, h, client)
+                    try await strike(fault, h, client, receiver)
                     struck.append(fault.rawValue)
                     log("soak: slice \(slice + 1)/\(sliceCount): \(fault.rawValue)")
                 } catch {
@@ -291,6 +347,61 @@ public enum SoakSuite {
         report.check("every lost REFUND's refund case is open", wrongCases.isEmpty,
                      "\(lost.count) refund cases of lost REFUNDs asked" + (wrongCases.isEmpty ? "" : "; wrong: \(wrongCases.prefix(3))"))
 
+        // 4c. Webhooks: wait (bounded) for the outbox to drain, replaying what was exhausted (none
+        // expected: the outage is shorter than the first retry), then every event of the endpoint
+        // was received and verified at least once, in (position, sequence) order per subscription.
+        let drainStart = ContinuousClock.now
+        let drainDeadline = drainStart + .seconds(options.reliability.quick ? 90 : 900)
+        var replayed = 0
+        func itemCount(_ status: String) throws -> Int64 {
+            try admin.query("SELECT count(*) AS n FROM outbox_items WHERE consumer = 'webhooks' AND status = '\(status)'", name: "soak: webhook items").first!.decode(Int64.self, "n")
+        }
+        while ContinuousClock.now < drainDeadline {
+            if try itemCount("exhausted") > 0 {
+                let answer = await client.run([[DiffRequest(method: "POST", path: "/v1/admin/webhooks/replay", body: Data(#"{"exhausted": true}"#.utf8),
+                                                            contentType: "application/json", token: adminToken)]], workers: 1)[0][0]
+                replayed += (answer.json?["replayed"] as? Int) ?? 0
+            }
+            if try itemCount("pending") == 0, try itemCount("exhausted") == 0 { break }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        let (pendingLeft, exhaustedLeft) = (try itemCount("pending"), try itemCount("exhausted"))
+        let events = try admin.query("""
+            SELECT e.id, COALESCE(e.subscription, '') AS subscription FROM projections.webhook_events e
+            JOIN outbox_items o ON o.consumer = 'webhooks' AND o.id = 'default/' || e.id
+            ORDER BY e.position, e.sequence
+            """, name: "soak: webhook events").rows.map { (try $0.decode(String.self, "id"), try $0.decode(String.self, "subscription")) }
+        let allEvents = try admin.query("SELECT count(*) AS n FROM projections.webhook_events", name: "soak: webhook events count").first!.decode(Int64.self, "n")
+        let hookRequests = receiver.deliveries
+        let firstArrivals = receiver.uniqueVerifiedIds
+        let arrivalIndex = Dictionary(uniqueKeysWithValues: firstArrivals.enumerated().map { ($1, $0) })
+        let missingIds = events.map(\.0).filter { arrivalIndex[$0] == nil }
+        var expectedOrder: [String: [String]] = [:]
+        for (id, subscription) in events { if !subscription.isEmpty { expectedOrder[subscription, default: []].append(id) } }
+        let outOfOrder = expectedOrder.filter { _, ids in
+            let arrived = ids.filter { arrivalIndex[$0] != nil }
+            return arrived.sorted { arrivalIndex[$0]! < arrivalIndex[$1]! } != arrived
+        }.map(\.key).sorted()
+        let unverified = hookRequests.filter { !$0.verified }.count
+        let failedAttempts = hookRequests.filter { $0.status == 500 }.count
+        let otherResends: Int = hookRequests.count - failedAttempts - firstArrivals.count
+        let drainTime = ContinuousClock.now - drainStart
+        var hookLine = "webhooks: \(allEvents) events derived, \(events.count) for the endpoint; receiver got \(hookRequests.count) requests"
+        hookLine += " (\(failedAttempts) answered 500 in the outage, \(otherResends) other resends), \(firstArrivals.count) distinct verified ids"
+        hookLine += "; drained \(drainTime) after the answers' check" + (replayed > 0 ? "; \(replayed) exhausted items replayed" : "")
+        report.lines.append(hookLine)
+        report.check("webhook outbox drained", pendingLeft == 0 && exhaustedLeft == 0,
+                     "\(pendingLeft) pending, \(exhaustedLeft) exhausted left after the wait" + (replayed > 0 ? " (\(replayed) replayed)" : " (nothing exhausted, nothing replayed)"))
+        // The endpoint's share of the events: those of its types (all in the full run).
+        let typeFilter = options.reliability.quick ? "WHERE type IN ('subscription.started', 'subscription.expired', 'subscription.refunded', 'refund_case.decided')" : ""
+        let endpointEvents = try admin.query("SELECT count(*) AS n FROM projections.webhook_events \(typeFilter)", name: "soak: endpoint events").first!.decode(Int64.self, "n")
+        report.check("every webhook event received and verified, in order per subscription, none unverified",
+                     missingIds.isEmpty && outOfOrder.isEmpty && unverified == 0 && !events.isEmpty && Int64(events.count) == endpointEvents,
+                     "\(events.count) of the endpoint's \(endpointEvents) events have an item; \(events.count - missingIds.count) received; \(expectedOrder.count) subscriptions' orders"
+                        + (missingIds.isEmpty ? "" : "; \(missingIds.count) never received, e.g. \(missingIds.prefix(3))")
+                        + (outOfOrder.isEmpty ? ", all in order" : "; \(outOfOrder.count) out of order, e.g. \(outOfOrder.prefix(3))")
+                        + "; \(unverified) unverified")
+
         // 5. Every projection table equals a rebuild (live ones before any catch-up), and the chain.
         let difference = try await ProjectionConsistency.compareWithRebuild(conninfo: h.database.adminConninfo)
         report.check("projections equal a fresh rebuild (live tables before any catch-up; every table)", difference == nil, difference ?? "equal")
@@ -299,6 +410,7 @@ public enum SoakSuite {
         let verified = ChainVerification.run(binary: options.reliability.ledgerBinary, environment: verifyEnvironment)
         report.check("ledger verify: hash chain and every signature", verified.passed, verified.detail)
 
+        await receiver.stop()
         report.lines.append("took \(ContinuousClock.now - started) in all (generation \(generated), delivery \(deliverTime))")
         return report
     }
@@ -310,8 +422,10 @@ public enum SoakSuite {
     to the real service (`ledger serve`, PATH or the `ledger` next to this executable) on a scratch
     database in a random order with senders' retries, in slices, while killing the service (-9) K
     times and crashing PostgreSQL D times (immediate stop / postmaster kill, LEDGER_TEST_DB_SCRIPT),
-    re-posts what failed in a slice once the fault is over, and checks every answer against the generator's truth, acknowledged
-    == stored, gapless positions, every projection table against a rebuild and `ledger verify`.
+    re-posts what failed in a slice once the fault is over (also: a blue/green rebuild, `ledger
+    migrate` on the live database, the webhook receiver answering 500 for 4 s), and checks every answer against the generator's truth, acknowledged
+    == stored, gapless positions, every webhook event of the endpoint received, verified and in order
+    per subscription once the outbox drained, every projection table against a rebuild and `ledger verify`.
       --workers      concurrent connections delivering (default 8; each lifecycle's messages in order on one)
       --quick        1,500 subscribers, 2 kills, 2 PostgreSQL faults, 8 slices (a couple of minutes)
       default        100,000 subscribers, 10 kills, 10 PostgreSQL faults, 40 slices (issue 25's target; not yet reached by this slice)
