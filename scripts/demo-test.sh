@@ -30,7 +30,13 @@ for environment in ${DEMO_TEST_ENVIRONMENTS:-Production Sandbox}; do
   [ -n "$receiver" ] || { echo "demo-test: the demo printed no webhook receiver PID" >&2; exit 1; }
   python3 scripts/demo_check.py "$out" "$environment" || status=1
   kill -TERM "$pid" "$receiver" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  # SIGTERM must end the server (requests and webhook deliveries in flight finish or are cut).
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "demo-test: ledger serve (PID $pid) still running 15 s after SIGTERM" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    status=1
+  fi
 done
 echo "demo-test: $([ $status = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - started )) s"
 exit $status

@@ -165,6 +165,14 @@ public final class OutboundClient: Sendable, CustomStringConvertible {
         let outcome: Result<(HTTPURLResponse, Data), OutboundError> = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<(HTTPURLResponse, Data), OutboundError>, Never>) in
                 exchanges.begin(id, continuation)
+                // Cancelled before it began (onCancel then ran first and found no entry): finish
+                // it here and never start the task — a URLSession task cancelled before `resume`
+                // may never report completion, which once left a shutdown waiting for ever.
+                if Task.isCancelled {
+                    exchanges.fail(id, .cancelled(target: target.name))
+                    task.cancel()
+                    return
+                }
                 // The overall deadline, whatever libcurl's progress timer thinks. After the
                 // exchange finished it finds no entry and cancels a finished task: a no-op.
                 DispatchQueue.global().asyncAfter(deadline: .now() + Self.seconds(target.timeout)) { [exchanges] in
@@ -247,11 +255,17 @@ final class Exchanges: NSObject, URLSessionDataDelegate, Sendable {
         entries.withLock { $0[id] = Entry(continuation: continuation) }
     }
 
-    /// Records why the task is being cancelled; the completion callback then reports it.
+    /// Finishes the exchange now with `error` (a deadline or a cancellation): the caller does not
+    /// wait for URLSession to report the cancelled task, which it may never do for a task it had
+    /// not started; a completion arriving later finds no entry.
     func fail(_ id: Int, _ error: OutboundError) {
-        entries.withLock { e in
-            if e[id] != nil, e[id]?.failure == nil { e[id]?.failure = error }
+        let entry = entries.withLock { e -> Entry? in
+            guard let entry = e[id] else { return nil }
+            e[id] = nil
+            return entry
         }
+        guard let entry else { return }
+        entry.continuation.resume(returning: .failure(entry.failure ?? error))
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,

@@ -167,6 +167,43 @@ final class OutboundClientTests: XCTestCase {
         XCTAssertNil(RetryAfter.absoluteMillis("-5", now: now))
     }
 
+    /// A request made by a task already cancelled (a delivery claimed as the service stops) ends
+    /// at once as `cancelled` and reaches nobody; one cancelled mid-flight ends as `cancelled`
+    /// too. Neither may wait for URLSession to report the cancelled task: a shutdown once waited
+    /// for ever on such a request (its server ignored SIGTERM after `make demo`).
+    func testACancelledRequestEndsAtOnceWhetherOrNotItHadBegun() async throws {
+        let server = try LoopbackServer { _ in
+            try? await Task.sleep(for: .seconds(3))
+            return HTTPResponse(status: 200)
+        }
+        defer { Task { await server.shutdown() } }
+        let client = loopback(server.base, timeout: .seconds(30))
+        for delay in [Duration.zero, .milliseconds(300)] {
+            let started = ContinuousClock.now
+            let request = Task { () -> OutboundError? in
+                if delay == .zero { withUnsafeCurrentTask { $0?.cancel() } } else { try? await Task.sleep(for: delay) }
+                do { _ = try await client.send(OutboundRequest(method: "GET", path: "/slow")); return nil } catch { return error as? OutboundError }
+            }
+            if delay > .zero {
+                try await Task.sleep(for: delay + .milliseconds(200))
+                request.cancel()
+            }
+            // Bounded: a request that never ends fails the test instead of hanging it.
+            enum Outcome: Sendable { case ended(OutboundError?), stillRunning }
+            let outcome = await withTaskGroup(of: Outcome.self) { group in
+                group.addTask { .ended(await request.value) }
+                group.addTask { try? await Task.sleep(for: .seconds(5)); return .stillRunning }
+                let first = await group.next() ?? .stillRunning
+                group.cancelAll()
+                return first
+            }
+            guard case .ended(let ended) = outcome else { return XCTFail("a cancelled request (delay \(delay)) did not end within 5 s") }
+            guard case .cancelled? = ended else { return XCTFail("delay \(delay): \(String(describing: ended))") }
+            XCTAssertLessThan(ContinuousClock.now - started, .seconds(2), "delay \(delay)")
+        }
+        XCTAssertEqual(server.requests.count, 1, "the request cancelled before it began reached nobody; the other did")
+    }
+
     func testASlowAnswerTimesOutTyped() async throws {
         let server = try LoopbackServer { _ in
             try? await Task.sleep(for: .seconds(3))
