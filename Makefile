@@ -10,7 +10,7 @@ DB := scripts/db.sh
 SWIFT_FLAGS ?= -c debug
 LEDGER := .build/debug/ledger
 
-.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench test-api test-reliability test-scale test-soak test-ui test-demo clean
+.PHONY: run test build build-dev release db-start db-stop deps migrate demo bench bench-smoke test-api test-reliability test-scale test-soak test-ui test-demo clean
 
 deps:
 	@$(DB) deps
@@ -91,6 +91,12 @@ bench: release db-start
 	@eval "$$($(DB) env)"; for b in $(BENCHMARKS); do \
 	  echo "== ledger-dev bench $$b"; .build/release/ledger-dev bench $$b || exit 1; done
 	@python3 scripts/bench-table.py .build/bench.json README.md
+
+# The regression guard CI runs (.ci/run): a release build, one small run of the ingest (1 and 100
+# prior events), webhook and entitlement-read benchmarks, each checked against a floor far below
+# its target (scripts/bench_floors.py). Figures go to .build/bench-smoke.json, never the README.
+bench-smoke: deps
+	@scripts/bench-smoke.sh
 
 clean: db-stop
 	rm -rf .build .pg

@@ -18,7 +18,8 @@ import Synchronization
 /// committed states that way.
 protocol AppendHook: Sendable {
     var name: String { get }
-    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit?
+    /// `batch.facts` is empty when the append could not record them (the catch-up derives them).
+    func didAppend(_ batch: AppendedBatch, in connection: Connection) throws -> AfterCommit?
     /// False for a hook that reads only the events: it runs even when the catch-up derives the
     /// batch's facts instead (projections need the facts; the plaintext-nonce mark does not).
     var needsFacts: Bool { get }
@@ -320,10 +321,11 @@ public final class EventStore: Sendable {
                 if connection.isBroken { throw error }
                 hookFailures.append(HookFailure(hook: "facts", positions: first.position...last.position, message: String(describing: error)))
             }
-            let freshEvents = fresh.map(\.0)
+            let appended = AppendedBatch(events: fresh.map(\.0), facts: recorded ? facts : [])
+            defer { afterCommit += appended.afterCommit }
             for hook in hooks where recorded || !hook.needsFacts {
                 do {
-                    if let action = try connection.savepoint({ connection in try hook.didAppend(freshEvents, facts: recorded ? facts : [], in: connection) }) {
+                    if let action = try connection.savepoint({ connection in try hook.didAppend(appended, in: connection) }) {
                         afterCommit.append(action)
                     }
                 } catch {

@@ -115,9 +115,13 @@ public final class Store: Sendable {
         connections = Connections(conninfo: configuration.databaseURL)
         projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
         let derivation = OutboxDerivation(consumers: configuration.outboxConsumers)
+        // One fold step for every live projection: the batch's fold is computed once and shared.
+        let folder = SharedFold(snapshots: foldSnapshots, catalogPeriods: projector.catalogPeriods)
         events = EventStore(
             pool: pool, connections: connections,
-            hooks: (configuration.liveProjections ? Projections.registered(projector: projector, snapshots: foldSnapshots).filter(\.isLive).map { LiveProjectionHook($0) as any AppendHook } : [])
+            hooks: (configuration.liveProjections ? Projections.registered(projector: projector).filter(\.isLive).map {
+                LiveProjectionHook($0, folder: folder) as any AppendHook
+            } : [])
                 + [WeChatNonceHook()],
             outbox: derivation, onHookFailure: configuration.onProjectionFailure)
         outbox = Outbox(pool: pool, events: events, consumers: configuration.outboxConsumers)

@@ -93,12 +93,15 @@ enum BenchCommand {
                       priors: (args.options["priors"] ?? "1,10,100").split(separator: ",").compactMap { Int($0) }),
                 authority: spawned.authority, log: progress)
             print("bench ingest: signed V2 notifications (3 JWS each) into a spawned `ledger serve` vs pgbench single-row commits of the same bytes (service pid \(spawned.pid.map(String.init) ?? "?"))")
-            for summary in summaries {
+            let rss = spawned.pid.flatMap(Self.peakResidentMegabytes)
+            print("  ledger serve peak RSS: \(rss.map { String(format: "%.0f MB", $0) } ?? "unknown")")
+            for var summary in summaries {
+                if let rss { summary.details[Self.peakRSSDetail] = rss }
                 print(summary.lines.joined(separator: "\n"))
                 try summary.record()
             }
         case "webhooks":
-            var delivered: [Double] = [], derived: [Double] = [], p99: [Double] = [], p50: [Double] = [], ingest: [Double] = []
+            var delivered: [Double] = [], derived: [Double] = [], p99: [Double] = [], p50: [Double] = [], ingest: [Double] = [], rss: [Double] = []
             for run in 1...runs {
                 let receiver = WebhookBenchmark.receiver()
                 try receiver.start()
@@ -109,7 +112,9 @@ enum BenchCommand {
                         baseURL: spawned.baseURL, database: spawned.database, receiver: receiver, authority: spawned.authority,
                         notifications: try args.int("notifications", default: 2_000), connections: try args.int("connections", default: 8),
                         log: progress)
-                    print("run \(run): " + result.text)
+                    let peak = spawned.pid.flatMap(Self.peakResidentMegabytes)
+                    print("run \(run): " + result.text + "; ledger serve peak RSS \(peak.map { String(format: "%.0f MB", $0) } ?? "unknown")")
+                    if let peak { rss.append(peak) }
                     delivered.append(result.deliveredPerSecond)
                     derived.append(result.derivedPerSecond)
                     ingest.append(result.ingestPerSecond)
@@ -129,7 +134,7 @@ enum BenchCommand {
                 baselineLabel: "webhook events derived by the same run's ingest", baseline: derived,
                 target: ("≥ 1.0", { $0 >= 1.0 }),
                 details: ["ingest notifications/s": BenchSummary.Figure(ingest).median, "lag p50 ms": BenchSummary.Figure(p50).median,
-                          "lag p99 ms": BenchSummary.Figure(p99).median]))
+                          "lag p99 ms": BenchSummary.Figure(p99).median].merging(rss.isEmpty ? [:] : [Self.peakRSSDetail: rss.max()!]) { a, _ in a }))
         case "read":
             let options = try ReliabilityOptions(quick: false)
             let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token-0123456789abcdef0123456789abcdef"], start: false)
@@ -206,6 +211,18 @@ enum BenchCommand {
     static func report(_ summary: BenchSummary) throws {
         for line in summary.lines { print(line) }
         try summary.record()
+    }
+
+    static let peakRSSDetail = "ledger serve peak RSS MB"
+
+    /// A process's peak resident set (`VmHWM` of /proc/<pid>/status), in MB; nil off Linux.
+    static func peakResidentMegabytes(_ pid: Int32) -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            let kB = line.split(separator: " ").compactMap { Double($0) }.first
+            return kB.map { $0 / 1024 }
+        }
+        return nil
     }
 
     static let progress: @Sendable (String) -> Void = { line in

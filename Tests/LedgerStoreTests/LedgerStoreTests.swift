@@ -229,8 +229,8 @@ final class EventStoreTests: StoreTestCase {
             let name: String
             let fail: Bool
             let committed: Committed
-            func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
-                for event in events {
+            func didAppend(_ batch: AppendedBatch, in connection: Connection) throws -> AfterCommit? {
+                for event in batch.events {
                     try connection.query("INSERT INTO hook_log VALUES ($1, $2)", [.int64(event.position), .text(name)])
                 }
                 if fail { throw StoreError.rejected(sqlState: nil, message: "projection bug") }

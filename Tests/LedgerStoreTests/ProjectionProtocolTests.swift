@@ -52,7 +52,7 @@ final class ProjectionProtocolTests: XCTestCase {
             try database.adminQuery("SELECT position FROM projection_checkpoints WHERE projection = 'refund_cases'").first!.decode(Int64.self, "position")
         }
         // Live: in the append transaction.
-        let live = EventStore(pool: pool, hooks: [LiveProjectionHook(PositionsProjection())])
+        let live = EventStore(pool: pool, hooks: [LiveProjectionHook(PositionsProjection(), folder: SharedFold(catalogPeriods: [:]))])
         _ = try await live.append([event(1), event(2), event(3)])
         XCTAssertEqual(try rows(), [1, 2, 3])
         XCTAssertEqual(try checkpoint(), 3)

@@ -97,7 +97,7 @@ final class WeChatContractProjectionTests: XCTestCase {
         let pool = db.pool
         defer { pool.close() }
         let projector = Projector(catalog: .productIds)
-        let hooks: [any AppendHook] = [LiveProjectionHook(projector: projector), LiveProjectionHook(WeChatContractsProjection(catalogPeriods: projector.catalogPeriods))]
+        let hooks: [any AppendHook] = [LiveProjectionHook(projector: projector), LiveProjectionHook(WeChatContractsProjection(catalogPeriods: projector.catalogPeriods), folder: SharedFold(catalogPeriods: projector.catalogPeriods))]
         let live = EventStore(pool: pool, hooks: hooks)
         let events = Self.history(customers: 30, seed: 7)
         let quarter = events.count / 4

@@ -37,7 +37,7 @@ final class WebhookEventsProjectionTests: XCTestCase {
         try endpoints(live)
         let liveStore = live.store(poolSize: 4)
         defer { liveStore.close() }
-        try await ProjectionFixture.append(events, to: EventStore(pool: liveStore.pool, hooks: [LiveProjectionHook(WebhookEventsProjection(projector: projector))]))
+        try await ProjectionFixture.append(events, to: EventStore(pool: liveStore.pool, hooks: [LiveProjectionHook(WebhookEventsProjection(projector: projector), folder: SharedFold(catalogPeriods: projector.catalogPeriods))]))
         let derived = try rows(live)
         XCTAssertGreaterThan(derived.count, 24, "a year of a dozen customers derives events")
         let types = Set(derived.map { $0.split(separator: " ")[2] })

@@ -781,7 +781,9 @@ public struct SubscriptionFold: Sendable {
             // Every snapshot without revocationDate states a reversal (V2 and App Store API alike),
             // so later snapshots repeat that the transaction is not revoked: a refund's reversal is
             // the first reversal signed at or after it; the record names the latest refund's that was.
-            refundReversedSignedDate: {
+            // Only a refunded transaction has one: every snapshot states a reversal, so scanning
+            // them for each transaction made listing a subscription's transactions quadratic.
+            refundReversedSignedDate: mine.isEmpty ? nil : {
                 let mineReversals = reversals.filter { names.contain($0.transactionId) }.map(\.signedAt).sorted()
                 return mine.map(\.signedAt).compactMap { refund in mineReversals.first { $0 >= refund } }.max()
             }(),

@@ -82,8 +82,14 @@ public struct AppleStatusCheck: Sendable, Hashable {
     /// The checks of every `apple_status` fact of `key` among `facts` (all of the subscription's
     /// facts), in (position, ordinal) order.
     public static func checks(key: SubscriptionKey, facts: [Fact]) -> [AppleStatusCheck] {
+        checks(key: key, facts: facts, of: { _ in true })
+    }
+
+    /// The checks of the `apple_status` facts of `key` that `statement` selects; each still folds
+    /// every fact of the subscription signed by then (`facts`: all of them).
+    public static func checks(key: SubscriptionKey, facts: [Fact], of statement: (Fact) -> Bool) -> [AppleStatusCheck] {
         let mine = facts.filter { $0.subscription == key }
-        let statements = mine.filter { $0.kind == .appleStatus }.sorted { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }
+        let statements = mine.filter { $0.kind == .appleStatus && statement($0) }.sorted { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }
         if statements.isEmpty { return [] }
         // Ordered by signedAt, so "signed by then" is a prefix (the statement's own event added).
         let bySigned = mine.filter { $0.kind != .appleStatus }.sorted { $0.signedAt < $1.signedAt }
@@ -106,6 +112,14 @@ public struct AppleStatusCheck: Sendable, Hashable {
                 arrivalLedgerStatus: arrival.state(at: t)?.status, customerId: state?.customerId))
         }
         return out
+    }
+
+    /// Whether facts arriving after a statement can change its check: only a fact signed by the
+    /// statement's time joins its fold (`checks`: the fold as of `signedAt`, and on arrival, the
+    /// facts recorded before it). So when `arrived` (facts of the subscription recorded after the
+    /// statement, its own event excepted) are all signed later, the check stands as it was.
+    public static func mayChange(statementSignedAt t: EpochMillis, arrived: some Sequence<Fact>) -> Bool {
+        arrived.contains { $0.kind != .appleStatus && $0.signedAt <= t }
     }
 
     /// As JSON for `GET /v1/admin/drift` and reports.

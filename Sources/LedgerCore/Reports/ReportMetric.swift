@@ -56,10 +56,32 @@ public enum ReportMetric: String, Sendable, Hashable, CaseIterable, Codable {
         }
     }
 
-    /// Position in `ReportValues`.
-    public var slot: Int { Self.slots[self]! }
-
-    private static let slots: [ReportMetric: Int] = Dictionary(uniqueKeysWithValues: allCases.enumerated().map { ($1, $0) })
+    /// Position in `ReportValues`: the case's place in `allCases` (declaration order). A switch,
+    /// not a dictionary: a contribution reads and writes a slot for every day of every metric.
+    public var slot: Int {
+        switch self {
+        case .active: 0
+        case .trial: 1
+        case .grace: 2
+        case .billingRetry: 3
+        case .new: 4
+        case .renewed: 5
+        case .reactivated: 6
+        case .churned: 7
+        case .churnedVoluntary: 8
+        case .churnedBilling: 9
+        case .churnedRefund: 10
+        case .upgrades: 11
+        case .downgrades: 12
+        case .refunds: 13
+        case .refundAmount: 14
+        case .reversals: 15
+        case .grossRevenue: 16
+        case .recognisedRevenue: 17
+        case .deferredRevenue: 18
+        case .noPrice: 19
+        }
+    }
 }
 
 /// Where a subscription came from.

@@ -34,18 +34,38 @@ enum AppleStatusProjection {
             """, [.int64(Int64(FactStore.version)), .array(touched.map { .text($0.text) }, of: .text), .int64(range.upperBound)],
             name: "subscriptions with apple statements")
             .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
-        try refold(stated.sorted(), upTo: range.upperBound, next: next, on: connection)
+        try recheck(stated.sorted(), range: range, next: next, on: connection)
     }
 
-    /// Replaces the checks of `keys` with those of their facts up to `upTo`.
-    static func refold(_ keys: [SubscriptionKey], upTo: Int64, next: Bool, on connection: Connection) throws {
+    /// Checks the statements of `keys` the facts at `range` bring, and those of earlier statements
+    /// those facts can change (`AppleStatusCheck.mayChange`: a fact signed by the statement's
+    /// time); the table holds the checks as of the range's start (the checkpoint). Notifications
+    /// arrive mostly in the order Apple signs them, so a pass checks the new statements alone
+    /// instead of every statement of a subscription again (which grew with its history squared).
+    static func recheck(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, next: Bool, on connection: Connection) throws {
         guard !keys.isEmpty else { return }
         for chunk in stride(from: 0, to: keys.count, by: 500) {
             let slice = Array(keys[chunk..<min(chunk + 500, keys.count)])
-            let (attached, _) = try FactStore.facts(of: slice, upTo: upTo, on: connection)
-            try connection.query("DELETE FROM \(table(next: next)) WHERE subscription = ANY($1)",
-                                 [.array(slice.map { .text($0.text) }, of: .text)], name: "clear apple status checks")
-            try insert(slice.flatMap { AppleStatusCheck.checks(key: $0, facts: attached[$0] ?? []) }, next: next, on: connection)
+            let (attached, _) = try FactStore.facts(of: slice, upTo: range.upperBound, on: connection)
+            var checks: [AppleStatusCheck] = []
+            var replaced: [(String, Int64, Int32)] = []
+            for key in slice {
+                let facts = attached[key] ?? []
+                let arrived = facts.filter { range.contains($0.position) }
+                let found = AppleStatusCheck.checks(key: key, facts: facts) { s in
+                    range.contains(s.position) || AppleStatusCheck.mayChange(statementSignedAt: s.signedAt, arrived: arrived)
+                }
+                for c in found { replaced.append((key.text, c.position, Int32(clamping: c.ordinal))) }
+                checks += found
+            }
+            guard !replaced.isEmpty else { continue }
+            try connection.query(
+                """
+                DELETE FROM \(table(next: next)) c USING unnest($1::text[], $2::bigint[], $3::integer[]) AS r(subscription, position, ordinal)
+                WHERE c.subscription = r.subscription AND c.position = r.position AND c.ordinal = r.ordinal
+                """, [.array(replaced.map { .text($0.0) }, of: .text), .array(replaced.map { .int64($0.1) }, of: .int8),
+                      .array(replaced.map { .int32($0.2) }, of: .int4)], name: "clear changed apple status checks")
+            try insert(checks, next: next, on: connection)
         }
     }
 

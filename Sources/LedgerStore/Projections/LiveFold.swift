@@ -132,92 +132,27 @@ final class FoldSnapshots: Sendable {
 }
 
 extension Projector {
-    /// The live hook's refold of `keys` for the batch `first…last` (whose facts are recorded in
-    /// this transaction): from each subscription's snapshot where there is one, writing only the
+    /// The live hook's refold of the subscriptions of the batch's fold (`BatchFold`, the facts of
+    /// this batch recorded in this transaction): from each subscription's change, writing only the
     /// transaction rows that changed; the full `refold` for subscriptions order facts may join.
-    /// Returns what to remember once the transaction commits.
-    func refoldLive(
-        subscriptions keys: Set<SubscriptionKey>, projections: Set<ProjectionName>, first: Int64, last: Int64,
-        snapshots: FoldSnapshots, on connection: Connection
-    ) throws -> AfterCommit? {
-        if keys.isEmpty || projections.isEmpty { return nil }
-        let sorted = keys.sorted()
-        var cached = snapshots.take(sorted)
-        // Every fact after each subscription's snapshot (all of them without one): usually just
-        // this batch's, which are already in the table (recorded earlier in this transaction).
-        let rows = try connection.query(
-            """
-            SELECT \(FactRows.qualifiedColumns) FROM public.facts f
-            JOIN unnest($2::text[], $3::int8[]) AS k(sub, after) ON f.subscription = k.sub AND f.position > k.after
-            WHERE f.schema_version = $1
-            ORDER BY f.subscription, f.position, f.ordinal
-            """,
-            [.int64(Int64(FactStore.version)), .array(sorted.map { .text($0.text) }, of: .text),
-             .array(sorted.map { .int64(cached[$0]?.position ?? 0) }, of: .int8)],
-            name: "facts after snapshots")
-        var newer: [SubscriptionKey: [Fact]] = [:]
-        for row in rows.rows {
-            let fact = try FactRows.fact(FactQueryRow(row: row))
-            if let key = fact.subscription { newer[key, default: []].append(fact) }
-        }
-
-        var full = Set<SubscriptionKey>()
-        var remember: [SubscriptionKey: FoldSnapshots.Entry] = [:]
+    func refoldLive(_ batch: BatchFold, projections: Set<ProjectionName>, on connection: Connection) throws {
+        if projections.isEmpty { return }
         var changedTransactions: [SubscriptionKey: [TransactionRecord]] = [:]
         var gone: [(SubscriptionKey, String)] = []
-        var hits = 0
-        for key in sorted {
-            let facts = newer[key] ?? []
-            // What the snapshot path cannot fold: order facts without a subscription may join.
-            if facts.contains(where: { $0.origin == .wechat || $0.kind == .orderAlias }) {
-                full.insert(key)
-                continue
-            }
-            let snapshotFacts = cached[key]?.facts
-            if snapshotFacts != nil { hits += 1 }
-            // Moved out of `cached` (the temporary ends with the statement), so applying facts
-            // mutates the snapshot in place instead of copying its dictionaries.
-            var fold = cached.removeValue(forKey: key)?.fold ?? SubscriptionFold(key: key)
-            // Every fold of the ledger places WeChat periods with the catalog (WeChat folds take the
-            // full refold above; this keeps the snapshot path the same should one ever get here).
-            fold.catalogPeriods = catalogPeriods
-            // The table holds the fold of the facts before this batch (another writer's, too).
-            let before = facts.prefix { $0.position < first }
-            for fact in before { fold.apply(fact) }
-            let batch = facts.dropFirst(before.count)
-            // In a fold without WeChat facts a transaction's row depends only on its own snapshots,
-            // revocations and reversals (`SubscriptionFold.record`): only the transactions this
-            // batch's facts name can change; the others' rows stay as they are.
-            var touched = Set<String>()
-            for fact in batch {
-                switch fact.kind {
-                case .transaction:
-                    if let id = fact.transaction?.transactionId { touched.insert(id) }
-                case .revocation, .reversal:
-                    if let id = fact.transactionId { touched.insert(id) }
-                    if let id = fact.orderAlias { touched.insert(id) }
-                default:
-                    break
-                }
-            }
-            var old: [String: TransactionRecord] = [:]
-            for id in touched { old[id] = fold.transaction(id) }
-            for fact in batch { fold.apply(fact) }
-            if projections.contains(.transactions) {
+        let incremental = batch.changes.keys.sorted()
+        if projections.contains(.transactions) {
+            for key in incremental {
+                let change = batch.changes[key]!
                 var changed: [TransactionRecord] = []
-                for id in touched.sorted() {
-                    let was = old[id], now = fold.transaction(id)
+                for id in change.touched.sorted() {
+                    let was = change.before[id], now = change.after.transaction(id)
                     guard was != now else { continue }
                     if was != nil { gone.append((key, id)) }
                     if let now { changed.append(now) }
                 }
                 changedTransactions[key] = changed
             }
-            remember[key] = FoldSnapshots.Entry(fold: fold, position: last, facts: (snapshotFacts ?? 0) + facts.count)
         }
-        snapshots.count(hits: hits, misses: remember.count - hits, unsnapshotted: full.count)
-
-        let incremental = remember.keys.sorted()
         if !incremental.isEmpty {
             let ids = PostgresValue.array(incremental.map { .text($0.text) }, of: .text)
             for table in SubscriptionCutsProjection.tables(projections) where table != .transactions {
@@ -236,14 +171,13 @@ extension Projector {
             let now = clock()
             var buffers = CopyBuffers()
             for key in incremental {
-                let fold = remember[key]!.fold
+                let fold = batch.changes[key]!.after
                 guard !fold.isEmpty else { continue }
                 buffers.add(SubscriptionRows(fold: fold, catalog: catalog, now: now, transactions: changedTransactions[key] ?? []),
                             for: projections)
             }
             try buffers.flush(on: connection, next: false)
         }
-        if !full.isEmpty { try refold(subscriptions: full, projections: projections, on: connection) }
-        return { [remember, full] in snapshots.store(remember, forget: full) }
+        if !batch.full.isEmpty { try refold(subscriptions: batch.full, projections: projections, on: connection) }
     }
 }

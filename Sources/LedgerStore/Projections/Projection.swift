@@ -38,9 +38,10 @@ protocol Projection: Sendable {
     /// Kept in the append transaction (true), or by the catch-up only.
     var isLive: Bool { get }
     /// In the append transaction, after the batch's facts were recorded: applies the batch to
-    /// `names` (those of its checkpoints the runner advanced over it). May return an action to
-    /// run once the transaction committed.
-    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit?
+    /// `names` (those of its checkpoints the runner advanced over it). A projection that needs
+    /// subscriptions' folds takes the batch's one fold (`batch.fold(with: folder, on:)`), never
+    /// refolds a history of its own. May return an action to run once the transaction committed.
+    func applyLive(_ batch: AppendedBatch, folder: SharedFold, to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit?
     /// Applies the facts at `range` (gapless, after the checkpoints of `names`, up to the facts
     /// checkpoint) to the tables of `names` (their `_next` tables when `next`), as known at the
     /// range's end. Returns how much it refolded (subscriptions, cases…), for rebuild reports.
@@ -56,8 +57,8 @@ extension Projection {
 
     /// The catch-up's `apply` over the batch: its facts are already in `public.facts` in this
     /// transaction.
-    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
-        guard let first = events.first?.position, let last = events.last?.position else { return nil }
+    func applyLive(_ batch: AppendedBatch, folder: SharedFold, to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard let first = batch.first, let last = batch.last else { return nil }
         try apply(first...last, to: names, next: false, on: connection)
         return nil
     }
@@ -70,21 +71,27 @@ extension Projection {
 /// those only: the others are behind or stopped, and the catch-up applies these events in order.
 struct LiveProjectionHook: AppendHook {
     let projection: any Projection
+    /// The store's one fold step, shared by all its live hooks.
+    let folder: SharedFold
     var name: String { projection.name }
 
-    init(_ projection: any Projection) { self.projection = projection }
+    init(_ projection: any Projection, folder: SharedFold) {
+        self.projection = projection
+        self.folder = folder
+    }
 
     /// The subscription cuts' hook (tests build it alone).
     init(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) {
-        self.init(SubscriptionCutsProjection(projector: projector, snapshots: snapshots))
+        self.init(SubscriptionCutsProjection(projector: projector),
+                  folder: SharedFold(snapshots: snapshots, catalogPeriods: projector.catalogPeriods))
     }
 
-    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
-        guard let first = events.first?.position, let last = events.last?.position else { return nil }
+    func didAppend(_ batch: AppendedBatch, in connection: Connection) throws -> AfterCommit? {
+        guard let first = batch.first, let last = batch.last else { return nil }
         let advanced = try CatchUp.advanceLive(projection.names.map(\.rawValue), over: first...last, on: connection)
         let names = Set(projection.names.filter { advanced.contains($0.rawValue) })
         if names.isEmpty { return nil }
-        return try projection.applyLive(events, facts: facts, to: names, on: connection)
+        return try projection.applyLive(batch, folder: folder, to: names, on: connection)
     }
 }
 
@@ -98,8 +105,8 @@ enum Projections {
     }()
 
     /// Every projection the ledger keeps, in the order the worker passes them.
-    static func registered(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) -> [any Projection] {
-        [SubscriptionCutsProjection(projector: projector, snapshots: snapshots), RefundCasesProjection(),
+    static func registered(projector: Projector) -> [any Projection] {
+        [SubscriptionCutsProjection(projector: projector), RefundCasesProjection(),
          WeChatContractsProjection(catalogPeriods: projector.catalogPeriods), ReportsProjection(catalogPeriods: projector.catalogPeriods),
          AppleStatusChecksProjection(), WebhookEventsProjection(projector: projector)]
     }
@@ -136,25 +143,22 @@ struct ProjectionTable: Sendable, Hashable {
 }
 
 /// Subscriptions, transactions and entitlements: three cuts of one fold of a subscription's
-/// facts (`Projector`), live in the append transaction, refolded there from the fold snapshots
-/// (LiveFold.swift).
+/// facts (`Projector`), live in the append transaction, written there from the batch's fold
+/// (BatchFold.swift, LiveFold.swift).
 struct SubscriptionCutsProjection: Projection {
     let projector: Projector
-    let snapshots: FoldSnapshots
 
-    init(projector: Projector, snapshots: FoldSnapshots = FoldSnapshots()) {
+    init(projector: Projector) {
         self.projector = projector
-        self.snapshots = snapshots
     }
 
     var names: [ProjectionName] { ProjectionName.subscriptionCuts }
     var name: String { "projections" }
     var isLive: Bool { true }
 
-    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
-        guard let first = events.first?.position, let last = events.last?.position else { return nil }
-        let keys = try FactStore.subscriptions(touchedBy: facts, on: connection)
-        return try projector.refoldLive(subscriptions: keys, projections: names, first: first, last: last, snapshots: snapshots, on: connection)
+    func applyLive(_ batch: AppendedBatch, folder: SharedFold, to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        try projector.refoldLive(try batch.fold(with: folder, on: connection), projections: names, on: connection)
+        return nil
     }
 
     func tables(of name: ProjectionName) -> [ProjectionTable] { Self.tables(of: name) }
@@ -188,9 +192,9 @@ struct RefundCasesProjection: Projection {
     var names: [ProjectionName] { [.refundCases] }
     var isLive: Bool { true }
 
-    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
-        guard let last = events.last?.position else { return nil }
-        let seeds = try RefundCaseProjection.seeds(from: facts, on: connection)
+    func applyLive(_ batch: AppendedBatch, folder: SharedFold, to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard let last = batch.last else { return nil }
+        let seeds = try RefundCaseProjection.seeds(from: batch.facts, on: connection)
         if !seeds.isEmpty { try RefundCaseProjection.refold(seeds, upTo: last, on: connection) }
         return nil
     }

@@ -111,7 +111,10 @@ enum ReportProjection {
     }
 
     /// Replaces the contributions of `keys` with their folds up to `upTo`: subtracts what each
-    /// added before (its stored body) from the rollups and adds the new contribution.
+    /// added before (its stored body) from the rollups and adds the new contribution. Of the
+    /// drill-down rows only those that changed are written: a renewal extends a run or two and
+    /// adds a day's, while a long subscription has hundreds (deleting and re-inserting them all
+    /// on every pass made the reports' cost grow with the history).
     static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, next: Bool, catalogPeriods: [String: EpochMillis],
                        on connection: Connection) throws {
         guard !keys.isEmpty else { return }
@@ -123,41 +126,82 @@ enum ReportProjection {
                                         name: "clear report contributions").rows {
             delta.subtract(try ReportRows.decode(try row.decode(Data.self, "body")))
         }
-        try connection.query("DELETE FROM \(tables.members) WHERE subscription = ANY($1)", [ids], name: "clear report members")
+        var stored = Set<MemberRow>()
+        for row in try connection.query(
+            "SELECT subscription, metric, dimensions, first_day, last_day FROM \(tables.members) WHERE subscription = ANY($1)", [ids],
+            name: "report members of subscriptions").rows {
+            stored.insert(MemberRow(subscription: try row.decode(String.self, "subscription"), metric: try row.decode(String.self, "metric"),
+                                    dimensions: try row.decode(Int32.self, "dimensions"), first: try row.decode(Int32.self, "first_day"),
+                                    last: try row.decode(Int32.self, "last_day")))
+        }
         for f in folded { delta.add(f.contribution) }
-        try insert(folded, into: tables, on: connection)
+        let members = try insert(folded, into: tables, on: connection)
+        try write(members: members, replacing: stored, into: tables, on: connection)
         try add(delta, to: tables, on: connection)
+    }
+
+    /// One drill-down row (`report_members`).
+    struct MemberRow: Hashable {
+        var subscription: String
+        var metric: String
+        var dimensions: Int32
+        var first: Int32
+        var last: Int32
     }
 
     // MARK: writing
 
-    /// Stores each subscription's contribution and its drill-down runs (a rebuild's bulk load too).
-    static func insert(_ folded: [Folded], into tables: Tables, on connection: Connection) throws {
-        guard !folded.isEmpty else { return }
+    /// Stores each subscription's contribution; returns its drill-down rows.
+    static func insert(_ folded: [Folded], into tables: Tables, on connection: Connection) throws -> Set<MemberRow> {
+        guard !folded.isEmpty else { return [] }
         var bodies: [PostgresValue] = [], latest: [PostgresValue] = [], keys: [PostgresValue] = []
         var runs: [(String, ReportRows.Run)] = []
         for f in folded {
             keys.append(.text(f.key.text))
             latest.append(.int64(f.latest))
-            bodies.append(.bytea(ReportRows.encode(f.contribution)))
-            for run in ReportRows.runs(of: f.contribution) { runs.append((f.key.text, run)) }
+            let own = ReportRows.runs(of: f.contribution)
+            bodies.append(.bytea(ReportRows.encode(f.contribution, runs: own)))
+            for run in own { runs.append((f.key.text, run)) }
         }
         try connection.query(
             """
             INSERT INTO \(tables.subscriptions) (subscription, latest_signed_at, body)
             SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
             """, [.array(keys, of: .text), .array(latest, of: .int8), .array(bodies, of: .bytea)], name: "insert report contributions")
-        guard !runs.isEmpty else { return }
+        guard !runs.isEmpty else { return [] }
         let ids = try dimensionIds(Set(runs.map(\.1.dimensions)), on: connection)
-        try connection.query(
-            """
-            INSERT INTO \(tables.members) (subscription, metric, dimensions, first_day, last_day)
-            SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::integer[])
-            """,
-            [.array(runs.map { .text($0.0) }, of: .text), .array(runs.map { .text($0.1.metric.rawValue) }, of: .text),
-             .array(runs.map { .int32(ids[$0.1.dimensions]!) }, of: .int4), .array(try runs.map { .int32(try day($0.1.first)) }, of: .int4),
-             .array(try runs.map { .int32(try day($0.1.last)) }, of: .int4)],
-            name: "insert report members")
+        var members = Set<MemberRow>()
+        for (subscription, run) in runs {
+            members.insert(MemberRow(subscription: subscription, metric: run.metric.rawValue, dimensions: ids[run.dimensions]!,
+                                     first: try day(run.first), last: try day(run.last)))
+        }
+        return members
+    }
+
+    /// Deletes the drill-down rows of `stored` that `members` lacks and inserts those it adds.
+    static func write(members: Set<MemberRow>, replacing stored: Set<MemberRow>, into tables: Tables, on connection: Connection) throws {
+        func columns(_ rows: [MemberRow]) -> [PostgresValue] {
+            [.array(rows.map { .text($0.subscription) }, of: .text), .array(rows.map { .text($0.metric) }, of: .text),
+             .array(rows.map { .int32($0.dimensions) }, of: .int4), .array(rows.map { .int32($0.first) }, of: .int4),
+             .array(rows.map { .int32($0.last) }, of: .int4)]
+        }
+        let gone = Array(stored.subtracting(members)), added = Array(members.subtracting(stored))
+        if !gone.isEmpty {
+            try connection.query(
+                """
+                DELETE FROM \(tables.members) m USING unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::integer[])
+                  AS g(subscription, metric, dimensions, first_day, last_day)
+                WHERE m.subscription = g.subscription AND m.metric = g.metric AND m.dimensions = g.dimensions
+                  AND m.first_day = g.first_day AND m.last_day = g.last_day
+                """, columns(gone), name: "delete changed report members")
+        }
+        if !added.isEmpty {
+            try connection.query(
+                """
+                INSERT INTO \(tables.members) (subscription, metric, dimensions, first_day, last_day)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::integer[])
+                """, columns(added), name: "insert report members")
+        }
     }
 
     /// Adds `delta` to the daily rollups and cohorts; a row whose figures all become zero is
@@ -297,8 +341,8 @@ extension ReportProjection {
             rollup.add(f.contribution)
             subscriptionRows.field(key.text)
             subscriptionRows.field(f.latest)
-            subscriptionRows.field(bytea: ReportRows.encode(f.contribution), last: true)
             let runs = ReportRows.runs(of: f.contribution)
+            subscriptionRows.field(bytea: ReportRows.encode(f.contribution, runs: runs), last: true)
             if !runs.isEmpty {
                 let ids = try ids(Set(runs.map(\.dimensions)))
                 for run in runs {

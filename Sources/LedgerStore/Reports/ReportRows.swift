@@ -26,22 +26,23 @@ enum ReportRows {
     }
 
     /// The contribution's non-zero figures as runs, ordered by dimensions, metric name, day.
+    /// Cells are grouped by their dimensions once (a contribution has a cell per day, and hashing
+    /// the dimensions' four strings per cell and metric was most of a report pass), then each
+    /// metric's slot is walked over the sorted days.
     static func runs(of c: SubscriptionContribution) -> [Run] {
-        var series: [ReportDimensions: [ReportMetric: [(ReportDay, Int64)]]] = [:]
-        for (cell, values) in c.cells {
-            for metric in ReportMetric.allCases where values[metric] != 0 {
-                series[cell.dimensions, default: [:]][metric, default: []].append((cell.day, values[metric]))
-            }
-        }
+        var byDimensions: [ReportDimensions: [(day: ReportDay, values: ReportValues)]] = [:]
+        for (cell, values) in c.cells { byDimensions[cell.dimensions, default: []].append((cell.day, values)) }
         var out: [Run] = []
-        for dims in series.keys.sorted() {
-            let byMetric = series[dims]!
-            for metric in byMetric.keys.sorted(by: { $0.rawValue < $1.rawValue }) {
+        for dims in byDimensions.keys.sorted() {
+            let days = byDimensions[dims]!.sorted { $0.day < $1.day }
+            for metric in metricsByName {
+                let slot = metric.slot
                 var run: Run?
-                for (day, value) in byMetric[metric]!.sorted(by: { $0.0 < $1.0 }) {
-                    if var r = run, r.last.adding(days: 1) == day {
-                        r.values.append(value)
-                        run = r
+                for (day, values) in days {
+                    let value = values.values[slot]
+                    guard value != 0 else { continue }
+                    if run != nil, run!.last.adding(days: 1) == day {
+                        run!.values.append(value)
                     } else {
                         if let r = run { out.append(r) }
                         run = Run(dimensions: dims, metric: metric, first: day, values: [value])
@@ -53,8 +54,14 @@ enum ReportRows {
         return out
     }
 
-    static func encode(_ c: SubscriptionContribution) -> Data {
-        let runs = runs(of: c)
+    /// Every metric, in name order (the order of a body's and the members' runs).
+    static let metricsByName = ReportMetric.allCases.sorted { $0.rawValue < $1.rawValue }
+
+    static func encode(_ c: SubscriptionContribution) -> Data { encode(c, runs: runs(of: c)) }
+
+    /// The body of `c` whose runs (`runs(of: c)`) the caller already has: the projection writes
+    /// both the body and the drill-down rows from one computation of them.
+    static func encode(_ c: SubscriptionContribution, runs: [Run]) -> Data {
         let cohorts = c.cohorts.sorted { $0.key < $1.key }
         let dims = Array(Set(runs.map(\.dimensions) + cohorts.map(\.key.dimensions))).sorted()
         let metrics = Array(Set(runs.map(\.metric))).sorted { $0.rawValue < $1.rawValue }

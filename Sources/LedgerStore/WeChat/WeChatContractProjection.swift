@@ -26,9 +26,9 @@ struct WeChatContractsProjection: Projection {
         name == .wechatContracts ? [.wechatContracts, .wechatContractParties] : []
     }
 
-    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
-        guard let last = events.last?.position else { return nil }
-        try Self.update(with: facts, upTo: last, next: false, catalogPeriods: catalogPeriods, on: connection)
+    func applyLive(_ batch: AppendedBatch, folder: SharedFold, to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard let last = batch.last else { return nil }
+        try Self.update(with: batch.facts, upTo: last, next: false, catalogPeriods: catalogPeriods, on: connection)
         return nil
     }
 

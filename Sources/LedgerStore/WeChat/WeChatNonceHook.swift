@@ -17,9 +17,9 @@ struct WeChatNonceHook: AppendHook {
     var needsFacts: Bool { false }
     var isEssential: Bool { true }
 
-    func didAppend(_ events: [RecordedEvent], facts: [Fact], in connection: Connection) throws -> AfterCommit? {
+    func didAppend(_ batch: AppendedBatch, in connection: Connection) throws -> AfterCommit? {
         var nonces: [PostgresValue] = [], hashes: [PostgresValue] = [], positions: [PostgresValue] = []
-        for e in events where e.event.source == .wechat {
+        for e in batch.events where e.event.source == .wechat {
             guard let push = WeChatRawPush(raw: e.event.raw), let nonce = push.plaintextNonce else { continue }
             nonces.append(.text(nonce))
             hashes.append(.text(Hex.encode(Digest.sha256(push.body))))

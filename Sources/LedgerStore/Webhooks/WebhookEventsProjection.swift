@@ -55,10 +55,44 @@ struct WebhookEventsProjection: Projection {
     func tables(of name: ProjectionName) -> [ProjectionTable] { name == .webhooks ? [.webhookEvents] : [] }
 
     /// A batch without facts (the outbox's own `outbox/*` events, admin events) touches no
-    /// subscription and answers no refund case: nothing to derive, no query made.
-    func applyLive(_ events: [RecordedEvent], facts: [Fact], to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
-        guard !facts.isEmpty, let first = events.first?.position, let last = events.last?.position else { return nil }
-        try apply(first...last, to: names, next: false, on: connection)
+    /// subscription and answers no refund case: nothing to derive, no query made. Otherwise the
+    /// events come from the batch's one fold (`BatchFold`): per change point of each subscription,
+    /// the fold up to it — no read of the subscription's history, no refold of it. Subscriptions
+    /// order facts may join take `derive` over all their facts, as the catch-up does.
+    func applyLive(_ batch: AppendedBatch, folder: SharedFold, to names: Set<ProjectionName>, on connection: Connection) throws -> AfterCommit? {
+        guard names.contains(.webhooks), !batch.facts.isEmpty, let first = batch.first, let last = batch.last else { return nil }
+        let fold = try batch.fold(with: folder, on: connection)
+        let clock = projector.clock()
+        var derived: [SubscriptionKey: [WebhookEvent]] = [:]
+        let keys = fold.keys.sorted()
+        if !keys.isEmpty {
+            let known = try WebhookEventStore.ids(of: keys, next: false, on: connection)
+            for (key, change) in fold.changes {
+                var seen = known[key.text] ?? []
+                var events: [WebhookEvent] = []
+                for point in change.points {
+                    for event in derivation.events(of: point.fold ?? change.after, now: min(clock, point.recordedAt), position: point.position)
+                    where seen.insert(event.id).inserted {
+                        events.append(event)
+                    }
+                }
+                derived[key] = events
+            }
+            let full = fold.full.sorted()
+            if !full.isEmpty {
+                let (attached, candidates) = try FactStore.facts(of: full, upTo: last, on: connection)
+                for key in full {
+                    derived[key] = Self.derive(key, facts: attached[key] ?? [], candidates: candidates, after: first - 1,
+                                               known: known[key.text] ?? [], derivation: derivation,
+                                               catalogPeriods: projector.catalogPeriods, clock: clock)
+                }
+            }
+        }
+        // In key order, as the catch-up derives them: a position's sequence is the same on every path.
+        var events = keys.flatMap { derived[$0] ?? [] }
+        events += try decisions(in: first...last, on: connection)
+        let inserted = try WebhookEventStore.insert(events, next: false, on: connection)
+        try WebhookEventStore.enqueue(inserted, now: clock, on: connection)
         return nil
     }
 
