@@ -204,7 +204,7 @@ public final class LedgerApp: Sendable {
     func webhookDeliveryService() -> OutboxService {
         let delivery = webhookDelivery
         return OutboxService(store: store, consumer: delivery.consumer, concurrency: configuration.webhooks.concurrency,
-                             pollInterval: .milliseconds(configuration.webhooks.pollIntervalMillis), log: log) { item in
+                             perPartition: configuration.webhooks.perEndpoint, pollInterval: .milliseconds(configuration.webhooks.pollIntervalMillis), log: log) { item in
             await delivery.work(item)
         }
     }

@@ -12,27 +12,29 @@ final class OutboxService: LifecycleService {
     let store: Store
     let consumer: OutboxConsumer
     let concurrency: Int
+    let perPartition: Int?
     let pollInterval: Duration
     let log: Log
     let work: @Sendable (OutboxItem) async -> OutboxAttemptResult
     private let stop = AsyncStream<Void>.makeStream()
 
-    init(store: Store, consumer: OutboxConsumer, concurrency: Int = 4, pollInterval: Duration = .seconds(1), log: Log,
-         work: @escaping @Sendable (OutboxItem) async -> OutboxAttemptResult) {
+    init(store: Store, consumer: OutboxConsumer, concurrency: Int = 4, perPartition: Int? = nil, pollInterval: Duration = .seconds(1),
+         log: Log, work: @escaping @Sendable (OutboxItem) async -> OutboxAttemptResult) {
         name = "outbox-" + consumer.name
         self.store = store
         self.consumer = consumer
         self.concurrency = concurrency
+        self.perPartition = perPartition
         self.pollInterval = pollInterval
         self.log = log
         self.work = work
     }
 
     func run() async throws {
-        let (outbox, consumer, concurrency, pollInterval, log, work) = (store.outbox, consumer, concurrency, pollInterval, log, work)
+        let (outbox, consumer, concurrency, perPartition, pollInterval, log, work) = (store.outbox, consumer, concurrency, perPartition, pollInterval, log, work)
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                await outbox.run(consumer, concurrency: concurrency, pollInterval: pollInterval, onError: { error in
+                await outbox.run(consumer, concurrency: concurrency, perPartition: perPartition, pollInterval: pollInterval, onError: { error in
                     log.warn("outbox pass failed; retrying", ["consumer": consumer.name, "error": "\(error)"])
                 }, work: work)
             }

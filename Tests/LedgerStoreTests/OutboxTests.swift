@@ -264,6 +264,56 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(statuses.first?.counts, [.done: 11, .exhausted: 1])
     }
 
+    /// A partition (`<endpoint>|…`) whose attempts hang holds at most `perPartition` slots, and the
+    /// others' items keep flowing through the rest: each slot is refilled as its attempt finishes,
+    /// never after the slowest attempt claimed with it.
+    func testAHangingPartitionHoldsOnlyItsShareAndFreedSlotsAreRefilledAtOnce() async throws {
+        try open()
+        _ = try await store.events.append((0..<6).map { cause("slow\($0)", key: "slow|s\($0)") }
+                                          + (0..<30).map { cause("fast\($0)", key: "fast|f\($0)") })
+        final class Gate: Sendable {
+            let open = Mutex(false)
+            let slowStarted = Mutex(0)
+            let fastDone = Mutex(0)
+            let slowInFlightMax = Mutex(0)
+            let slowInFlight = Mutex(0)
+        }
+        let gate = Gate()
+        let outbox = store.outbox
+        let consumer = self.consumer
+        let running = Task {
+            await outbox.run(consumer, concurrency: 4, perPartition: 2, pollInterval: .milliseconds(20), clock: { 1_800_000_000_000 }) { item in
+                if item.partition == "slow" {
+                    gate.slowStarted.withLock { $0 += 1 }
+                    let now = gate.slowInFlight.withLock { $0 += 1; return $0 }
+                    gate.slowInFlightMax.withLock { $0 = max($0, now) }
+                    // Hangs until the test opens the gate (a black-holed receiver).
+                    while !gate.open.withLock({ $0 }) && !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
+                    gate.slowInFlight.withLock { $0 -= 1 }
+                } else {
+                    try? await Task.sleep(for: .milliseconds(2))
+                    gate.fastDone.withLock { $0 += 1 }
+                }
+                return .delivered(answer: .null)
+            }
+        }
+        // Every fast item is delivered while the slow partition hangs in its two slots.
+        for _ in 0..<500 where gate.fastDone.withLock({ $0 }) < 30 { try await Task.sleep(for: .milliseconds(10)) }
+        XCTAssertEqual(gate.fastDone.withLock { $0 }, 30, "the healthy partition was held up by the hanging one")
+        XCTAssertEqual(gate.slowStarted.withLock { $0 }, 2, "the hanging partition holds its share of the slots, no more")
+        gate.open.withLock { $0 = true }
+        for _ in 0..<500 {
+            if try await store.outbox.items("test.consumer", status: .pending).isEmpty { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        running.cancel()
+        await running.value
+        XCTAssertEqual(gate.slowStarted.withLock { $0 }, 6)
+        XCTAssertLessThanOrEqual(gate.slowInFlightMax.withLock { $0 }, 2)
+        let statuses = try await store.outbox.statuses(now: now)
+        XCTAssertEqual(statuses.first?.counts, [.done: 36])
+    }
+
     func testTheScheduleSpreadsDelaysByTheJitterAndGivesUpAfterTheLastAttempt() {
         let schedule = RetrySchedule(delays: [10_000, 20_000], jitter: 0.5)
         XCTAssertEqual(schedule.nextAttempt(after: 1, now: 0, random: 0), 5_000)

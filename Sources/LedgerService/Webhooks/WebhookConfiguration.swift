@@ -96,9 +96,13 @@ public struct WebhookSettings: Sendable, Equatable {
     public var schedule: RetrySchedule = WebhookOutbox.schedule
     /// An endpoint whose first failure since its last success is this old is disabled (5 days).
     public var disableAfterMillis: EpochMillis = 5 * 86_400_000
-    /// How often an idle delivery worker looks for due items, and how many it sends at once.
+    /// How often an idle delivery worker looks for due items, and how many it sends at once: each
+    /// attempt's record is an append, and appends in flight together commit together, so the
+    /// slots are many. One endpoint holds at most `perEndpoint` of them: a receiver that hangs
+    /// until the timeout never takes the slots of the healthy ones.
     public var pollIntervalMillis: Int64 = 1000
-    public var concurrency = 4
+    public var concurrency = 32
+    public var perEndpoint = 16
     /// How long a claimed attempt keeps other instances off its event; after a crash the event is
     /// sent again (same `webhook-id`) once this passed. Longer than the timeout by design.
     public var leaseSeconds = 120

@@ -145,6 +145,13 @@ public struct OutboxItem: Sendable, Equatable {
     /// The event that settled it (delivered, exhausted or the consumer's answer).
     public var answerPosition: Int64?
     public var createdAt: EpochMillis
+
+    /// Its ordering key up to the first `|` (all of it without one): the share of delivery slots
+    /// it counts against (`Outbox.run`'s `perPartition`). Webhooks key items `<endpoint>|…`, so a
+    /// partition is an endpoint. The claim computes the same with `split_part(ordering_key, '|', 1)`.
+    public var partition: String {
+        orderingKey.firstIndex(of: "|").map { String(orderingKey[..<$0]) } ?? orderingKey
+    }
 }
 
 /// What one attempt came to.
@@ -309,7 +316,9 @@ public struct Outbox: Sendable {
     /// claimer skips them (FOR UPDATE SKIP LOCKED, then the lease) until their attempt is
     /// recorded or the consumer's lease runs out. Items of an ordered consumer wait for the
     /// earlier pending items of their key.
-    public func claim(_ consumer: OutboxConsumer, limit: Int, now: EpochMillis) async throws(StoreError) -> [OutboxItem] {
+    /// `excluding`: partitions (`OutboxItem.partition`) whose items are not claimed now (those
+    /// at the caller's cap of attempts in flight).
+    public func claim(_ consumer: OutboxConsumer, limit: Int, now: EpochMillis, excluding: Set<String> = []) async throws(StoreError) -> [OutboxItem] {
         try await select(
             """
             UPDATE outbox_items o SET lease_until = $3 + $4
@@ -317,16 +326,19 @@ public struct Outbox: Sendable {
                 SELECT i.consumer, i.id FROM outbox_items i
                 WHERE i.consumer = $1 AND i.status = 'pending' AND i.next_attempt_at <= $3
                   AND (i.lease_until IS NULL OR i.lease_until <= $3)
+                  AND split_part(i.ordering_key, '|', 1) <> ALL($5::text[])
                   AND NOT (i.ordered AND EXISTS (
                       SELECT 1 FROM outbox_items e
                       WHERE e.consumer = i.consumer AND e.ordering_key = i.ordering_key AND e.ordered AND e.status = 'pending'
+                        AND e.cause_position <= i.cause_position
                         AND (e.cause_position, e.sequence, e.id) < (i.cause_position, i.sequence, i.id)))
                 ORDER BY i.next_attempt_at, i.cause_position, i.sequence, i.id
                 LIMIT $2 FOR UPDATE SKIP LOCKED
             ) c
             WHERE o.consumer = c.consumer AND o.id = c.id
             RETURNING \(Self.columns.split(separator: ",").map { "o." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
-            """, [.text(consumer.name), .int64(Int64(max(limit, 1))), .int64(now), .int64(consumer.leaseMillis)], name: "outbox claim")
+            """, [.text(consumer.name), .int64(Int64(max(limit, 1))), .int64(now), .int64(consumer.leaseMillis),
+                  .array(excluding.sorted().map { .text($0) }, of: .text)], name: "outbox claim")
             .sorted { ($0.nextAttemptAt, $0.causePosition, $0.id) < ($1.nextAttemptAt, $1.causePosition, $1.id) }
     }
 
@@ -473,34 +485,94 @@ public struct Outbox: Sendable {
         return byName.keys.sorted().map { byName[$0]! }
     }
 
-    /// Works `consumer`'s queue until the calling task is cancelled: claims up to `concurrency`
-    /// due items, runs `work` on each as child tasks of this one, records each result, and sleeps
-    /// `pollInterval` when nothing was due. Errors (database down) go to `onError` and the loop
-    /// carries on after the poll interval.
+    /// Works `consumer`'s queue until the calling task is cancelled: keeps up to `concurrency`
+    /// attempts in flight as child tasks of this one, claiming more as each finishes (no attempt
+    /// waits for a slower one claimed with it), at most `perPartition` of them for one partition
+    /// (`OutboxItem.partition`: a webhook endpoint), so a receiver that hangs until its timeout
+    /// holds only its own share of the slots. Each result is recorded as it comes. With nothing
+    /// due it looks again every `pollInterval` (and whenever an attempt finishes). Errors
+    /// (database down) go to `onError` and the loop carries on after the poll interval.
     public func run(
-        _ consumer: OutboxConsumer, concurrency: Int = 4, pollInterval: Duration = .seconds(1),
+        _ consumer: OutboxConsumer, concurrency: Int = 4, perPartition: Int? = nil, pollInterval: Duration = .seconds(1),
         clock: @escaping @Sendable () -> EpochMillis = { LedgerClock.system.now() },
         onError: @escaping @Sendable (StoreError) -> Void = { _ in },
         work: @escaping @Sendable (OutboxItem) async -> OutboxAttemptResult
     ) async {
-        while !Task.isCancelled {
-            let items: [OutboxItem]
-            do { items = try await claim(consumer, limit: concurrency, now: clock()) } catch {
-                onError(error)
-                items = []
-            }
-            if items.isEmpty {
-                do { try await Task.sleep(for: pollInterval) } catch { return }
-                continue
-            }
-            await withTaskGroup(of: Void.self) { group in
-                for item in items {
+        let slots = max(concurrency, 1)
+        let cap = min(max(perPartition ?? slots, 1), slots)
+        /// A child's result: an attempt of a partition finished, or the poll interval passed.
+        enum Wake: Sendable { case finished(String), tick }
+        await withTaskGroup(of: Wake.self) { group in
+            var inFlight: [String: Int] = [:]
+            var running = 0
+            var ticking = false
+            while !Task.isCancelled {
+                var claimed: [OutboxItem] = []
+                // No more than the busiest partition still claimable has room for: a claim may be all
+                // of one partition, and items claimed beyond its share would only be given back.
+                let asked = min(slots - running, cap - (inFlight.values.filter { $0 < cap }.max() ?? 0))
+                if asked > 0 {
+                    let full = Set(inFlight.filter { $0.value >= cap }.keys)
+                    do throws(StoreError) {
+                        claimed = try await claim(consumer, limit: asked, now: clock(), excluding: full)
+                    } catch {
+                        onError(error)
+                    }
+                }
+                var leftOver: [OutboxItem] = []
+                for item in claimed {
+                    let partition = item.partition
+                    // One claim can bring more of a partition than its free share: the rest is
+                    // released at once for the next claim (or another instance).
+                    guard inFlight[partition, default: 0] < cap else {
+                        leftOver.append(item)
+                        continue
+                    }
+                    inFlight[partition, default: 0] += 1
+                    running += 1
                     group.addTask {
                         let result = await work(item)
                         do { try await self.record(item, result, now: clock()) } catch { onError(StoreError(error)) }
+                        return .finished(partition)
                     }
                 }
+                if !leftOver.isEmpty {
+                    do throws(StoreError) { try await release(leftOver) } catch { onError(error) }
+                }
+                // A claim that got all it asked for may have left more due: claim again at once while
+                // slots are free. Otherwise wait for an attempt to finish or the poll interval.
+                if asked > 0, claimed.count == asked, leftOver.isEmpty, running < slots { continue }
+                if !ticking {
+                    ticking = true
+                    group.addTask {
+                        try? await Task.sleep(for: pollInterval)
+                        return .tick
+                    }
+                }
+                guard let wake = await group.next() else { continue }
+                switch wake {
+                case .finished(let partition):
+                    running -= 1
+                    inFlight[partition, default: 1] -= 1
+                    if inFlight[partition] == 0 { inFlight[partition] = nil }
+                case .tick:
+                    ticking = false
+                }
             }
+            group.cancelAll()
+        }
+    }
+
+    /// Gives claimed items back unworked (their lease cleared): the next claim may take them.
+    func release(_ items: [OutboxItem]) async throws(StoreError) {
+        let ids = items.map { PostgresValue.text($0.id) }
+        let consumers = items.map { PostgresValue.text($0.consumer) }
+        try await execute { connection in
+            try connection.query(
+                """
+                UPDATE outbox_items o SET lease_until = NULL FROM unnest($1::text[], $2::text[]) AS r(consumer, id)
+                WHERE o.consumer = r.consumer AND o.id = r.id AND o.status = 'pending'
+                """, [.array(consumers, of: .text), .array(ids, of: .text)], name: "outbox release")
         }
     }
 

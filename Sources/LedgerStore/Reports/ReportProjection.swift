@@ -119,9 +119,25 @@ enum ReportProjection {
                        on connection: Connection) throws {
         guard !keys.isEmpty else { return }
         let tables = Tables(next: next)
+        // A contribution holds a cell per day of the subscription's life: a pass over a thousand
+        // long histories at once held hundreds of MB. Chunked, only the sum of the changes (one
+        // cell per day and dimensions) grows with the pass.
+        var delta = ReportRollup()
+        let sorted = keys.sorted()
+        for start in stride(from: 0, to: sorted.count, by: refoldChunk) {
+            let chunk = Set(sorted[start..<min(start + refoldChunk, sorted.count)])
+            try refold(chunk, upTo: upTo, tables: tables, catalogPeriods: catalogPeriods, into: &delta, on: connection)
+        }
+        try add(delta, to: tables, on: connection)
+    }
+
+    /// Subscriptions refolded together (their contributions are held at once).
+    static let refoldChunk = 64
+
+    private static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, tables: Tables, catalogPeriods: [String: EpochMillis],
+                               into delta: inout ReportRollup, on connection: Connection) throws {
         let folded = try contributions(of: keys, upTo: upTo, catalogPeriods: catalogPeriods, on: connection)
         let ids = PostgresValue.array(keys.sorted().map { .text($0.text) }, of: .text)
-        var delta = ReportRollup()
         for row in try connection.query("DELETE FROM \(tables.subscriptions) WHERE subscription = ANY($1) RETURNING body", [ids],
                                         name: "clear report contributions").rows {
             delta.subtract(try ReportRows.decode(try row.decode(Data.self, "body")))
@@ -137,7 +153,6 @@ enum ReportProjection {
         for f in folded { delta.add(f.contribution) }
         let members = try insert(folded, into: tables, on: connection)
         try write(members: members, replacing: stored, into: tables, on: connection)
-        try add(delta, to: tables, on: connection)
     }
 
     /// One drill-down row (`report_members`).
