@@ -146,6 +146,17 @@ final class OneTruthServiceTests: XCTestCase {
             XCTAssertEqual(((tie.json["subscription"] as? [String: Any])?["customer"] as? [String: Any])?["source"] as? String, "tie")
             let got2 = try await entitlements("user-42")
             XCTAssertEqual(got2, ["7000000000000010"])
+            // The same tie again (a retry, an app's loop) is answered as it stands and records nothing.
+            let tiedBefore = try h.events(stream: "7000000000000010").filter { $0.type.hasPrefix("customer/") }.count
+            for _ in 0..<3 {
+                let again = try await h.request("POST", "/v1/customers/user-42/subscriptions",
+                                                body: Data(#"{"originalTransactionId": "7000000000000010"}"#.utf8), token: "app-token-for-tests-0123456789abcdef")
+                XCTAssertEqual(again.status, 200, again.text)
+                XCTAssertEqual(again.json["status"] as? String, "tied")
+                XCTAssertEqual((again.json["position"] as? NSNumber)?.int64Value, (tie.json["position"] as? NSNumber)?.int64Value,
+                               "the answer names the tie in force")
+            }
+            XCTAssertEqual(try h.events(stream: "7000000000000010").filter { $0.type.hasPrefix("customer/") }.count, tiedBefore)
 
             // A tie over a token naming someone else wins, and the answer says so.
             let over = try await h.request("POST", "/v1/customers/user-42/subscriptions",

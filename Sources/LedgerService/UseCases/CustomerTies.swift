@@ -43,8 +43,16 @@ struct TieReceipt: Sendable {
 struct CustomerTies: Sendable {
     let store: Store
 
+    /// A tie already in force is answered as it stands, with the position of the tie that made it,
+    /// and records nothing: repeating a tie (a retry, a loop in an app) never grows the
+    /// subscription's history, which every fold of it walks.
     func tie(_ customer: String, to key: SubscriptionKey, requestedBy: Requester) async throws -> TieReceipt {
-        try await record(Self.event(customerId: customer, key: key, tied: true, requestedBy: requestedBy), customer: customer, key: key)
+        let facts = try await store.projections.facts(of: [key])
+        if let inForce = Self.latest(facts), inForce.customerId == customer {
+            let state = try? await store.projections.subscription(key, now: Clock.nowMillis())
+            return TieReceipt(tied: true, customerId: customer, key: key, position: inForce.position, subscription: state ?? nil)
+        }
+        return try await record(Self.event(customerId: customer, key: key, tied: true, requestedBy: requestedBy), customer: customer, key: key)
     }
 
     /// Only the customer the subscription is tied to can be untied from it.
@@ -80,7 +88,10 @@ struct CustomerTies: Sendable {
     }
 
     /// The customer the latest tie names (nil: none, or untied), by recording time.
-    static func current(_ facts: [Fact]) -> String? {
-        facts.filter { $0.kind == .customerTie }.max { ($0.recordedAt, $0.position) < ($1.recordedAt, $1.position) }?.customerId
+    static func current(_ facts: [Fact]) -> String? { latest(facts)?.customerId }
+
+    /// The latest tie or untie fact, by recording time.
+    static func latest(_ facts: [Fact]) -> Fact? {
+        facts.filter { $0.kind == .customerTie }.max { ($0.recordedAt, $0.position) < ($1.recordedAt, $1.position) }
     }
 }
