@@ -34,11 +34,18 @@ enum RefundCaseProjection {
         var seeds = Seeds()
         var context: Set<String> = []
         var subscriptions: Set<String> = []
+        // Reversals (V2 snapshots and App Store API answers): they change only a case that exists.
         var apiReversals: Set<String> = []
         for f in facts {
             switch f.origin {
             case .appleV2:
-                if RefundCaseFold.caseKinds.contains(f.kind), let tx = f.transactionId, !tx.isEmpty {
+                guard let tx = f.transactionId, !tx.isEmpty else { break }
+                // Every snapshot without a revocationDate states a reversal (`detail.basis`): it
+                // matters only to a transaction that has a case. Seeding each one refolded a case per
+                // notification. A REFUND_REVERSED notification's own reversal (no basis) is a case fact.
+                if f.kind == .reversal, f.details["basis"] != nil {
+                    apiReversals.insert(tx)
+                } else if RefundCaseFold.caseKinds.contains(f.kind) {
                     seeds.appleTransactions.insert(tx)
                 }
             case .appleAPI:
