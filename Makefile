@@ -84,7 +84,7 @@ test-soak: deps
 # same-run baseline and one `ratio:` line, and records them in .build/bench.json; README's
 # performance table is then rewritten from that file (scripts/bench-table.py).
 # (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry.)
-BENCHMARKS ?= verify fold append ingest read rebuild refund-inquiry refunds reports
+BENCHMARKS ?= verify fold append ingest read rebuild refund-inquiry refunds reports webhooks ties
 bench: release db-start
 	swift build -c release --product ledger-dev
 	@rm -f .build/bench.json

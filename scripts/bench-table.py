@@ -10,7 +10,7 @@ with one row per recorded benchmark: the ledger's median (min–max), the same-r
 import json
 import sys
 
-ORDER = ["append/c1", "append/c8", "append/c32", "ingest", "ingest/10-prior", "ingest/100-prior", "ingest/100-prior-vs-1-prior",
+ORDER = ["append/c1", "append/c8", "append/c32", "ingest", "ingest/10-prior", "ingest/100-prior", "ingest/100-prior-vs-1-prior", "webhooks", "ties",
          "verify", "read", "read/entitlements", "read/at", "rebuild", "refund-inquiry", "refunds", "fold"]
 
 

@@ -16,13 +16,16 @@ extension ServiceFailure: HTTPRenderableError {
         case .defect: 500
         case .upstream: 502
         case .unavailable: 503
+        case .exhausted: 429
         }
     }
     var httpCode: String { code }
     var httpMessage: String { message }
     var httpHeaders: [(String, String)] {
-        if case .unavailable(let seconds?) = refusal { return [("Retry-After", String(seconds))] }
-        return []
+        switch refusal {
+        case .unavailable(let seconds?), .exhausted(let seconds): [("Retry-After", String(seconds))]
+        default: []
+        }
     }
 }
 

@@ -82,7 +82,7 @@ public final class LedgerApp: Sendable {
         queries = SubscriptionQueries(store: store, catalog: catalog)
         refunds = RefundDesk(store: store, catalogDigest: CatalogRecord.digest(catalog))
         reports = ReportDesk(store: store, catalogDigest: CatalogRecord.digest(catalog))
-        ties = CustomerTies(store: store)
+        ties = CustomerTies(store: store, perDay: configuration.limits.tiesPerSubscriptionPerDay)
         admin = AdminActions(store: store, log: log)
         catalogKeeper = CatalogKeeper(store: store, catalog: catalog, log: log)
         readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)

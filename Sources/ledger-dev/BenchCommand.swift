@@ -6,7 +6,7 @@ import LedgerTesting
 /// same run, and the ratio, so a result means something on any machine.
 enum BenchCommand {
     static let help = """
-    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|reports|verify|fold|webhooks> [options]
+    usage: ledger-dev bench <append|ingest|read|rebuild|refund-inquiry|refunds|reports|verify|fold|webhooks|ties> [options]
 
       append          EventStore appends (≈3 KB raw, ≈400 B jsonb) with C writers vs pgbench single-row
                       inserts at the same concurrency      --events N (20000) --concurrency 1,8,32
@@ -35,6 +35,9 @@ enum BenchCommand {
                       receiver verifying each request): events delivered/s against the events/s the same run's
                       ingest derived (keeps up: ≥ 1.0), and the lag from each event's commit to its delivery
                       --notifications N (2000) --connections C (8)
+      ties            one subscription renewed, then tied and untied in a loop through the app API, then renewed
+                      again: the renewals' p99 after the loop against before it (≤ 1.2)
+                      --pairs P (5000) --renewals R (200)
 
     Every benchmark takes --runs R (3): it prints the median of the runs with min and max, its
     same-run baseline and one `ratio:` line, and records them in .build/bench.json (LEDGER_BENCH_JSON).
@@ -53,7 +56,7 @@ enum BenchCommand {
         }
         let args = try parse(Array(raw.dropFirst()), command: "bench \(name)",
                              valued: ["events", "concurrency", "notifications", "connections", "subscriptions", "rate",
-                                      "seconds", "inquiries", "runs", "cases", "priors", "subscribers", "days", "requests"],
+                                      "seconds", "inquiries", "runs", "cases", "priors", "subscribers", "days", "requests", "pairs", "renewals"],
                              boolean: ["keep-database"], help: help)
         let server = ProcessInfo.processInfo.environment["LEDGER_TEST_DATABASE_URL"] ?? ""
         func needServer() throws -> String {
@@ -135,6 +138,29 @@ enum BenchCommand {
                 target: ("≥ 1.0", { $0 >= 1.0 }),
                 details: ["ingest notifications/s": BenchSummary.Figure(ingest).median, "lag p50 ms": BenchSummary.Figure(p50).median,
                           "lag p99 ms": BenchSummary.Figure(p99).median].merging(rss.isEmpty ? [:] : [Self.peakRSSDetail: rss.max()!]) { a, _ in a }))
+        case "ties":
+            let token = "bench-ties-app-0123456789abcdef0123456789abcdef"
+            var before: [Double] = [], after: [Double] = [], rate: [Double] = []
+            for run in 1...runs {
+                let spawned = try SpawnedService(options: try ReliabilityOptions(quick: false), environment: [
+                    "LEDGER_TOKENS": "app:" + token, "LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY": "1000000",
+                    "LEDGER_APP_APPENDS_PER_MINUTE": "1000000", "LEDGER_APP_APPEND_BURST": "1000000",
+                ])
+                defer { spawned.stop() }
+                let result = try await TieBenchmark.run(
+                    baseURL: spawned.baseURL, authority: spawned.authority, appToken: token,
+                    pairs: try args.int("pairs", default: 5_000), renewals: try args.int("renewals", default: 200), log: progress)
+                print("run \(run): " + result.text)
+                before.append(result.before.p99)
+                after.append(result.after.p99)
+                rate.append(result.tiesPerSecond)
+            }
+            try report(BenchSummary(
+                name: "ties", command: "ledger-dev bench ties" + (raw.count > 1 ? " " + raw.dropFirst().joined(separator: " ") : ""),
+                unit: "ms", ledgerLabel: "V2 renewal p99 after 5,000 tie/untie pairs on its subscription", ledger: after,
+                baselineLabel: "the same subscription's renewal p99 before them", baseline: before,
+                higherIsBetter: false, ratioIsLedgerOverBaseline: true, target: ("≤ 1.2", { $0 <= 1.2 }),
+                details: ["ties per second": BenchSummary.Figure(rate).median]))
         case "read":
             let options = try ReliabilityOptions(quick: false)
             let spawned = try SpawnedService(options: options, environment: ["LEDGER_TOKENS": "app:bench-read-token-0123456789abcdef0123456789abcdef"], start: false)

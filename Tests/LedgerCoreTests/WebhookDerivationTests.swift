@@ -219,6 +219,66 @@ final class WebhookDerivationTests: XCTestCase {
         }
     }
 
+    /// A walk resumed where the last one stopped, after forgetting the walks each new fact can
+    /// change (`SubscriptionFold.earliestEffect`), derives at every arrival exactly the new events
+    /// the whole walk derives — in every arrival order, with the clock fixed or moving with the
+    /// arrivals, across renewals, billing issues, refunds, upgrades and ties. Every lifecycle has
+    /// facts that act before points already walked (late renewals, back-dated refunds), so an
+    /// effect rule that is too late makes a resumed walk miss an event here.
+    func testAResumedWalkDerivesWhatTheWholeWalkDerives() {
+        var rng = SystemRandomNumberGenerator()
+        let withTies: [(String, [Fact], Double)] = [
+            ("ties", F.renewedTwice() + [F.tie("someone-else", recorded: 5, position: 90), F.tie(nil, recorded: 35, position: 91),
+                                         F.tie("third", recorded: 62, position: 92), F.tie(F.customer, recorded: 70, position: 93)], 100),
+            ("upgrade inside the pre-charge window", [
+                F.tx("1000", from: 0, to: 30, upgraded: true), F.renewal(signed: 0),
+                F.tx("1001", from: 29.5, to: 59.5), F.tx("1002", F.premium, from: 29, to: 59, message: "DID_CHANGE_RENEWAL_PREF/UPGRADE"),
+                F.renewal(signed: 29, product: F.premium), F.revocation("1002", at: 40), F.reversal("1002", signed: 41)], 80),
+            ("a refund signed days after its date", F.renewedTwice() + [F.revocation("1001", at: 40, signed: 52),
+                                                                        F.renewal(signed: 50, auto: 0)], 100),
+        ]
+        var resumedAtLeastOnce = 0
+        for (name, facts, end) in Self.lifecycles() + withTies {
+            for round in 0..<60 {
+                var arrival = facts + facts.filter { _ in Bool.random(using: &rng) }
+                arrival.shuffle(using: &rng)
+                var fold = SubscriptionFold(key: F.key)
+                var log = WebhookWalkLog(position: 0)
+                var known: Set<String> = []
+                var clock = F.d(0)
+                for (i, fact) in arrival.enumerated() {
+                    if let effect = fold.earliestEffect(of: fact) { log.forget(from: effect) }
+                    if !log.isEmpty { resumedAtLeastOnce += 1 }
+                    fold.apply(fact)
+                    clock = round % 2 == 0 ? F.d(end) : max(clock, fact.signedAt, fact.effectiveAt, fact.recordedAt)
+                    let whole = derivation.events(of: fold, now: clock, position: Int64(i)).filter { !known.contains($0.id) }
+                    let resumed = derivation.events(of: fold, now: clock, position: Int64(i), log: &log).filter { !known.contains($0.id) }
+                    XCTAssertEqual(resumed.map(\.bodyBytes), whole.map(\.bodyBytes), "\(name): arrival \(i) of \(arrival.count)")
+                    known.formUnion(whole.map(\.id))
+                }
+            }
+        }
+        XCTAssertGreaterThan(resumedAtLeastOnce, 100, "the walks must actually resume")
+    }
+
+    /// Thousands of ties: the walk of one more tie visits its own point, not the history.
+    func testATieAfterThousandsResumesAtItsOwnPoint() {
+        var fold = SubscriptionFold(key: F.key, facts: [F.tx("1000", from: 0, to: 300), F.renewal(signed: 0)])
+        var log = WebhookWalkLog(position: 0)
+        _ = derivation.events(of: fold, now: F.d(1), position: 1, log: &log)
+        for i in 0..<4_000 {
+            let tie = F.tie(i % 2 == 0 ? "other" : nil, recorded: 1 + Double(i) / 100, position: Int64(10 + i))
+            if let effect = fold.earliestEffect(of: tie) { log.forget(from: effect) }
+            XCTAssertFalse(log.isEmpty)
+            fold.apply(tie)
+            let events = derivation.events(of: fold, now: tie.recordedAt, position: tie.position, log: &log)
+            // Each tie or untie moves the entitlement: one grant and one revocation, at the tie.
+            XCTAssertEqual(events.count, 2, "tie \(i)")
+            XCTAssertEqual(Set(events.map(\.effectiveAt)), [tie.recordedAt])
+        }
+        XCTAssertEqual(fold.state(at: F.d(100))?.customerId, F.customer, "untied last: the token's customer")
+    }
+
     /// Through the fold batch by batch in arrival order (what the projection does): every event
     /// of the whole history is among those queued, and a duplicate fact adds nothing. Events from what the ledger believed between arrivals may be sent on top (a
     /// renewal learned late after the ledger announced the expiry it saw); in the arrival

@@ -165,6 +165,9 @@ final class LongReadTests: XCTestCase {
         XCTAssertEqual(c.limits.longReads, 2)
         XCTAssertEqual(c.limits.longReadTimeoutMinutes, 3)
         XCTAssertEqual(try LedgerConfiguration.load(environment: [:]).limits.longReads, 4)
+        XCTAssertEqual(try LedgerConfiguration.load(environment: ["LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY": "7"]).limits.tiesPerSubscriptionPerDay, 7)
+        XCTAssertEqual(try LedgerConfiguration.load(environment: [:]).limits.tiesPerSubscriptionPerDay, 100)
+        XCTAssertThrowsError(try LedgerConfiguration.load(environment: ["LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY": "0"]))
         for bad in ["0", "65", "many"] {
             XCTAssertThrowsError(try LedgerConfiguration.load(environment: ["LEDGER_LONG_READS": bad]))
         }

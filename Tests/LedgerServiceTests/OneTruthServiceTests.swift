@@ -203,6 +203,44 @@ final class OneTruthServiceTests: XCTestCase {
         }
     }
 
+    /// A loop of ties and unties on one subscription stops at the day's cap with 429, Retry-After
+    /// and a message naming the setting; nothing more is recorded; other subscriptions tie as usual,
+    /// and repeating the tie in force stays free.
+    func testTiesPerSubscriptionPerDayAreCapped() async throws {
+        try await withService(configure: { $0.limits.tiesPerSubscriptionPerDay = 4 }) { h in
+            let now = LedgerApp.nowMillis()
+            let token = "app-token-for-tests-0123456789abcdef"
+            for otid in ["7000000000000020", "7000000000000021"] {
+                let a = try await h.post("/v1/apple/notifications", try purchase(h, otid: otid, environment: "Production", token: nil, signed: now - day))
+                XCTAssertEqual(a.status, 200, a.text)
+            }
+            let tieBody = Data(#"{"originalTransactionId": "7000000000000020"}"#.utf8)
+            for _ in 0..<2 {
+                let tie = try await h.request("POST", "/v1/customers/loop/subscriptions", body: tieBody, token: token)
+                XCTAssertEqual(tie.status, 200, tie.text)
+                let untie = try await h.request("DELETE", "/v1/customers/loop/subscriptions/7000000000000020", token: token)
+                XCTAssertEqual(untie.status, 200, untie.text)
+            }
+            let recorded = try h.events(stream: "7000000000000020").filter { $0.type.hasPrefix("customer/") }.count
+            XCTAssertEqual(recorded, 4)
+            let refused = try await h.request("POST", "/v1/customers/loop/subscriptions", body: tieBody, token: token)
+            XCTAssertEqual(refused.status, 429, refused.text)
+            XCTAssertEqual(refused.errorCode, "too_many_ties")
+            XCTAssertTrue((refused.json["message"] as? String ?? "").contains("LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY"), refused.text)
+            let retryAfter = Int(refused.headers["retry-after"] ?? "") ?? 0
+            XCTAssertTrue((86_000...86_400).contains(retryAfter), "the oldest of the day's ties leaves the window in about a day: \(retryAfter)")
+            XCTAssertEqual(try h.events(stream: "7000000000000020").filter { $0.type.hasPrefix("customer/") }.count, recorded, "nothing recorded")
+            // Another subscription is not held by this one's loop.
+            let other = try await h.request("POST", "/v1/customers/loop/subscriptions",
+                                            body: Data(#"{"originalTransactionId": "7000000000000021"}"#.utf8), token: token)
+            XCTAssertEqual(other.status, 200, other.text)
+            // The tie in force may be asked again at any rate: it records nothing.
+            let again = try await h.request("POST", "/v1/customers/loop/subscriptions",
+                                            body: Data(#"{"originalTransactionId": "7000000000000021"}"#.utf8), token: token)
+            XCTAssertEqual(again.status, 200, again.text)
+        }
+    }
+
     func testBitemporalQuestions() async throws {
         try await withService { h in
             let t0: EpochMillis = 1_767_225_600_000

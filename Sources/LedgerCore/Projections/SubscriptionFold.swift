@@ -71,6 +71,8 @@ public struct SubscriptionFold: Sendable {
     private var revocations: [Fact] = []
     private var reversals: [Fact] = []
     private var renewals: [Fact] = []
+    /// In (recordedAt, position) order: the tie in effect and the next one are found by halving,
+    /// so a subscription tied and untied thousands of times folds as fast as one tied once.
     private var ties: [Fact] = []
     /// WeChat order ids known to name one order (undirected).
     private var aliasEdges: [String: Set<String>] = [:]
@@ -131,6 +133,11 @@ public struct SubscriptionFold: Sendable {
             renewals.append(fact)
         case .customerTie:
             ties.append(fact)
+            var i = ties.count - 1
+            while i > 0, Self.tiePrecedes(ties[i], ties[i - 1]) {
+                ties.swapAt(i, i - 1)
+                i -= 1
+            }
             if let c = fact.customerId { customersNamed.insert(c) }
         case .orderAlias:
             link(fact.transactionId, fact.orderAlias)
@@ -210,9 +217,7 @@ public struct SubscriptionFold: Sendable {
             gracePeriodExpiresDate: renewal?.renewal?.gracePeriodExpiresDate,
             isInBillingRetryPeriod: renewal?.renewal?.isInBillingRetryPeriod ?? false, asOf: asOf)
         let r = renewal?.renewal
-        let token = tx?.appAccountToken ?? r?.appAccountToken
-            ?? slots.values.filter { $0.purchaseDate <= asOf }.sorted { Self.purchasePrecedes($1, $0) }
-                .lazy.compactMap(\.transaction.appAccountToken).first
+        let token = tx?.appAccountToken ?? r?.appAccountToken ?? latestToken(at: asOf)
         let openId = isWeChat ? (period.slot?.snapshot.customerId ?? period.signing?.customerId ?? renewal?.customerId) : nil
         let implicit = token ?? openId
         let tie = tieInEffect(at: asOf)
@@ -260,6 +265,16 @@ public struct SubscriptionFold: Sendable {
             purchaseDate: period.start,
             renewalExtras: r?.extras ?? AppleExtras()
         )
+    }
+
+    /// The appAccountToken of the latest-purchased transaction bought by T that states one: one
+    /// pass (sorting every transaction per evaluation made a walk over a long history quadratic).
+    func latestToken(at asOf: EpochMillis) -> String? {
+        var best: Slot?
+        for slot in slots.values where slot.purchaseDate <= asOf && slot.transaction.appAccountToken != nil {
+            if best == nil || Self.purchasePrecedes(best!, slot) { best = slot }
+        }
+        return best?.transaction.appAccountToken
     }
 
     /// The period in effect at T: a transaction, or (WeChat) a signing no delivery has paid yet, or
@@ -342,11 +357,53 @@ public struct SubscriptionFold: Sendable {
     }
 
     func tieInEffect(at asOf: EpochMillis) -> Fact? {
-        var best: Fact?
-        for f in ties where f.recordedAt <= asOf {
-            if best == nil || (best!.recordedAt, best!.position) < (f.recordedAt, f.position) { best = f }
+        let i = firstTie(after: asOf)
+        return i > 0 ? ties[i - 1] : nil
+    }
+
+    static func tiePrecedes(_ a: Fact, _ b: Fact) -> Bool { (a.recordedAt, a.position) < (b.recordedAt, b.position) }
+
+    /// The index of the first tie recorded after `asOf` (`ties.count`: none).
+    private func firstTie(after asOf: EpochMillis) -> Int {
+        var low = 0, high = ties.count
+        while low < high {
+            let mid = (low + high) / 2
+            if ties[mid].recordedAt <= asOf { low = mid + 1 } else { high = mid }
         }
-        return best
+        return low
+    }
+
+    /// The earliest business time at which folding `fact` can change what `state(at:)` answers
+    /// (nil: at no time). Before it every state — and every time at which the state can change —
+    /// is the same with or without the fact, so a walk over the states (`WebhookDerivation`) up
+    /// to a time before it stands. Each rule follows from the fold's reading of its kind: a
+    /// transaction acts from its purchase (supersession, the 24-hour window, the customer's token,
+    /// V1 after a signed purchase all act later), or from the purchase it replaces, or from a
+    /// revocation naming it; a revocation from its date; a reversal or renewal state from its
+    /// signing; a tie from its recording. A WeChat fold places every period from every message:
+    /// any of its facts can act at any time (`.min`).
+    public func earliestEffect(of fact: Fact) -> EpochMillis? {
+        if let s = fact.subscription, s != key { return nil }
+        if isWeChat || fact.origin == .wechat { return .min }
+        switch fact.kind {
+        case .transaction:
+            guard let tx = fact.transaction else { return nil }
+            var from = fact.effectiveAt
+            if let slot = slots[tx.transactionId] { from = min(from, slot.purchaseDate) }
+            for r in revocations where r.transactionId == tx.transactionId || r.orderAlias == tx.transactionId {
+                from = min(from, r.effectiveAt)
+            }
+            return from
+        case .revocation: return fact.effectiveAt
+        case .reversal, .renewal: return fact.signedAt
+        case .customerTie: return fact.recordedAt
+        case .appleStatus, .consentRescinded, .extensionSummary, .purchase: return nil
+        case .refundDeclined, .consumptionRequest, .refundInquiry, .refundAnswer, .refundFailed, .catalog, .unreadable,
+             .consent, .consumptionAnswer:
+            // They only link order ids, which name transactions only in a WeChat fold.
+            return nil
+        case .orderAlias: return .min
+        }
     }
 
     /// The revocation date in force on `transactionId` at T (nil: not revoked then).
@@ -383,7 +440,8 @@ public struct SubscriptionFold: Sendable {
         for f in revocations { consider(f.effectiveAt) }
         for f in reversals { consider(f.signedAt) }
         for f in renewals { consider(f.signedAt) }
-        for f in ties { consider(f.recordedAt) }
+        let tie = firstTie(after: asOf)
+        if tie < ties.count { consider(ties[tie].recordedAt) }
         return next
     }
 

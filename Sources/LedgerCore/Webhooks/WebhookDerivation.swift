@@ -46,6 +46,25 @@ public struct WebhookDerivation: Sendable {
     /// (then by type within one instant, so the order is deterministic). `position`: the ledger
     /// position the caller derives at (stamped on each event).
     public func events(of fold: SubscriptionFold, now: EpochMillis, position: Int64) -> [WebhookEvent] {
+        var walk = WebhookWalk()
+        return self.walk(fold, from: &walk, now: now, position: position)
+    }
+
+    /// The events of `fold` at `now` from where `log`'s walk stands (its latest walk that stopped
+    /// by `now`; from the beginning without one), and records where this walk stopped. The caller
+    /// first forgets the walks a new fact can change (`WebhookWalkLog.forget(from:)`, with
+    /// `SubscriptionFold.earliestEffect`): a walk resumed from a time before every new fact's effect
+    /// derives what the whole walk derives after it, so a batch costs its change points, not the
+    /// subscription's history. Events before the resumed time are not derived again: they were,
+    /// by the walk that stopped there (the caller keeps only a log whose events were stored).
+    public func events(of fold: SubscriptionFold, now: EpochMillis, position: Int64, log: inout WebhookWalkLog) -> [WebhookEvent] {
+        var walk = log.resume(upTo: now)
+        let out = self.walk(fold, from: &walk, now: now, position: position)
+        log.record(walk)
+        return out
+    }
+
+    private func walk(_ fold: SubscriptionFold, from w: inout WebhookWalk, now: EpochMillis, position: Int64) -> [WebhookEvent] {
         let key = fold.key
         let source = fold.isWeChat ? "wechat" : "apple"
         let transactionIds = fold.transactions.map(\.transactionId)
@@ -61,20 +80,11 @@ public struct WebhookDerivation: Sendable {
                 effectiveAt: t, position: position, details: details, state: state))
         }
 
-        var previous: SubscriptionState?
-        var previousRevoked: Set<String> = []
-        var previousGrants: [GrantKey: EntitlementGrant] = [:]
-        var started = false
-        var lastPeriodProduct: String?
-        var lastPeriodTransaction: String?
-        var billingIssueOpen = false
-        var grantCounts: [GrantKey: Int] = [:]
-        var revokeCounts: [GrantKey: Int] = [:]
-        var refundCounts: [String: Int] = [:]
-        var reversalCounts: [String: Int] = [:]
-        var autoRenewChanges = 0
-
-        var next = fold.nextChange(after: .min, fold.isWeChat ? SubscriptionFold.WeChatTimeline(fold) : nil)
+        let timeline = fold.isWeChat ? SubscriptionFold.WeChatTimeline(fold) : nil
+        // A resumed walk asks the fold it resumes on for the next change: the state it stopped at
+        // was evaluated by an older fold, which did not know the new facts' times.
+        var next = w.at.map { Self.nextPoint(after: $0, state: w.previous, fold: fold, validUntil: fold.nextChange(after: $0, timeline)) }
+            ?? fold.nextChange(after: .min, timeline)
         var steps = 0
         while let t = next, t <= now, steps < Self.pointLimit {
             steps += 1
@@ -85,87 +95,88 @@ public struct WebhookDerivation: Sendable {
 
             if let s = state {
                 // A new period.
-                if let tx = s.latestTransactionId, tx != lastPeriodTransaction {
-                    if !started {
+                if let tx = s.latestTransactionId, tx != w.lastPeriodTransaction {
+                    if !w.started {
                         emit(.subscriptionStarted, "first", at: t, state: s,
                              ["transactionId": .string(tx), "productId": .optional(s.productId)])
-                        started = true
-                    } else if let from = lastPeriodProduct, let to = s.productId, from != to {
-                        let kind = Self.changeKind(from: lastPeriodTransaction.flatMap { prices[$0] }, to: prices[tx])
+                        w.started = true
+                    } else if let from = w.lastPeriodProduct, let to = s.productId, from != to {
+                        let kind = Self.changeKind(from: w.lastPeriodTransaction.flatMap { prices[$0] }, to: prices[tx])
                         emit(.subscriptionProductChanged, tx, at: t, state: s,
                              ["transactionId": .string(tx), "from": .string(from), "to": .string(to), "kind": .string(kind)])
                     } else {
-                        let lapsed = previous.map { !$0.status.isEntitled && $0.status != .billingRetry } ?? false
+                        let lapsed = w.previous.map { !$0.status.isEntitled && $0.status != .billingRetry } ?? false
                         emit(.subscriptionRenewed, tx, at: t, state: s,
                              ["transactionId": .string(tx), "productId": .optional(s.productId), "resubscribed": .bool(lapsed)])
                     }
-                    if billingIssueOpen && s.status == .active {
+                    if w.billingIssueOpen && s.status == .active {
                         emit(.subscriptionRecovered, tx, at: t, state: s, ["transactionId": .string(tx)])
-                        billingIssueOpen = false
+                        w.billingIssueOpen = false
                     }
-                    lastPeriodTransaction = tx
-                    lastPeriodProduct = s.productId
+                    w.lastPeriodTransaction = tx
+                    w.lastPeriodProduct = s.productId
                 }
                 // The status crossing into a billing issue or expiry.
-                let before = previous?.status
+                let before = w.previous?.status
                 let period = s.latestTransactionId ?? "-"
                 if s.status == .gracePeriod, before != .gracePeriod {
                     emit(.subscriptionBillingIssue, period + "|grace_period", at: t, state: s,
                          ["stage": "grace_period", "transactionId": .optional(s.latestTransactionId),
                           "gracePeriodExpiresDate": .optional(s.gracePeriodExpiresDate)])
-                    billingIssueOpen = true
+                    w.billingIssueOpen = true
                 }
                 if s.status == .billingRetry, before != .billingRetry {
                     emit(.subscriptionBillingIssue, period + "|billing_retry", at: t, state: s,
                          ["stage": "billing_retry", "transactionId": .optional(s.latestTransactionId),
                           "gracePeriodExpiresDate": .optional(s.gracePeriodExpiresDate),
                           "gracePeriodEnded": .bool(before == .gracePeriod)])
-                    billingIssueOpen = true
+                    w.billingIssueOpen = true
                 }
                 if s.status == .expired, let before, before != .expired, before != .revoked {
                     emit(.subscriptionExpired, period, at: t, state: s,
                          ["reason": .string(Self.expiryReason(s, before: before)), "transactionId": .optional(s.latestTransactionId)])
-                    billingIssueOpen = false
+                    w.billingIssueOpen = false
                 }
                 // Auto-renew, once two values were stated.
-                if let was = previous?.autoRenewStatus, let now = s.autoRenewStatus, was != now {
-                    autoRenewChanges += 1
-                    emit(.subscriptionAutoRenewChanged, String(autoRenewChanges), at: t, state: s,
+                if let was = w.previous?.autoRenewStatus, let now = s.autoRenewStatus, was != now {
+                    w.autoRenewChanges += 1
+                    emit(.subscriptionAutoRenewChanged, String(w.autoRenewChanges), at: t, state: s,
                          ["autoRenewStatus": .integer(Int64(now)), "autoRenewProductId": .optional(s.autoRenewProductId)])
                 }
             }
             // Refunds and reversals, per transaction.
-            for tx in revoked.subtracting(previousRevoked).sorted() {
-                refundCounts[tx, default: 0] += 1
+            for tx in revoked.subtracting(w.previousRevoked).sorted() {
+                w.refundCounts[tx, default: 0] += 1
                 let record = prices[tx]
-                emit(.subscriptionRefunded, tx + "|" + String(refundCounts[tx]!), at: t, state: state,
+                emit(.subscriptionRefunded, tx + "|" + String(w.refundCounts[tx]!), at: t, state: state,
                      ["transactionId": .string(tx), "periodInEffect": .bool(state?.latestTransactionId == tx),
                       "productId": .optional(record?.productId), "revocationDate": .integer(t),
                       "revocationReason": .optional(record?.revocationReason)])
             }
-            for tx in previousRevoked.subtracting(revoked).sorted() {
-                reversalCounts[tx, default: 0] += 1
-                emit(.subscriptionRefundReversed, tx + "|" + String(reversalCounts[tx]!), at: t, state: state,
+            for tx in w.previousRevoked.subtracting(revoked).sorted() {
+                w.reversalCounts[tx, default: 0] += 1
+                emit(.subscriptionRefundReversed, tx + "|" + String(w.reversalCounts[tx]!), at: t, state: state,
                      ["transactionId": .string(tx), "periodInEffect": .bool(state?.latestTransactionId == tx),
                       "productId": .optional(prices[tx]?.productId)])
             }
             // Entitlements, per customer and name.
-            for g in grants.keys.filter({ previousGrants[$0] == nil }).sorted() {
-                grantCounts[g, default: 0] += 1
-                emit(.entitlementGranted, g.discriminator + "|" + String(grantCounts[g]!), at: t, state: state,
+            for g in grants.keys.filter({ w.previousGrants[$0] == nil }).sorted() {
+                w.grantCounts[g, default: 0] += 1
+                emit(.entitlementGranted, g.discriminator + "|" + String(w.grantCounts[g]!), at: t, state: state,
                      customer: g.customerId, ["entitlement": .string(g.entitlement), "productId": .string(grants[g]!.productId),
                                               "expiresDate": .optional(state?.entitledUntil)])
             }
-            for g in previousGrants.keys.filter({ grants[$0] == nil }).sorted() {
-                revokeCounts[g, default: 0] += 1
-                emit(.entitlementRevoked, g.discriminator + "|" + String(revokeCounts[g]!), at: t, state: state,
-                     customer: g.customerId, ["entitlement": .string(g.entitlement), "productId": .string(previousGrants[g]!.productId),
+            for g in w.previousGrants.keys.filter({ grants[$0] == nil }).sorted() {
+                w.revokeCounts[g, default: 0] += 1
+                emit(.entitlementRevoked, g.discriminator + "|" + String(w.revokeCounts[g]!), at: t, state: state,
+                     customer: g.customerId, ["entitlement": .string(g.entitlement), "productId": .string(w.previousGrants[g]!.productId),
                                               "reason": .string(Self.revokeReason(g, state: state))])
             }
 
-            previous = state
-            previousRevoked = revoked
-            previousGrants = grants
+            w.at = t
+            w.previous = state
+            w.previousRevoked = revoked
+            w.previousGrants = grants
             next = Self.nextPoint(after: t, state: state, fold: fold)
         }
         return out
@@ -216,10 +227,12 @@ public struct WebhookDerivation: Sendable {
 
     /// The next time after `t` at which the state can differ: a fact taking effect (the state's
     /// `validUntil`), or time alone moving the status (expiry, grace end, end of the longest retry).
-    static func nextPoint(after t: EpochMillis, state: SubscriptionState?, fold: SubscriptionFold) -> EpochMillis? {
+    /// `validUntil`: the fold's next change after `t` when `state` was evaluated by another fold.
+    static func nextPoint(after t: EpochMillis, state: SubscriptionState?, fold: SubscriptionFold,
+                          validUntil: EpochMillis?? = nil) -> EpochMillis? {
         var candidates: [EpochMillis] = []
         if let s = state {
-            if let v = s.validUntil { candidates.append(v) }
+            if let v = validUntil ?? s.validUntil { candidates.append(v) }
             if let e = s.expiresDate {
                 candidates.append(e)
                 if e <= EpochMillis.max - SubscriptionFold.billingRetryLimit { candidates.append(e + SubscriptionFold.billingRetryLimit) }
@@ -279,5 +292,61 @@ public struct WebhookDerivation: Sendable {
         static func < (a: GrantKey, b: GrantKey) -> Bool {
             (a.customerId, a.entitlement) < (b.customerId, b.entitlement)
         }
+    }
+}
+
+/// Where a walk of a subscription's change points stopped (`WebhookDerivation`): the time of the
+/// last point walked, the state there and what the walk counted so far — all a function of the
+/// fold's states up to that time.
+public struct WebhookWalk: Sendable {
+    /// The last change point walked (nil: none).
+    public internal(set) var at: EpochMillis?
+    var previous: SubscriptionState?
+    var previousRevoked: Set<String> = []
+    var previousGrants: [WebhookDerivation.GrantKey: EntitlementGrant] = [:]
+    var started = false
+    var lastPeriodProduct: String?
+    var lastPeriodTransaction: String?
+    var billingIssueOpen = false
+    var grantCounts: [WebhookDerivation.GrantKey: Int] = [:]
+    var revokeCounts: [WebhookDerivation.GrantKey: Int] = [:]
+    var refundCounts: [String: Int] = [:]
+    var reversalCounts: [String: Int] = [:]
+    var autoRenewChanges = 0
+
+    public init() {}
+}
+
+/// The last few walks of one subscription, each where a derivation stopped, oldest first. A new
+/// fact makes every walk that stopped at or after its earliest effect stale (`forget(from:)`); the
+/// next derivation resumes from the latest that stands. A notification usually acts after every
+/// point already walked (a renewal, a renewal-state change, a tie), so the last walk stands; a
+/// fact from far in the past (out of order) forgets them all and the walk starts over.
+public struct WebhookWalkLog: Sendable {
+    /// Walks kept: a fact acting before all of them costs one whole walk, no more.
+    public static let capacity = 4
+    /// The position of the fold the walks were taken on (every fact at or before it).
+    public var position: Int64
+    private(set) var walks: [WebhookWalk] = []
+
+    public init(position: Int64) { self.position = position }
+
+    /// A fact acting from `time` on (`SubscriptionFold.earliestEffect`) was folded.
+    public mutating func forget(from time: EpochMillis) {
+        walks.removeAll { ($0.at ?? .min) >= time }
+    }
+
+    /// Nothing recorded stands: the next derivation walks from the beginning.
+    public var isEmpty: Bool { walks.isEmpty }
+
+    public func resume(upTo now: EpochMillis) -> WebhookWalk {
+        walks.last { ($0.at ?? .min) <= now } ?? WebhookWalk()
+    }
+
+    mutating func record(_ walk: WebhookWalk) {
+        guard walk.at != nil else { return }
+        walks.removeAll { ($0.at ?? .min) >= walk.at! }
+        walks.append(walk)
+        if walks.count > Self.capacity { walks.removeFirst(walks.count - Self.capacity) }
     }
 }

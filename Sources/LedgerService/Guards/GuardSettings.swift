@@ -19,6 +19,10 @@ extension LedgerConfiguration {
         /// are answered 429 without being checked.
         public var authFailuresPerMinute = 10
         public var authFailureBurst = 20
+        /// LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY: ties and unties one subscription may take in 24
+        /// hours, whoever asks; past it 429 with Retry-After. Each is an event of the subscription
+        /// every fold of it walks: a loop in one app must not grow one history without bound.
+        public var tiesPerSubscriptionPerDay = 100
 
         mutating func apply(file value: Any, path: String) throws(ConfigurationError) {
             guard let object = value as? [String: Any] else {
@@ -37,6 +41,7 @@ extension LedgerConfiguration {
             try int("appAppendBurst", Self.rateRange, &appAppendBurst)
             try int("authFailuresPerMinute", Self.rateRange, &authFailuresPerMinute)
             try int("authFailureBurst", Self.rateRange, &authFailureBurst)
+            try int("tiesPerSubscriptionPerDay", Self.rateRange, &tiesPerSubscriptionPerDay)
         }
 
         mutating func apply(environment env: [String: String]) throws(ConfigurationError) {
@@ -53,6 +58,7 @@ extension LedgerConfiguration {
             try int("LEDGER_APP_APPEND_BURST", Self.rateRange, "60", &appAppendBurst)
             try int("LEDGER_AUTH_FAILURES_PER_MINUTE", Self.rateRange, "10", &authFailuresPerMinute)
             try int("LEDGER_AUTH_FAILURE_BURST", Self.rateRange, "20", &authFailureBurst)
+            try int("LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY", Self.rateRange, "100", &tiesPerSubscriptionPerDay)
         }
 
         static let longReadRange = 1...64

@@ -42,27 +42,47 @@ struct TieReceipt: Sendable {
 /// asked; the folds order them by recording time and an explicit tie wins over the token.
 struct CustomerTies: Sendable {
     let store: Store
+    /// Ties and unties one subscription may take in 24 hours (`Limits.tiesPerSubscriptionPerDay`).
+    var perDay = 100
+
+    static let day: EpochMillis = 86_400_000
 
     /// A tie already in force is answered as it stands, with the position of the tie that made it,
     /// and records nothing: repeating a tie (a retry, a loop in an app) never grows the
     /// subscription's history, which every fold of it walks.
     func tie(_ customer: String, to key: SubscriptionKey, requestedBy: Requester) async throws -> TieReceipt {
-        let facts = try await store.projections.facts(of: [key])
-        if let inForce = Self.latest(facts), inForce.customerId == customer {
+        let (inForce, recent) = try await ties(of: key)
+        if let inForce, inForce.customerId == customer {
             let state = try? await store.projections.subscription(key, now: Clock.nowMillis())
             return TieReceipt(tied: true, customerId: customer, key: key, position: inForce.position, subscription: state ?? nil)
         }
+        try admit(recent, key: key)
         return try await record(Self.event(customerId: customer, key: key, tied: true, requestedBy: requestedBy), customer: customer, key: key)
     }
 
     /// Only the customer the subscription is tied to can be untied from it.
     func untie(_ customer: String, from key: SubscriptionKey, requestedBy: Requester) async throws -> TieReceipt {
-        let facts = try await store.projections.facts(of: [key])
-        guard Self.current(facts) == customer else {
+        let (inForce, recent) = try await ties(of: key)
+        guard inForce?.customerId == customer else {
             throw ServiceFailure(.notFound, "not_tied",
                                  "the \(key.environment) subscription \(key.originalTransactionId) is not tied to customer \(customer); nothing to untie")
         }
+        try admit(recent, key: key)
         return try await record(Self.event(customerId: customer, key: key, tied: false, requestedBy: requestedBy), customer: customer, key: key)
+    }
+
+    private func ties(of key: SubscriptionKey) async throws -> (latest: Fact?, recent: [EpochMillis]) {
+        try await store.projections.ties(of: key, since: Clock.nowMillis() - Self.day, limit: perDay)
+    }
+
+    /// The cap counts the subscription's ties of the last 24 hours, whoever asked: two callers racing
+    /// past it at once may overshoot it by one each, never without bound.
+    private func admit(_ recent: [EpochMillis], key: SubscriptionKey) throws {
+        guard recent.count >= perDay else { return }
+        let oldest = recent.min() ?? Clock.nowMillis()
+        let wait = max(1, Int((oldest + Self.day - Clock.nowMillis() + 999) / 1000))
+        throw ServiceFailure(.exhausted(retryAfterSeconds: wait), "too_many_ties",
+                             "the \(key.environment) subscription \(key.originalTransactionId) was tied or untied \(recent.count) times in the last 24 hours, the most one subscription may take (LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY = \(perDay)); nothing was recorded — retry in \(wait) s, or stop the loop that repeats it")
     }
 
     private func record(_ event: NewEvent, customer: String, key: SubscriptionKey) async throws -> TieReceipt {
@@ -85,13 +105,5 @@ struct CustomerTies: Sendable {
             streamId: StreamId.subscription(key.originalTransactionId).text, dedupeKey: DedupeKey.customerTie(), source: .ledger,
             type: tied ? LedgerEventType.customerTied : LedgerEventType.customerUntied, environment: key.environment,
             signedAt: now, payload: data, raw: data)
-    }
-
-    /// The customer the latest tie names (nil: none, or untied), by recording time.
-    static func current(_ facts: [Fact]) -> String? { latest(facts)?.customerId }
-
-    /// The latest tie or untie fact, by recording time.
-    static func latest(_ facts: [Fact]) -> Fact? {
-        facts.filter { $0.kind == .customerTie }.max { ($0.recordedAt, $0.position) < ($1.recordedAt, $1.position) }
     }
 }

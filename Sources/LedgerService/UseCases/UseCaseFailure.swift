@@ -11,6 +11,8 @@ enum Refusal: Sendable, Equatable {
     case notConfigured
     /// Try again later (the database, a lock, shutting down).
     case unavailable(retryAfterSeconds: Int?)
+    /// The caller (or the subject) used up an allowance: wait that long.
+    case exhausted(retryAfterSeconds: Int)
     /// Apple or WeChat refused in a way retrying will not fix.
     case upstream
     /// A ledger defect: the message names no internals.

@@ -178,12 +178,15 @@ enum FactStore {
     }
 
     /// The subscriptions touched by the events `from…to` (worker batches).
-    static func subscriptions(touchedByPositions range: ClosedRange<Int64>, on connection: Connection) throws -> Set<SubscriptionKey> {
+    /// `ignoring`: facts of these kinds touch nothing (a projection none of them changes).
+    static func subscriptions(touchedByPositions range: ClosedRange<Int64>, ignoring: Set<FactKind> = [],
+                              on connection: Connection) throws -> Set<SubscriptionKey> {
         let rows = try connection.query(
             """
             SELECT \(FactRows.columns) FROM public.facts
             WHERE schema_version = $1 AND position BETWEEN $2 AND $3 AND (subscription IS NOT NULL OR transaction_id IS NOT NULL)
             """, [.int64(Int64(version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "facts of positions")
-        return try subscriptions(touchedBy: rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) }, on: connection)
+        let facts = try rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+        return try subscriptions(touchedBy: ignoring.isEmpty ? facts : facts.filter { !ignoring.contains($0.kind) }, on: connection)
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import LedgerCore
 internal import Postgres
+import Synchronization
 
 /// One append batch as the append hooks see it: its new events, their facts (recorded in this
 /// transaction when `facts` is not empty), and the batch's one fold of the subscriptions it
@@ -51,12 +52,26 @@ struct SubscriptionChange {
     /// Each position of the batch with facts of this subscription, in order: when it was recorded
     /// and the fold up to it (nil for the last: `after`).
     var points: [ChangePoint]
+    /// Where the webhook derivation stopped on the fold before the batch, its walks that facts
+    /// folded since (another writer's) can change already forgotten; nil: walk from the beginning.
+    var walks: WebhookWalkLog?
 }
 
 struct ChangePoint {
     var position: Int64
     var recordedAt: EpochMillis
     var fold: SubscriptionFold?
+    /// The earliest business time the position's facts act from (`SubscriptionFold.earliestEffect`;
+    /// nil: none acts).
+    var effect: EpochMillis?
+}
+
+/// Where the webhook derivation's walks of this batch stopped, per subscription: handed back by
+/// the webhook projection once its events are written, remembered with the batch's snapshots.
+final class WalkLogs: Sendable {
+    private let logs = Mutex<[SubscriptionKey: WebhookWalkLog]>([:])
+    func set(_ new: [SubscriptionKey: WebhookWalkLog]) { logs.withLock { $0 = new } }
+    var all: [SubscriptionKey: WebhookWalkLog] { logs.withLock { $0 } }
 }
 
 /// The fold of an append batch: every subscription it touches, either folded from its snapshot
@@ -67,6 +82,8 @@ struct BatchFold {
     let last: Int64
     var changes: [SubscriptionKey: SubscriptionChange] = [:]
     var full: Set<SubscriptionKey> = []
+    /// Set by the webhook projection after it stored the batch's events (nothing when it did not).
+    let walks = WalkLogs()
 
     var keys: Set<SubscriptionKey> { full.union(changes.keys) }
 }
@@ -74,6 +91,12 @@ struct BatchFold {
 /// The shared fold step of the append: the per-subscription snapshots (`FoldSnapshots`) and the
 /// catalog every fold places WeChat periods with. One per store, handed to every live hook.
 struct SharedFold: Sendable {
+    static func earlier(_ a: EpochMillis?, _ b: EpochMillis?) -> EpochMillis? {
+        guard let a else { return b }
+        guard let b else { return a }
+        return min(a, b)
+    }
+
     let snapshots: FoldSnapshots
     let catalogPeriods: [String: EpochMillis]
 
@@ -121,11 +144,16 @@ struct SharedFold: Sendable {
             if snapshotFacts != nil { hits += 1 }
             // Moved out of `cached`, so applying facts mutates the snapshot in place instead of
             // copying its dictionaries.
-            var fold = cached.removeValue(forKey: key)?.fold ?? SubscriptionFold(key: key)
+            let entry = cached.removeValue(forKey: key)
+            var fold = entry?.fold ?? SubscriptionFold(key: key)
             fold.catalogPeriods = catalogPeriods
+            var walks = entry.flatMap { e in e.walks?.position == e.position ? e.walks : nil }
             // Facts before the batch (another writer's, or the catch-up's) join the snapshot first.
             let before = facts.prefix { $0.position < first }
-            for fact in before { fold.apply(fact) }
+            for fact in before {
+                if let effect = fold.earliestEffect(of: fact) { walks?.forget(from: effect) }
+                fold.apply(fact)
+            }
             let batch = facts.dropFirst(before.count)
             var touched = Set<String>()
             for fact in batch {
@@ -148,17 +176,24 @@ struct SharedFold: Sendable {
                     // the one before (a copy, only in this rare case).
                     points[points.count - 1].fold = fold
                 }
+                let effect = fold.earliestEffect(of: fact)
                 fold.apply(fact)
                 if points.last?.position == fact.position {
                     points[points.count - 1].recordedAt = max(points[points.count - 1].recordedAt, fact.recordedAt)
+                    points[points.count - 1].effect = Self.earlier(points[points.count - 1].effect, effect)
                 } else {
-                    points.append(ChangePoint(position: fact.position, recordedAt: fact.recordedAt, fold: nil))
+                    points.append(ChangePoint(position: fact.position, recordedAt: fact.recordedAt, fold: nil, effect: effect))
                 }
             }
-            out.changes[key] = SubscriptionChange(after: fold, touched: touched, before: previous, points: points)
+            out.changes[key] = SubscriptionChange(after: fold, touched: touched, before: previous, points: points,
+                                                  walks: walks)
             remember[key] = FoldSnapshots.Entry(fold: fold, position: last, facts: (snapshotFacts ?? 0) + facts.count)
         }
         snapshots.count(hits: hits, misses: remember.count - hits, unsnapshotted: out.full.count)
-        return (out, { [snapshots, remember, full = out.full] in snapshots.store(remember, forget: full) })
+        return (out, { [snapshots, remember, full = out.full, logs = out.walks] in
+            var entries = remember
+            for (key, log) in logs.all where log.position == last { entries[key]?.walks = log }
+            snapshots.store(entries, forget: full)
+        })
     }
 }

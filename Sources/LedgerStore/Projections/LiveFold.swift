@@ -42,6 +42,9 @@ final class FoldSnapshots: Sendable {
         var position: Int64
         /// Facts folded: the entry's weight against `capacity`.
         var facts: Int
+        /// Where the webhook derivation's walks over this fold stopped, when the events they
+        /// derived were stored with this fold's rows (`WebhookWalkLog.position` == `position`).
+        var walks: WebhookWalkLog?
         var lastUse: UInt64 = 0
     }
 

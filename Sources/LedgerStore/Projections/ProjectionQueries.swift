@@ -132,6 +132,30 @@ public struct ProjectionQueries: Sendable {
         }
     }
 
+    /// The subscription's latest tie or untie by recording time (the one in force), and when the
+    /// latest `limit` of those recorded at or after `since` were recorded, newest first — read from
+    /// its tie facts alone (Migrations/0025).
+    public func ties(of key: SubscriptionKey, since: EpochMillis, limit: Int) async throws(ProjectionError) -> (latest: Fact?, recent: [EpochMillis]) {
+        try await read { connection in
+            let latest = try connection.query(
+                """
+                SELECT \(FactRows.columns) FROM public.facts
+                WHERE schema_version = $1 AND subscription = $2 AND kind = 'customer_tie'
+                ORDER BY recorded_at DESC, position DESC LIMIT 1
+                """, [.int64(Int64(FactStore.version)), .text(key.text)], name: "latest tie of subscription")
+                .rows.first.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            let recent = try connection.query(
+                """
+                SELECT recorded_at FROM public.facts
+                WHERE schema_version = $1 AND subscription = $2 AND kind = 'customer_tie' AND recorded_at >= $3
+                ORDER BY recorded_at DESC, position DESC LIMIT $4
+                """, [.int64(Int64(FactStore.version)), .text(key.text), .int64(since), .int64(Int64(limit))],
+                name: "recent ties of subscription")
+                .rows.map { try $0.decode(Int64.self, "recorded_at") }
+            return (latest, recent)
+        }
+    }
+
     /// Every fact of the subscriptions, with the order facts that may join them, for time travel
     /// (`SubscriptionProjection.view(at:recordedBy:facts:)`): folding them is the answer, there is
     /// no history table.

@@ -88,7 +88,9 @@ enum ReportProjection {
     @discardableResult
     static func apply(_ range: ClosedRange<Int64>, next: Bool = false, catalogPeriods: [String: EpochMillis],
                       on connection: Connection) throws -> Int {
-        let keys = try FactStore.subscriptions(touchedByPositions: range, on: connection)
+        // A tie names who holds a subscription, which no figure is split by: a subscription only
+        // tied or untied in the range has the contribution it had.
+        let keys = try FactStore.subscriptions(touchedByPositions: range, ignoring: [.customerTie], on: connection)
         try refold(keys, upTo: range.upperBound, next: next, catalogPeriods: catalogPeriods, on: connection)
         return keys.count
     }
@@ -100,11 +102,17 @@ enum ReportProjection {
         let sorted = keys.sorted()
         let (attached, candidates) = try FactStore.facts(of: sorted, upTo: upTo, on: connection)
         return sorted.compactMap { key in
-            guard let facts = attached[key], let latest = facts.lazy.map(\.signedAt).max() else { return nil }
+            guard let facts = attached[key], let latest = facts.lazy.compactMap(Self.reportedTime).max() else { return nil }
             let fold = SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)
             return folded(key, latest: latest, candidates.isEmpty ? fold : SubscriptionProjection.attach(candidates, to: fold))
         }
     }
+
+    /// The business time a fact gives a report's default range end (`latest_signed_at`): its
+    /// signing, except a tie's, which records who holds a subscription and changes no figure — so
+    /// a subscription only tied is never refolded for reports (`ignoring: [.customerTie]`), and one with
+    /// nothing but ties has no contribution.
+    static func reportedTime(_ fact: Fact) -> EpochMillis? { fact.kind == .customerTie ? nil : fact.signedAt }
 
     static func folded(_ key: SubscriptionKey, latest: EpochMillis, _ fold: SubscriptionFold) -> Folded {
         Folded(key: key, latest: latest, contribution: SubscriptionRollup.contribution(of: fold))
@@ -351,7 +359,7 @@ extension ReportProjection {
             snapshot: load.snapshot, range: (nil, nil), head: load.head,
             progress: { rows in done += rows; load.progress(done, totalFacts) }
         ) { key, facts in
-            guard let latest = facts.lazy.map(\.signedAt).max() else { return }
+            guard let latest = facts.lazy.compactMap(Self.reportedTime).max() else { return }
             let f = folded(key, latest: latest, orderFacts.attach(to: SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)))
             rollup.add(f.contribution)
             subscriptionRows.field(key.text)

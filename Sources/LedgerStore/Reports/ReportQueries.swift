@@ -220,12 +220,17 @@ public struct ReportQueries: Sendable {
                 [.int64(Int64(FactStore.version)), .int64(position)], name: "report facts up to")
             var projection = SubscriptionProjection(catalogPeriods: catalogPeriods)
             var latest: EpochMillis?
+            // As the projection: a subscription of ties alone has no contribution.
+            var reported: Set<SubscriptionKey> = []
             for row in rows.rows {
                 let fact = try FactRows.fact(FactQueryRow(row: row))
-                if fact.subscription != nil, latest.map({ fact.signedAt > $0 }) ?? true { latest = fact.signedAt }
+                if let key = fact.subscription, let t = ReportProjection.reportedTime(fact) {
+                    reported.insert(key)
+                    if latest.map({ t > $0 }) ?? true { latest = t }
+                }
                 projection.apply(fact)
             }
-            let contributions = projection.subscriptions.mapValues(SubscriptionRollup.contribution(of:))
+            let contributions = projection.subscriptions.filter { reported.contains($0.key) }.mapValues(SubscriptionRollup.contribution(of:))
             let chain = try ChainStore.anchor(at: position, on: connection)
             let snapshot = ReportSnapshot(position: position, chainHash: chain?.hash ?? [], factSchemaVersion: FactStore.version,
                                           rollup: ReportRollup(contributions: contributions), contributions: contributions,

@@ -64,18 +64,30 @@ struct WebhookEventsProjection: Projection {
         let fold = try batch.fold(with: folder, on: connection)
         let clock = projector.clock()
         var derived: [SubscriptionKey: [WebhookEvent]] = [:]
+        var logs: [SubscriptionKey: WebhookWalkLog] = [:]
         let keys = fold.keys.sorted()
         if !keys.isEmpty {
-            let known = try WebhookEventStore.ids(of: keys, next: false, on: connection)
+            // A resumed walk derives only events after where it resumes: only those stored after
+            // that time can be among them (the whole history's ids for a walk from the beginning).
+            var after: [SubscriptionKey: EpochMillis] = [:]
+            for key in keys { after[key] = fold.changes[key].map { Self.resumesAfter($0, clock: clock) } ?? .min }
+            let known = try WebhookEventStore.ids(of: after, next: false, on: connection)
             for (key, change) in fold.changes {
                 var seen = known[key.text] ?? []
                 var events: [WebhookEvent] = []
+                // Each point resumes the walk where the last one that its facts cannot change
+                // stopped: a batch costs its change points, not the subscription's history.
+                var log = change.walks ?? WebhookWalkLog(position: first - 1)
                 for point in change.points {
-                    for event in derivation.events(of: point.fold ?? change.after, now: min(clock, point.recordedAt), position: point.position)
+                    if let effect = point.effect { log.forget(from: effect) }
+                    for event in derivation.events(of: point.fold ?? change.after, now: min(clock, point.recordedAt),
+                                                   position: point.position, log: &log)
                     where seen.insert(event.id).inserted {
                         events.append(event)
                     }
                 }
+                log.position = last
+                logs[key] = log
                 derived[key] = events
             }
             let full = fold.full.sorted()
@@ -93,7 +105,20 @@ struct WebhookEventsProjection: Projection {
         events += try decisions(in: first...last, on: connection)
         let inserted = try WebhookEventStore.insert(events, next: false, on: connection)
         try WebhookEventStore.enqueue(inserted, now: clock, on: connection)
+        // Only now: a walk is remembered only when the events it derived are written.
+        fold.walks.set(logs)
         return nil
+    }
+
+    /// The earliest time a walk of `change`'s points can resume after (`.min`: one walks from the
+    /// beginning): every point forgets at least the walks its own facts can change, and resumes from
+    /// the latest standing walk by its clock — never earlier than forgetting for the batch's
+    /// earliest effect and resuming by its earliest clock.
+    static func resumesAfter(_ change: SubscriptionChange, clock: EpochMillis) -> EpochMillis {
+        guard var probe = change.walks else { return .min }
+        if let effect = change.points.compactMap(\.effect).min() { probe.forget(from: effect) }
+        let now = change.points.map { min(clock, $0.recordedAt) }.min() ?? clock
+        return probe.resume(upTo: now).at ?? .min
     }
 
     var derivation: WebhookDerivation {
@@ -208,11 +233,11 @@ struct WebhookEventsProjection: Projection {
 }
 
 extension ProjectionTable {
-    /// Migrations/0021.
+    /// Migrations/0021, 0026.
     static let webhookEvents = ProjectionTable(
         name: "webhook_events", columns: WebhookEventStore.columns, statisticsColumns: "id, subscription, position, sequence",
         indexes: ["ALTER TABLE {table} ADD PRIMARY KEY (id)", "CREATE INDEX ON {table} (position, sequence)",
-                  "CREATE INDEX ON {table} (subscription)"])
+                  "CREATE INDEX ON {table} (subscription, effective_at)"])
 }
 
 /// A stored webhook event and its deliveries, for the admin routes.
@@ -297,6 +322,22 @@ public struct WebhookEventStore: Sendable {
     }
 
     /// The ids stored for each of `keys` (by subscription text).
+    /// The ids of the events of each subscription effective after its time (Migrations/0026).
+    static func ids(of keys: [SubscriptionKey: EpochMillis], next: Bool, on connection: Connection) throws -> [String: Set<String>] {
+        let sorted = keys.keys.sorted()
+        var out: [String: Set<String>] = [:]
+        for row in try connection.query(
+            """
+            SELECT w.subscription, w.id FROM \(table(next: next)) w
+            JOIN unnest($1::text[], $2::int8[]) AS k(sub, after) ON w.subscription = k.sub AND w.effective_at > k.after
+            """,
+            [.array(sorted.map { .text($0.text) }, of: .text), .array(sorted.map { .int64(keys[$0]!) }, of: .int8)],
+            name: "stored webhook event ids after").rows {
+            out[try row.decode(String.self, "subscription"), default: []].insert(try row.decode(String.self, "id"))
+        }
+        return out
+    }
+
     static func ids(of keys: [SubscriptionKey], next: Bool, on connection: Connection) throws -> [String: Set<String>] {
         var out: [String: Set<String>] = [:]
         for row in try connection.query("SELECT subscription, id FROM \(table(next: next)) WHERE subscription = ANY($1)",
