@@ -563,6 +563,22 @@ public struct SubscriptionFold: Sendable {
                 let product = f.renewal?.productId ?? ""
                 statedPeriod[product] = max(statedPeriod[product] ?? 0, end - f.signedAt)
             }
+            // A free trial (seed 000 §2, §3.3: `activitySellingPrice` 0, the first period costs
+            // nothing) is a signing whose period no delivery pays — no charge, no delivery push
+            // (§4.3) — and is shorter than the product's: taken alone it would cut every paid month
+            // short. The first paid period after it states the product's: the gap from the trial's
+            // end to the next RenewalDate of the product, when at most a month (a longer gap may be
+            // a lapse after the trial).
+            var endsByProduct: [String: [EpochMillis]] = [:]
+            for slot in fold.slots.values { if let e = slot.transaction.expiresDate { endsByProduct[slot.transaction.productId ?? "", default: []].append(e) } }
+            for f in signingFacts {
+                guard let trialEnd = f.renewal?.renewalDate else { continue }
+                let product = f.renewal?.productId ?? ""
+                guard endsByProduct[product]?.contains(trialEnd) != true,
+                      let next = endsByProduct[product]?.filter({ $0 > trialEnd }).min(),
+                      next - trialEnd <= Self.defaultPeriod + Self.monthSlack else { continue }
+                statedPeriod[product] = max(statedPeriod[product] ?? 0, next - trialEnd)
+            }
             var starts: [String: EpochMillis] = [:]
             var bases: [String: String] = [:]
             deliveries = fold.slots.values.map { slot in

@@ -83,6 +83,9 @@ struct WeChatScript {
     var products: [String] = []
     /// Times of signings that re-enable auto-renew within a period (after its unsigning).
     var resignings = Set<EpochMillis>()
+    /// A free-trial signing's time and the product's period (seed 000 §2, §3.3: the first period
+    /// costs 0, the renewals the original price): the trial is not the product's period.
+    var trial: (signed: EpochMillis, period: EpochMillis)?
     let otid: String
 
     static let weekly = ("wx_vip_weekly", 7 * DiffTime.day)
@@ -122,8 +125,9 @@ struct WeChatScript {
         // Never earlier than RenewalDate minus the product's longest period (issue 20): the longest
         // period a signing (SignedTime → RenewalDate) or a paid order (PaidTime → RenewalDate) states,
         // plus a day; one product per lifecycle. Binds only after a lapse.
-        let stated = world.signings.map { $0.renewalDate - $0.at }
+        let stated = world.signings.filter { $0.at != trial?.signed }.map { $0.renewalDate - $0.at }
             + world.orders.indices.filter { payInfo[$0] }.map { world.orders[$0].renewalDate - world.orders[$0].paid }
+            + (trial.map { [$0.period] } ?? [])
         let floor = renewalDate - (stated.max().map { $0 + DiffTime.day } ?? 31 * DiffTime.day)
         let start = withPay ? paid : max(placed ?? paid + 1000, floor)
         world.orders.append(WeChatWorld.Order(id: id, productId: product, paid: start, renewalDate: renewalDate))
@@ -145,13 +149,21 @@ struct WeChatScript {
         let (product, period) = rng.chance(0.5) ? Self.weekly : Self.monthly
         let tie = rng.chance(0.15)
         let signed = tie ? Self.seconds(start) : start
-        var renewalDate = signed + period
+        // A share of signings are free trials: 3 days of a weekly product, 7 of a monthly one;
+        // nothing is charged (no delivery) until the trial ends.
+        let trialDays: EpochMillis? = rng.chance(0.15) ? (period == Self.weekly.1 ? 3 : 7) : nil
+        var renewalDate = signed + (trialDays.map { $0 * DiffTime.day } ?? period)
         world.signings.append(WeChatWorld.Signing(at: signed, renewalDate: renewalDate, productId: product))
         world.contract.append(WeChatWorld.ContractChange(at: signed, autoRenew: 1))
-        push(.signing(renewalDate: renewalDate, product: product), at: signed, "signing \(product) → \(DiffTime.iso(renewalDate))")
+        push(.signing(renewalDate: renewalDate, product: product), at: signed,
+             "signing \(product) → \(DiffTime.iso(renewalDate))\(trialDays.map { " (free trial of \($0) days)" } ?? "")")
         var t = signed
         var on = true
-        if rng.chance(0.05) {
+        if let trialDays {
+            trial = (signed, period)
+            tags.insert("free-trial")
+            script.append("free trial: \(trialDays) days, then \(period / DiffTime.day)-day paid periods")
+        } else if rng.chance(0.05) {
             tags.insert("signed-not-delivered")
         } else {
             // PaidTime is whole seconds: the same instant as the signing, or up to 5 s around it.
@@ -217,7 +229,10 @@ struct WeChatScript {
         // A lapse, then a resubscription through the App Store: WeChat pushes the delivery only (§4.2:
         // no signing push after the first signing), often without PaidTime — its period must not
         // start at the old period's end.
-        if !on, !tags.contains("early-unsigning"), !tags.contains("signed-not-delivered"), rng.chance(0.3) {
+        // Not right after an unpaid trial: without the catalog's durationDays a lapse after a trial
+        // reads like a first paid period when it is under a month (docs/projections.md).
+        if !on, !tags.contains("early-unsigning"), !tags.contains("signed-not-delivered"),
+           trial == nil || !world.orders.isEmpty, rng.chance(0.3) {
             let paid = Self.seconds(renewalDate + rng.int(2...30) * DiffTime.day + rng.int(0...3600) * 1000)
             if paid <= horizon {
                 _ = order(product: product, paid: paid, renewalDate: paid + period, omitPayInfo: rng.chance(0.5))
