@@ -144,10 +144,11 @@ struct SharedFold: Sendable {
             if snapshotFacts != nil { hits += 1 }
             // Moved out of `cached`, so applying facts mutates the snapshot in place instead of
             // copying its dictionaries.
-            let entry = cached.removeValue(forKey: key)
-            var fold = entry?.fold ?? SubscriptionFold(key: key)
-            fold.catalogPeriods = catalogPeriods
+            var entry = cached.removeValue(forKey: key)
             var walks = entry.flatMap { e in e.walks?.position == e.position ? e.walks : nil }
+            var fold = entry?.fold ?? SubscriptionFold(key: key)
+            entry = nil
+            fold.catalogPeriods = catalogPeriods
             // Facts before the batch (another writer's, or the catch-up's) join the snapshot first.
             let before = facts.prefix { $0.position < first }
             for fact in before {
