@@ -288,33 +288,43 @@ final class WeChatFactTests: XCTestCase {
         XCTAssertEqual(W.state(renewed, at: 35)?.autoRenewStatus, 1)
     }
 
-    /// Seed 000 §4.3: Apple's charges carry no PaidTime in the delivery (only RenewalDate); §4.4:
-    /// the unsigning states UnsignedTime and the current period's end. Apple charges up to 24 h
-    /// early, so the charge of R2 can precede an unsigning that still states R1. Without PaidTime
-    /// the charge happened when the ledger first recorded the order (the push follows the charge
-    /// by seconds). Charge recorded at day 29.2, unsigning at 29.6: the unsigning is the later act
-    /// — auto-renew 0 for good, the paid period R1 → R2 runs — in every order of the facts. If the
-    /// ledger first recorded the charge after the unsigning (day 29.8), the charge is the later act
-    /// and says the contract runs on from its period (auto-renew 1 from day 30).
-    func testAnUnsigningIsComparedWithAChargeWithoutPaidTimeByWhenTheLedgerFirstRecordedIt() {
-        func events(chargeRecorded: Double) -> [RecordedEvent] {
+    /// Seed 000 §4.3: Apple's charges carry no PaidTime in the delivery (only RenewalDate, and
+    /// CreateTime, 消息发送时间: seconds after the charge); §4.4: the unsigning states UnsignedTime and
+    /// the current period's end. Apple charges up to 24 h early, so the charge of R2 can precede an
+    /// unsigning that still states R1. Without PaidTime the charge happened by its push's
+    /// CreateTime — whenever the ledger recorded it. Charge sent at day 29.2, unsigning at 29.6:
+    /// the unsigning is the later act — auto-renew 0 for good, the paid period R1 → R2 runs — in
+    /// every order of the facts, the charge recorded before the unsigning or days after it. A
+    /// charge sent after the unsigning (day 29.8) is the later act and says the contract runs on
+    /// from its period (auto-renew 1 from day 30), however early the ledger recorded it.
+    func testAnUnsigningIsComparedWithAChargeWithoutPaidTimeByItsSendTimeNotWhenRecorded() {
+        func events(chargeSent: Double, recorded: Double) -> [RecordedEvent] {
             [W.event(W.signing(signed: 0, renewal: 30), position: 1),
              W.event(W.deliver(order: "O1", paid: 0, renewal: 30), position: 2),
-             W.event(W.deliver(order: "O2", paid: chargeRecorded, renewal: 60, payInfo: false), position: 3, recorded: chargeRecorded),
+             W.event(W.deliver(order: "O2", paid: chargeSent, renewal: 60, payInfo: false), position: 3, recorded: recorded),
              W.event(W.unsigning(unsigned: 29.6, renewal: 30), position: 4, recorded: 29.6)]
         }
-        let early = events(chargeRecorded: 29.2), late = events(chargeRecorded: 29.8)
-        for order in DocumentedScenarioTests.permutations([0, 1, 2, 3]) {
-            let facts = W.facts(order.map { early[$0] })
-            XCTAssertEqual(W.state(facts, at: 29.5)?.autoRenewStatus, 1, "\(order): on until the unsigning")
-            XCTAssertEqual(W.state(facts, at: 29.7)?.autoRenewStatus, 0, "\(order)")
-            let renewed = W.state(facts, at: 45)
-            XCTAssertEqual(renewed?.autoRenewStatus, 0, "\(order): the early charge does not turn it back on")
-            XCTAssertEqual(renewed?.status, .active, "\(order): the paid period R1 → R2 runs")
-            XCTAssertEqual(renewed?.expiresDate, W.d(60), "\(order)")
-            let contrast = W.facts(order.map { late[$0] })
-            XCTAssertEqual(W.state(contrast, at: 29.7)?.autoRenewStatus, 0, "\(order): the unsigning, until the charge's period")
-            XCTAssertEqual(W.state(contrast, at: 45)?.autoRenewStatus, 1, "\(order): charged after the unsigning")
+        for recorded in [29.2, 29.9, 33] {
+            let early = events(chargeSent: 29.2, recorded: recorded)
+            for order in DocumentedScenarioTests.permutations([0, 1, 2, 3]) {
+                let facts = W.facts(order.map { early[$0] })
+                let label = "\(order), charge recorded at day \(recorded)"
+                XCTAssertEqual(W.state(facts, at: 29.5)?.autoRenewStatus, 1, "\(label): on until the unsigning")
+                XCTAssertEqual(W.state(facts, at: 29.7)?.autoRenewStatus, 0, label)
+                let renewed = W.state(facts, at: 45)
+                XCTAssertEqual(renewed?.autoRenewStatus, 0, "\(label): the early charge does not turn it back on")
+                XCTAssertEqual(renewed?.status, .active, "\(label): the paid period R1 → R2 runs")
+                XCTAssertEqual(renewed?.expiresDate, W.d(60), label)
+            }
+        }
+        for recorded in [29.8, 31] {
+            let late = events(chargeSent: 29.8, recorded: recorded)
+            for order in DocumentedScenarioTests.permutations([0, 1, 2, 3]) {
+                let contrast = W.facts(order.map { late[$0] })
+                let label = "\(order), charge recorded at day \(recorded)"
+                XCTAssertEqual(W.state(contrast, at: 29.7)?.autoRenewStatus, 0, "\(label): the unsigning, until the charge's period")
+                XCTAssertEqual(W.state(contrast, at: 45)?.autoRenewStatus, 1, "\(label): charged after the unsigning")
+            }
         }
     }
 

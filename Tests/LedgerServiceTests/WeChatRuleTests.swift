@@ -434,6 +434,54 @@ final class WeChatRuleTests: XCTestCase {
         }
     }
 
+    /// The same act in another shape: the early renewal's delivery carries no WeChatPayInfo (no
+    /// PaidTime — Apple payments, seed 000 §4.3), so its period is placed at R1 and the ledger
+    /// knows the charge only by the push's CreateTime (消息发送时间, seconds after the charge); the
+    /// user unsigns 12 h after it. The unsigning is compared with the charge by when each happened
+    /// — never by when the ledger happened to record the charge, which made the answer depend on
+    /// arrival. Every order of (signing, first delivery, early renewal without PaidTime,
+    /// unsigning), in every push format.
+    func testAnUnsigningTwelveHoursAfterAnEarlyChargeWithoutPaidTimeTurnsAutoRenewOffInEveryOrderAndFormat() async throws {
+        let now = WeChatSide.nowSeconds() * 1000
+        let base = now - 40 * Self.day
+        let r1 = base + 30 * Self.day, r2 = r1 + 30 * Self.day
+        let charged = r1 - 20 * 3_600_000, unsigned = charged + 12 * 3_600_000
+        try await withService(environment: WeChatSide.environment) { h in
+            var i = 0
+            for mode in WeChatSide.Mode.allCases {
+                for order in WeChatEveryOrderTests.permutations([0, 1, 2, 3]) {
+                    i += 1
+                    let otid = String(7_355_000_000_000_000 + i), openId = "oEarlyNoPaid\(i)"
+                    let messages = [
+                        WeChatSide.signing(otid: otid, openId: openId, product: product, signed: base, renewal: r1),
+                        WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "EN\(i)-O1", paid: nil, create: base + 1000, renewal: r1),
+                        WeChatSide.deliver(otid: otid, openId: openId, product: product, order: "EN\(i)-O2", paid: nil, create: charged + 1000, renewal: r2),
+                        WeChatSide.unsigning(otid: otid, openId: openId, product: product, unsigned: unsigned, renewal: r1),
+                    ]
+                    for k in order { _ = try await side.push(h, messages[k], mode) }
+                    let label = "\(mode) \(order)"
+                    let c = try await contract(h, openId)
+                    XCTAssertEqual(c["authorization_state"] as? String, "TERMINATED", label)
+                    XCTAssertEqual((c["apple_subscription_info"] as? [String: Any])?["auto_renew_status"] as? Int, 0, label)
+                    let live = try await h.state(otid)
+                    XCTAssertEqual(live?["autoRenewStatus"] as? Int, 0, label)
+                    XCTAssertEqual(live?["status"] as? String, "active", "the paid period R1 → R2 runs: \(label)")
+                    XCTAssertEqual((live?["expiresDate"] as? NSNumber)?.int64Value, r2, label)
+                    XCTAssertEqual(live?["latestTransactionId"] as? String, "EN\(i)-O2", label)
+                    let beforeUnsigning = try await h.state(otid, at: unsigned - 3_600_000)
+                    XCTAssertEqual(beforeUnsigning?["autoRenewStatus"] as? Int, 1, "auto-renew was on until the unsigning: \(label)")
+                    XCTAssertEqual((beforeUnsigning?["expiresDate"] as? NSNumber)?.int64Value, r1, "the first period still runs: \(label)")
+                    let afterUnsigning = try await h.state(otid, at: unsigned + 3_600_000)
+                    XCTAssertEqual(afterUnsigning?["autoRenewStatus"] as? Int, 0, label)
+                    let secondPeriod = try await h.state(otid, at: r1 + 5 * Self.day)
+                    XCTAssertEqual(secondPeriod?["status"] as? String, "active", label)
+                    XCTAssertEqual(secondPeriod?["autoRenewStatus"] as? Int, 0, "the early charge does not turn auto-renew back on: \(label)")
+                    XCTAssertEqual(secondPeriod?["latestTransactionId"] as? String, "EN\(i)-O2", label)
+                }
+            }
+        }
+    }
+
     // MARK: contract pushes without their own time
 
     /// Seed 000 §4.2 / §4.4: a signing states SignedTime, an unsigning UnsignedTime; both also carry

@@ -622,11 +622,13 @@ public struct SubscriptionFold: Sendable {
             // states: Apple charges a renewal up to 24 h before the period ends (the delivery
             // states the next period's end), and an unsigning after that charge may still state
             // the old period's end (seed 000 §4.4: RenewalDate is 当前订阅周期的结束时间). Compared by
-            // when each happened — UnsignedTime vs the charge (PaidTime, else when the ledger first
-            // recorded the order) — its rank is the latest RenewalDate charged before it.
+            // when each happened — UnsignedTime vs the charge — its rank is the latest RenewalDate
+            // charged before it. A charge happened at its PaidTime, else by the push's CreateTime
+            // (§4.3: 消息发送时间, seconds after Apple's charge; the fact's `signedAt` either way):
+            // never when the ledger recorded it, which would make the answer depend on arrival.
             let charges = wechatRenewals.compactMap { f -> (at: EpochMillis, end: EpochMillis)? in
                 guard f.message == XPayEventName.goodsDeliver, let end = f.renewal?.renewalDate else { return nil }
-                return (f.renewal?.signedDate ?? f.recordedAt, end)
+                return (f.signedAt, end)
             }
             statements = wechatRenewals.map { f in
                 var rank = f.renewal?.renewalDate ?? .min

@@ -210,13 +210,19 @@ struct WeChatScript {
                 // Apple charges a renewal up to 24 h before the period ends (issue 20); the user
                 // unsigns after that charge, the unsigning still stating the period it ends (seed
                 // 000 §4.4: 当前订阅周期的结束时间). By when each happened the unsigning is the later
-                // act: auto-renew 0 from it, the early-charged period still runs to its end.
+                // act: auto-renew 0 from it, the early-charged period still runs to its end. Half
+                // the early charges carry no WeChatPayInfo (Apple payments): the period is placed
+                // at the old end, the charge known only by its push's CreateTime, and the unsigning
+                // comes up to 12 h after it.
                 let early = Self.seconds(renewalDate - rng.int(2...23) * DiffTime.hour)
-                let u = Self.seconds(early + rng.int(1...60) * DiffTime.minute)
+                let u = Self.seconds(early + rng.int(1...min(12 * 60, (renewalDate - early) / DiffTime.minute - 1)) * DiffTime.minute)
                 if early > t + DiffTime.minute, u < renewalDate, u <= horizon {
-                    _ = order(product: product, paid: early, renewalDate: renewalDate + period, mayOmitPayInfo: false)
+                    let withoutPay = rng.chance(0.5)
+                    _ = order(product: product, paid: early, renewalDate: renewalDate + period, omitPayInfo: withoutPay)
+                    // The charge keeps auto-renew on from when it happened, wherever its period starts.
+                    world.contract[world.contract.count - 1].at = early
                     unsign(at: u, renewalDate: renewalDate, product: product)
-                    tags.insert("early-unsigning")
+                    tags.insert(withoutPay ? "early-unsigning-without-paid-time" : "early-unsigning")
                     break outer
                 }
             }
@@ -231,7 +237,7 @@ struct WeChatScript {
         // start at the old period's end.
         // Not right after an unpaid trial: without the catalog's durationDays a lapse after a trial
         // reads like a first paid period when it is under a month (docs/projections.md).
-        if !on, !tags.contains("early-unsigning"), !tags.contains("signed-not-delivered"),
+        if !on, !tags.contains("early-unsigning"), !tags.contains("early-unsigning-without-paid-time"), !tags.contains("signed-not-delivered"),
            trial == nil || !world.orders.isEmpty, rng.chance(0.3) {
             let paid = Self.seconds(renewalDate + rng.int(2...30) * DiffTime.day + rng.int(0...3600) * 1000)
             if paid <= horizon {
