@@ -46,6 +46,8 @@ public final class Store: Sendable {
         /// `catchUpInterval`; off for a store that only records or reads.
         public var catchUpInRun = true
         public var catchUpInterval: Duration = .seconds(1)
+        /// `WebhookDerivation.expirySettle` of the webhook projection.
+        public var webhookExpirySettle: EpochMillis = WebhookDerivation.defaultExpirySettle
         /// Told when a catch-up pass in `run()` failed (database down: it is retried).
         public var onCatchUpError: (@Sendable (ProjectionError) -> Void)?
 
@@ -113,7 +115,7 @@ public final class Store: Sendable {
         pool = ConnectionPool(conninfo: configuration.databaseURL, maxConnections: configuration.poolSize,
                               acquireTimeout: configuration.acquireTimeout)
         connections = Connections(conninfo: configuration.databaseURL)
-        projector = Projector(catalog: configuration.catalog, clock: configuration.clock)
+        projector = Projector(catalog: configuration.catalog, webhookExpirySettle: configuration.webhookExpirySettle, clock: configuration.clock)
         let derivation = OutboxDerivation(consumers: configuration.outboxConsumers)
         // One fold step for every live projection: the batch's fold is computed once and shared.
         let folder = SharedFold(snapshots: foldSnapshots, catalogPeriods: projector.catalogPeriods)

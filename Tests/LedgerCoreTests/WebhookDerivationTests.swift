@@ -200,7 +200,74 @@ final class WebhookDerivationTests: XCTestCase {
             ("refund and reversal", Array(F.renewedTwice().prefix(4)) + [F.revocation("1001", at: 40), F.reversal("1001", signed: 45)], 50),
             ("upgrade", [F.tx("1000", from: 0, to: 30, signed: 10, upgraded: true), F.renewal(signed: 0),
                          F.tx("1001", F.premium, from: 10, to: 40), F.renewal(signed: 10, product: F.premium)], 60),
+            // Notices signed after the expiry instant: inside the settle window, and after it.
+            ("grace notice an hour late", [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0),
+                                           F.renewal(signed: 30 + 1.0 / 24, grace: 36, retry: true)], 50),
+            ("renewal two hours late", [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0),
+                                        F.tx("1001", from: 30 + 2.0 / 24, to: 60), F.renewal(signed: 30 + 2.0 / 24)], 50),
+            ("grace notice after the window", [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0),
+                                               F.renewal(signed: 30.5, grace: 36, retry: true)], 50),
         ]
+    }
+
+    // MARK: - An expiry at a renewal boundary settles
+
+    /// Period 0 → 30, auto-renew on; Apple's word on the renewal is signed after the expiry
+    /// instant (window 6 h). Written by hand from the rule: a renewal, grace period or billing
+    /// retry taking effect within the window supersedes the expiry — the backend hears the
+    /// billing issue or the renewal, never `expired`/`revoked` then `granted`.
+    func testAnExpiryAtARenewalBoundarySettlesBeforeItIsAnnounced() {
+        let base = [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0)]
+        let hour = 1.0 / 24
+        let opening = [Expected(.subscriptionStarted, 0, "1000"), Expected(.entitlementGranted, 0, "basic")]
+        // Grace period, the notice signed an hour after the expiry: access never stops.
+        XCTAssertEqual(summary(derived(base + [F.renewal(signed: 30 + hour, grace: 36, retry: true)], now: 33)),
+                       opening + [Expected(.subscriptionBillingIssue, 30 + hour, "grace_period")])
+        // Billing retry without a grace period: one revocation, for the billing issue.
+        XCTAssertEqual(summary(derived(base + [F.renewal(signed: 30 + hour, retry: true)], now: 33)),
+                       opening + [Expected(.subscriptionBillingIssue, 30 + hour, "billing_retry"),
+                                  Expected(.entitlementRevoked, 30 + hour, "basic billing_issue")])
+        // The renewal itself, two hours late: renewed, nothing expired.
+        XCTAssertEqual(summary(derived(base + [F.tx("1001", from: 30 + 2 * hour, to: 60), F.renewal(signed: 30 + 2 * hour)], now: 33)),
+                       opening + [Expected(.subscriptionRenewed, 30 + 2 * hour, "1001")])
+        // Nothing yet, the window open: the expiry waits (and so does everything after it).
+        XCTAssertEqual(summary(derived(base, now: 30 + 3 * hour)), opening)
+        // Nothing, the window passed: announced at the expiry instant.
+        let lapsed = opening + [Expected(.subscriptionExpired, 30, "unknown"), Expected(.entitlementRevoked, 30, "basic expired")]
+        XCTAssertEqual(summary(derived(base, now: 30 + 7 * hour)), lapsed)
+        // Auto-renew off: nothing is expected to supersede it; announced as it happens.
+        XCTAssertEqual(summary(derived(base + [F.renewal(signed: 10, auto: 0)], now: 30 + hour)),
+                       opening + [Expected(.subscriptionAutoRenewChanged, 10, "auto=0"), Expected(.subscriptionExpired, 30, "unsubscribe"),
+                                  Expected(.entitlementRevoked, 30, "basic expired")])
+        // A notice signed after the window comes too late to supersede: the expiry stands.
+        XCTAssertEqual(summary(derived(base + [F.renewal(signed: 30.5, grace: 36, retry: true)], now: 33)),
+                       lapsed + [Expected(.subscriptionBillingIssue, 30.5, "grace_period"), Expected(.entitlementGranted, 30.5, "basic")])
+        // Window 0: every expiry as it happens — the flap the window prevents.
+        let immediate = WebhookDerivation(catalog: F.catalog, expirySettle: 0, makeId: StandardWebhooks.messageId(for:))
+        let flap = immediate.events(of: SubscriptionFold(key: F.key, facts: base + [F.renewal(signed: 30 + hour, grace: 36, retry: true)]),
+                                    now: F.d(33), position: 7)
+        XCTAssertEqual(summary(flap), lapsed + [Expected(.subscriptionBillingIssue, 30 + hour, "grace_period"),
+                                                Expected(.entitlementGranted, 30 + hour, "basic")])
+    }
+
+    /// A notice that supersedes an expiry already walked past (the walk stopped inside the window)
+    /// makes that walk stale: a resumed walk must go back before the expiry.
+    func testALateNoticeForgetsTheWalkThatStoppedAtTheExpiry() {
+        var fold = SubscriptionFold(key: F.key, facts: [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0)])
+        var log = WebhookWalkLog(position: 0)
+        // Walked to day 31: the expiry at 30 was announced (the window passed at 30.25).
+        XCTAssertEqual(summary(derivation.events(of: fold, now: F.d(31), position: 1, log: &log)).map(\.type),
+                       [.subscriptionStarted, .entitlementGranted, .subscriptionExpired, .entitlementRevoked])
+        // A renewal info signed at 30.2 (inside the window), arriving now.
+        let notice = F.renewal(signed: 30.2, grace: 36, retry: true)
+        if let effect = fold.earliestEffect(of: notice) { log.forget(from: effect) }
+        fold.apply(notice)
+        let resumed = derivation.events(of: fold, now: F.d(31), position: 2, log: &log)
+        let whole = derivation.events(of: fold, now: F.d(31), position: 2)
+        let stored = Set(derivation.events(of: SubscriptionFold(key: F.key, facts: [F.tx("1000", from: 0, to: 30), F.renewal(signed: 0)]),
+                                           now: F.d(31), position: 1).map(\.id))
+        XCTAssertEqual(resumed.filter { !stored.contains($0.id) }.map(\.bodyBytes), whole.filter { !stored.contains($0.id) }.map(\.bodyBytes))
+        XCTAssertEqual(summary(whole.filter { !stored.contains($0.id) }), [Expected(.subscriptionBillingIssue, 30.2, "grace_period")])
     }
 
     /// The same facts in any order, seen once or twice, derive the same events (ids, bodies).

@@ -138,6 +138,9 @@ final class WebhookEndpointTests: XCTestCase {
             (["LEDGER_WEBHOOK_URL": "https://b.example.com/", "LEDGER_WEBHOOK_SECRET": secret, "LEDGER_WEBHOOK_EVENT_TYPES": "renewal"], "event type"),
             (["LEDGER_WEBHOOK_URL": "https://b.example.com/", "LEDGER_WEBHOOK_SECRET": secret, "LEDGER_WEBHOOK_ENABLED": "maybe"], "boolean"),
             (["LEDGER_WEBHOOK_TIMEOUT_SECONDS": "600"], "1 to 60"),
+            (["LEDGER_WEBHOOK_EXPIRY_SETTLE_MINUTES": "-5"], "LEDGER_WEBHOOK_EXPIRY_SETTLE_MINUTES"),
+            (["LEDGER_WEBHOOK_EXPIRY_SETTLE_MINUTES": "1441"], "0 to 1440"),
+            (["LEDGER_WEBHOOK_EXPIRY_SETTLE_MINUTES": "6h"], "0 to 1440"),
         ]
         for (env, hint) in bad {
             XCTAssertThrowsError(try LedgerConfiguration.load(environment: env)) { error in
@@ -161,6 +164,8 @@ final class WebhookEndpointTests: XCTestCase {
             "LEDGER_CONFIG": config.path, "LEDGER_WEBHOOK_URL": "https://new.example.com/h", "LEDGER_WEBHOOK_SECRET": other,
         ])
         XCTAssertEqual(loaded.webhooks.timeoutSeconds, 10)
+        XCTAssertEqual(loaded.webhooks.expirySettleMinutes, 360, "six hours unless set")
+        XCTAssertEqual(try LedgerConfiguration.load(environment: ["LEDGER_WEBHOOK_EXPIRY_SETTLE_MINUTES": "0"]).webhooks.expirySettleMinutes, 0)
         XCTAssertEqual(loaded.webhooks.endpoints.map(\.name), ["backend", "default"])
         XCTAssertEqual(loaded.webhooks.endpoints[0].secret.value, secret, "the secret file's value, without its newline")
         XCTAssertEqual(loaded.webhooks.endpoints[0].environments, ["Sandbox"])

@@ -28,13 +28,34 @@ import Foundation
 /// the renewal) names the same event, which is not sent again. A late fact that reveals a change
 /// the ledger did not know (a refund of a past period) derives a new event, sent when learned.
 /// A caller sends `events(after) − events(before)` by identity for each committed batch.
+///
+/// An expiry at a renewal boundary settles before it is announced. When a period ends with
+/// auto-renew on, no expiration intent and no refund, the store usually renews it or says why not
+/// — a renewal, a grace period (`DID_FAIL_TO_RENEW`/`GRACE_PERIOD`), billing retry — in a notice
+/// that may be signed some time after the expiry instant; Apple asks apps to keep full service
+/// through a grace period. So such an expiry is announced only once `expirySettle` has passed
+/// after it with nothing superseding it; a period, grace period or billing retry taking effect
+/// within that window supersedes it: the walk goes from the state before the expiry straight to
+/// the superseding one (a grace period then grants nothing anew, a billing retry revokes once),
+/// and the backend never sees `expired`/`revoked` then `granted` for a paying customer. The
+/// window is business time (when each fact took effect), so the decision is the same whenever
+/// the notice arrived; `GET` answers still say exactly what the facts say at each instant.
 public struct WebhookDerivation: Sendable {
     public let catalog: ProductCatalog
     /// identity → id (a digest: `StandardWebhooks.messageId(for:)`); LedgerCore has no digests.
     public let makeId: @Sendable (String) -> String
+    /// How long after an expiry at a renewal boundary a renewal, grace period or billing retry
+    /// may still supersede it (0: every expiry is announced as it happens).
+    public let expirySettle: EpochMillis
 
-    public init(catalog: ProductCatalog, makeId: @escaping @Sendable (String) -> String) {
+    /// Six hours: Apple signs a renewal's outcome within minutes to hours of the period's end,
+    /// and a backend learns of a real lapse a few hours late at worst.
+    public static let defaultExpirySettle: EpochMillis = 6 * 3_600_000
+
+    public init(catalog: ProductCatalog, expirySettle: EpochMillis = WebhookDerivation.defaultExpirySettle,
+                makeId: @escaping @Sendable (String) -> String) {
         self.catalog = catalog
+        self.expirySettle = max(expirySettle, 0)
         self.makeId = makeId
     }
 
@@ -60,6 +81,7 @@ public struct WebhookDerivation: Sendable {
     public func events(of fold: SubscriptionFold, now: EpochMillis, position: Int64, log: inout WebhookWalkLog) -> [WebhookEvent] {
         var walk = log.resume(upTo: now)
         let out = self.walk(fold, from: &walk, now: now, position: position)
+        log.lookBack = max(log.lookBack, expirySettle)
         log.record(walk)
         return out
     }
@@ -86,9 +108,19 @@ public struct WebhookDerivation: Sendable {
         var next = w.at.map { Self.nextPoint(after: $0, state: w.previous, fold: fold, validUntil: fold.nextChange(after: $0, timeline)) }
             ?? fold.nextChange(after: .min, timeline)
         var steps = 0
-        while let t = next, t <= now, steps < Self.pointLimit {
+        walking: while let point = next, point <= now, steps < Self.pointLimit {
             steps += 1
-            let state = fold.state(at: t)
+            var t = point
+            var state = fold.state(at: t)
+            if let s = state, let before = w.previous, awaitsRenewal(s, before: before, at: t) {
+                switch settle(fold, expiredAt: t, state: s, now: now) {
+                case .announce: w.announcedExpiry = t
+                case .hold: break walking
+                case .superseded(let at, let by):
+                    t = at
+                    state = by
+                }
+            }
             let revoked = Set(transactionIds.filter { fold.revocationInForce(of: $0, at: t) != nil })
             var grants: [GrantKey: EntitlementGrant] = [:]
             for g in state.map({ EntitlementGrant.grants(of: $0, catalog: catalog) }) ?? [] { grants[GrantKey(g)] = g }
@@ -225,6 +257,40 @@ public struct WebhookDerivation: Sendable {
         }
     }
 
+    /// An expiry at a renewal boundary that may still be superseded: the period in effect just
+    /// ended (`t` is its expiry), auto-renew not turned off (on, or not stated yet: the first
+    /// renewal info known may be the late notice itself), no expiration intent, nothing revoked.
+    func awaitsRenewal(_ s: SubscriptionState, before: SubscriptionState, at t: EpochMillis) -> Bool {
+        guard expirySettle > 0, s.status == .expired, before.status == .active, s.expiresDate == t else { return false }
+        return (s.autoRenewStatus ?? before.autoRenewStatus) != 0 && s.expirationIntent == nil
+    }
+
+    enum Settlement {
+        /// Nothing superseded the expiry within the window: announce it.
+        case announce
+        /// The window is still open at `now` and nothing superseded it yet: stop the walk before it.
+        case hold
+        /// A period, grace period or billing retry took effect at `at` within the window.
+        case superseded(at: EpochMillis, by: SubscriptionState)
+    }
+
+    /// What becomes of the expiry at `t` (`awaitsRenewal`): the change points after it up to the
+    /// window's end (and `now`) are looked at for a state that supersedes it.
+    func settle(_ fold: SubscriptionFold, expiredAt t: EpochMillis, state: SubscriptionState, now: EpochMillis) -> Settlement {
+        let end = t > EpochMillis.max - expirySettle ? EpochMillis.max : t + expirySettle
+        var at = t
+        var current = state
+        for _ in 0..<Self.pointLimit {
+            guard let point = Self.nextPoint(after: at, state: current, fold: fold), point <= end else { break }
+            if point > now { return .hold }
+            guard let s = fold.state(at: point) else { break }
+            if s.status == .active || s.status == .gracePeriod || s.status == .billingRetry { return .superseded(at: point, by: s) }
+            at = point
+            current = s
+        }
+        return now >= end ? .announce : .hold
+    }
+
     /// The next time after `t` at which the state can differ: a fact taking effect (the state's
     /// `validUntil`), or time alone moving the status (expiry, grace end, end of the longest retry).
     /// `validUntil`: the fold's next change after `t` when `state` was evaluated by another fold.
@@ -313,6 +379,9 @@ public struct WebhookWalk: Sendable {
     var refundCounts: [String: Int] = [:]
     var reversalCounts: [String: Int] = [:]
     var autoRenewChanges = 0
+    /// The last expiry announced after its settle window (`WebhookDerivation.awaitsRenewal`): a
+    /// fact taking effect up to the window after it would have superseded it.
+    var announcedExpiry: EpochMillis?
 
     public init() {}
 }
@@ -328,12 +397,17 @@ public struct WebhookWalkLog: Sendable {
     /// The position of the fold the walks were taken on (every fact at or before it).
     public var position: Int64
     private(set) var walks: [WebhookWalk] = []
+    /// The longest `WebhookDerivation.expirySettle` the walks were taken with: a fact may
+    /// supersede an announced expiry up to that long before it, so it changes the walks that
+    /// went past such an expiry.
+    var lookBack: EpochMillis = 0
 
     public init(position: Int64) { self.position = position }
 
     /// A fact acting from `time` on (`SubscriptionFold.earliestEffect`) was folded.
     public mutating func forget(from time: EpochMillis) {
-        walks.removeAll { ($0.at ?? .min) >= time }
+        let window = time > EpochMillis.min + lookBack ? time - lookBack : .min
+        walks.removeAll { ($0.at ?? .min) >= time || ($0.announcedExpiry ?? .min) >= window }
     }
 
     /// Nothing recorded stands: the next derivation walks from the beginning.

@@ -106,6 +106,11 @@ public struct WebhookSettings: Sendable, Equatable {
     /// How long a claimed attempt keeps other instances off its event; after a crash the event is
     /// sent again (same `webhook-id`) once this passed. Longer than the timeout by design.
     public var leaseSeconds = 120
+    /// How long an expiry at a renewal boundary (auto-renew on) waits for a renewal, grace period
+    /// or billing retry that supersedes it before `subscription.expired` is derived
+    /// (`WebhookDerivation.expirySettle`; 0 announces every expiry as it happens).
+    public var expirySettleMinutes = Int(WebhookDerivation.defaultExpirySettle / 60_000)
+    static let expirySettleRange = 0...1440
 
     public init() {}
 
@@ -118,6 +123,12 @@ public struct WebhookSettings: Sendable, Equatable {
         if let t = object["timeoutSeconds"] {
             guard let n = t as? Int, (1...60).contains(n) else { throw .invalidJSON(path: path, reason: "webhooks.timeoutSeconds must be an integer from 1 to 60") }
             timeoutSeconds = n
+        }
+        if let t = object["expirySettleMinutes"] {
+            guard let n = t as? Int, Self.expirySettleRange.contains(n) else {
+                throw .invalidJSON(path: path, reason: "webhooks.expirySettleMinutes must be an integer from 0 to 1440 (minutes), e.g. 360")
+            }
+            expirySettleMinutes = n
         }
         guard let list = object["endpoints"] else { return }
         guard let entries = list as? [[String: Any]] else { throw .invalidJSON(path: path, reason: "webhooks.endpoints must be an array of objects") }
@@ -177,6 +188,13 @@ public struct WebhookSettings: Sendable, Equatable {
                                     reason: "'\(v.prefix(40))' must be seconds from 2 to 3600, more than the delivery timeout (\(timeoutSeconds) s), e.g. 120")
             }
             leaseSeconds = n
+        }
+        if let v = env["LEDGER_WEBHOOK_EXPIRY_SETTLE_MINUTES"] {
+            guard let n = Int(v.trimmingCharacters(in: .whitespaces)), Self.expirySettleRange.contains(n) else {
+                throw .invalidValue(name: "LEDGER_WEBHOOK_EXPIRY_SETTLE_MINUTES",
+                                    reason: "'\(v.prefix(40))' must be minutes from 0 to 1440 (0 announces every expiry as it happens), e.g. 360")
+            }
+            expirySettleMinutes = n
         }
         let url = env["LEDGER_WEBHOOK_URL"].flatMap { $0.isEmpty ? nil : $0 }
         let secret = env["LEDGER_WEBHOOK_SECRET"].flatMap { $0.isEmpty ? nil : $0 }

@@ -11,15 +11,21 @@ public struct Projector: Sendable {
     public let catalogPeriods: [String: EpochMillis]
     /// The evaluation time of the fold-time status (tests fix it; the service uses the clock).
     public let clock: @Sendable () -> EpochMillis
+    /// How long an expiry at a renewal boundary waits for what supersedes it before its webhook
+    /// events are derived (`WebhookDerivation.expirySettle`).
+    public let webhookExpirySettle: EpochMillis
 
-    public init(catalog: ProductCatalog, clock: @escaping @Sendable () -> EpochMillis) {
+    public init(catalog: ProductCatalog, webhookExpirySettle: EpochMillis = WebhookDerivation.defaultExpirySettle,
+                clock: @escaping @Sendable () -> EpochMillis) {
         self.catalog = catalog
         self.catalogPeriods = catalog.periods
+        self.webhookExpirySettle = webhookExpirySettle
         self.clock = clock
     }
 
-    public init(catalog: ProductCatalog, clock: LedgerClock = .system) {
-        self.init(catalog: catalog, clock: { clock.now() })
+    public init(catalog: ProductCatalog, webhookExpirySettle: EpochMillis = WebhookDerivation.defaultExpirySettle,
+                clock: LedgerClock = .system) {
+        self.init(catalog: catalog, webhookExpirySettle: webhookExpirySettle, clock: { clock.now() })
     }
 
     /// The folds of `keys` from their stored facts (up to `upTo`), with the order facts that join them.

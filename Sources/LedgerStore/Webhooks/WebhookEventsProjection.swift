@@ -122,7 +122,8 @@ struct WebhookEventsProjection: Projection {
     }
 
     var derivation: WebhookDerivation {
-        WebhookDerivation(catalog: projector.catalog, makeId: { StandardWebhooks.messageId(for: $0) })
+        WebhookDerivation(catalog: projector.catalog, expirySettle: projector.webhookExpirySettle,
+                          makeId: { StandardWebhooks.messageId(for: $0) })
     }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
