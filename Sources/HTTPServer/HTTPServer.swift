@@ -161,7 +161,12 @@ final class ServerCore: Sendable {
 
     func start(_ config: HTTPServerConfiguration) throws(HTTPServerError) -> (DaemonHandle, Int) {
         let address = try SocketAddress(host: config.host, port: config.port)
-        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
+        // poll(), not epoll: with epoll and its own threads, MHD_quiesce_daemon (graceful shutdown)
+        // races the polling threads to remove the listening socket from the epoll set, and the
+        // loser's unguarded MHD_PANIC aborts the process ("Failed to remove listen FD from epoll
+        // set", an open defect in 0.9.75). With poll() quiescing only signals the threads. Each
+        // pool thread polls its own connections, a few hundred at most: poll's cost is the same.
+        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_POLL.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ITC.rawValue
         if address.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
 

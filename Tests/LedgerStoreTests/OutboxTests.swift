@@ -169,15 +169,15 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(row.nextAttemptAt, now + 1_000)
         XCTAssertEqual(row.lastError, "timeout")
         XCTAssertEqual(row.status, .pending)
-        // The receiver's Retry-After is honoured when it asks for longer than the schedule.
+        // The receiver's Retry-After is honoured up to what is left of the schedule (5 s here).
         let awaited7 = try await store.outbox.claim(consumer, limit: 1, now: now + 1_000).first
         item = try XCTUnwrap(awaited7)
         try await store.outbox.record(item, .failed(error: "429", retryAfter: now + 60_000), now: now + 1_000)
         let awaited8 = try await store.outbox.item("test.consumer", id: "s")
         row = try XCTUnwrap(awaited8)
         XCTAssertEqual(row.attempts, 2)
-        XCTAssertEqual(row.nextAttemptAt, now + 60_000)
-        let awaited9 = try await store.outbox.claim(consumer, limit: 1, now: now + 59_999)
+        XCTAssertEqual(row.nextAttemptAt, now + 6_000)
+        let awaited9 = try await store.outbox.claim(consumer, limit: 1, now: now + 5_999)
         XCTAssertEqual(awaited9, [])
         let awaited10 = try await store.outbox.claim(consumer, limit: 1, now: now + 60_000).first
         item = try XCTUnwrap(awaited10)
@@ -319,9 +319,23 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(schedule.nextAttempt(after: 1, now: 0, random: 0), 5_000)
         XCTAssertEqual(schedule.nextAttempt(after: 1, now: 0, random: 1), 15_000)
         XCTAssertEqual(schedule.nextAttempt(after: 2, now: 100, random: 0.5), 20_100)
-        XCTAssertEqual(schedule.nextAttempt(after: 2, now: 0, retryAfter: 50_000, random: 0.5), 50_000)
+        XCTAssertEqual(schedule.nextAttempt(after: 1, now: 0, retryAfter: 25_000, random: 0.5), 25_000, "Retry-After honoured")
+        XCTAssertEqual(schedule.nextAttempt(after: 2, now: 0, retryAfter: 50_000, random: 0.5), 20_000,
+                       "no longer than what is left of the schedule")
         XCTAssertNil(schedule.nextAttempt(after: 3, now: 0))
         XCTAssertEqual(schedule.maxAttempts, 3)
         XCTAssertNil(RetrySchedule(delays: []).nextAttempt(after: 1, now: 0))
+        // A receiver asking for a year waits a day at most.
+        let long = RetrySchedule(delays: [1_000, 5 * 86_400_000, 5 * 86_400_000], jitter: 0)
+        XCTAssertEqual(long.nextAttempt(after: 1, now: 7, retryAfter: 365 * 86_400_000), 7 + RetrySchedule.retryAfterCap)
+    }
+
+    /// What another party wrote is stored and shown without NUL or controls (PostgreSQL refuses
+    /// NUL in text and jsonb), capped.
+    func testReceiverTextIsMadeStorable() {
+        XCTAssertEqual(StorableText.from(Array("ok\u{0}\u{1B}[31m\tx\ny\r\u{7F}".utf8), limit: 100), "ok\u{FFFD}\u{FFFD}[31m\tx\ny\r\u{FFFD}")
+        XCTAssertEqual(StorableText.from([0x61, 0xFF, 0x62], limit: 100), "a\u{FFFD}b", "not UTF-8")
+        XCTAssertEqual(StorableText.clean("abcdef", limit: 3), "abc")
+        XCTAssertEqual(StorableText.clean("", limit: 3), "")
     }
 }

@@ -87,7 +87,13 @@ struct WebhookDelivery: Sendable {
         }
         let bytes = body.canonicalJSON()
         let now = clock()
-        let headers = StandardWebhooks.headers(id: eventId, timestamp: now / 1000, body: bytes, secrets: endpoint.signingSecrets(now: now))
+        let secrets = endpoint.signingSecrets(now: now)
+        guard !secrets.isEmpty else {
+            // An unsigned delivery would teach the receiver to accept anything: never sent.
+            metrics.increment(Self.exhausted, ["endpoint": endpointName])
+            return .gaveUp(error: "endpoint \(endpointName) has no usable signing secret; rotate its secret, then replay")
+        }
+        let headers = StandardWebhooks.headers(id: eventId, timestamp: now / 1000, body: bytes, secrets: secrets)
             + [("Content-Type", "application/json"), ("User-Agent", "ledger-webhooks/1")]
         let started = ContinuousClock.now
         let attempt = item.attempts + 1
@@ -97,15 +103,16 @@ struct WebhookDelivery: Sendable {
         do {
             let response = try await client.send(OutboundRequest(method: "POST", path: endpoint.url, headers: headers, body: bytes))
             status = response.status
-            excerpt = String(decoding: response.body.prefix(WebhookEventStore.excerptLimit), as: UTF8.self)
+            // The receiver's bytes: any of them (a NUL, an escape sequence) may come back.
+            excerpt = StorableText.from(response.body.prefix(WebhookEventStore.excerptLimit), limit: WebhookEventStore.excerptLimit)
             if response.isSuccess {
                 result = .delivered(answer: ["status": .integer(Int64(response.status)), "excerpt": .string(excerpt)])
             } else {
                 result = .failed(error: "HTTP \(response.status): \(excerpt)", retryAfter: response.retryAt)
             }
         } catch {
-            excerpt = error.message
-            result = .failed(error: error.message)
+            excerpt = StorableText.clean(error.message, limit: WebhookEventStore.excerptLimit)
+            result = .failed(error: excerpt)
         }
         let elapsed = ContinuousClock.now - started
         let latency = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000

@@ -100,7 +100,9 @@ public enum OutboxItemStatus: String, Sendable, Equatable, CaseIterable, Codable
 
 /// When to try again: `delays[i]` after failed attempt i+1; after the last delay's attempt fails
 /// the item is exhausted. `jitter` spreads each delay by ±that fraction (0…1); a receiver's
-/// `Retry-After` is honoured when it asks for longer.
+/// `Retry-After` is honoured when it asks for longer, up to `retryAfterCap` or what is left of the
+/// schedule (all the delays still to come), whichever is shorter — a receiver cannot park an item
+/// for years.
 public struct RetrySchedule: Sendable, Equatable {
     public var delays: [EpochMillis]
     public var jitter: Double
@@ -116,6 +118,9 @@ public struct RetrySchedule: Sendable, Equatable {
 
     public var maxAttempts: Int { delays.count + 1 }
 
+    /// The longest wait a receiver's `Retry-After` can ask for: a day.
+    public static let retryAfterCap: EpochMillis = 86_400_000
+
     /// The time of the next attempt after `attempt` (1-based) failed at `now`; nil: give up.
     /// `random` in 0…1 picks the jitter (tests fix it).
     public func nextAttempt(after attempt: Int, now: EpochMillis, retryAfter: EpochMillis? = nil, random: Double = .random(in: 0...1)) -> EpochMillis? {
@@ -123,7 +128,9 @@ public struct RetrySchedule: Sendable, Equatable {
         let base = Double(delays[attempt - 1])
         let spread = base * jitter * (2 * min(max(random, 0), 1) - 1)
         let scheduled = now + max(EpochMillis((base + spread).rounded()), 0)
-        return max(scheduled, retryAfter ?? 0)
+        guard let retryAfter else { return scheduled }
+        let remaining = delays[(attempt - 1)...].reduce(0, +)
+        return max(scheduled, min(retryAfter, now + min(Self.retryAfterCap, remaining)))
     }
 }
 
@@ -366,13 +373,13 @@ public struct Outbox: Sendable {
             body["answer"] = answer
         case .gaveUp(let error):
             type = LedgerEventType.outboxExhausted
-            body["error"] = .string(String(error.prefix(2000)))
+            body["error"] = .string(StorableText.clean(error, limit: 2000))
         case .retry(let error, let at):
             type = LedgerEventType.outboxAttemptFailed
-            body["error"] = .string(String(error.prefix(2000)))
+            body["error"] = .string(StorableText.clean(error, limit: 2000))
             body["nextAttemptAt"] = .integer(at)
         case .failed(let error, let retryAfter):
-            body["error"] = .string(String(error.prefix(2000)))
+            body["error"] = .string(StorableText.clean(error, limit: 2000))
             if let next = consumer.schedule.nextAttempt(after: attempt, now: now, retryAfter: retryAfter, random: random) {
                 type = LedgerEventType.outboxAttemptFailed
                 body["nextAttemptAt"] = .integer(next)
@@ -381,11 +388,24 @@ public struct Outbox: Sendable {
                 type = LedgerEventType.outboxExhausted
             }
         }
-        let payload = JSONValue.object(body).canonicalJSON()
-        return try await events.append(NewEvent(
-            streamId: StreamId.ledgerOutbox(consumer: item.consumer).text,
-            dedupeKey: DedupeKey.outbox(consumer: item.consumer, item: item.id, generation: item.generation, step: "a\(attempt)"),
-            source: .ledger, type: type, environment: nil, signedAt: now, payload: payload, raw: payload))
+        func append(_ body: [String: JSONValue]) async throws(StoreError) -> AppendOutcome {
+            let payload = JSONValue.object(body).canonicalJSON()
+            return try await events.append(NewEvent(
+                streamId: StreamId.ledgerOutbox(consumer: item.consumer).text,
+                dedupeKey: DedupeKey.outbox(consumer: item.consumer, item: item.id, generation: item.generation, step: "a\(attempt)"),
+                source: .ledger, type: type, environment: nil, signedAt: now, payload: payload, raw: payload))
+        }
+        do {
+            return try await append(body)
+        } catch where !error.isUnavailable {
+            // The record itself was refused (something in the answer the database cannot hold):
+            // the attempt is recorded without its answer, so the schedule still advances and the
+            // item is never re-sent for ever.
+            body["answer"] = nil
+            body["error"] = .string("the attempt's record was refused and is kept without its answer: "
+                                    + StorableText.clean("\(error)", limit: 500))
+            return try await append(body)
+        }
     }
 
     /// The consumer's answer event at `position` exists (stored now or before): mark the item done
