@@ -165,7 +165,7 @@ final class ServerCore: Sendable {
         // races the polling threads to remove the listening socket from the epoll set, and the
         // loser's unguarded MHD_PANIC aborts the process ("Failed to remove listen FD from epoll
         // set", an open defect in 0.9.75). With poll() quiescing only signals the threads. Each
-        // pool thread polls its own connections, a few hundred at most: poll's cost is the same.
+        // pool thread polls only its own connections (bench-smoke measures the request path).
         var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_POLL.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ITC.rawValue
         if address.isIPv6 { flags |= MHD_USE_IPv6.rawValue }

@@ -66,7 +66,7 @@ public final class LedgerApp: Sendable {
                 ? WebhookOutbox.consumer(schedule: configuration.webhooks.schedule, leaseMillis: EpochMillis(configuration.webhooks.leaseSeconds) * 1000)
                 : $0
         }
-        storeConfiguration.webhookExpirySettle = EpochMillis(configuration.webhooks.expirySettleMinutes) * 60_000
+        storeConfiguration.webhookExpirySettle = configuration.webhooks.expirySettleMillis
         storeConfiguration.onCatchUpError = { error in log.error("projection worker", ["error": "\(error)"]) }
         store = Store(storeConfiguration)
         let intake = NotificationIntake(events: store.events, metrics: metrics, log: log)

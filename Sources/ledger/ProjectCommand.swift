@@ -29,7 +29,10 @@ enum ProjectCommand {
         do { catalog = try configuration.catalog() } catch {
             throw CommandFailure(message: "configuration products: \(error)", exitCode: 2)
         }
-        let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 2, catalog: catalog, liveProjections: false))
+        var storeConfiguration = Store.Configuration(databaseURL: configuration.databaseURL, poolSize: 2, catalog: catalog, liveProjections: false)
+        // The webhook events must be derived as the service derives them.
+        storeConfiguration.webhookExpirySettle = configuration.webhooks.expirySettleMillis
+        let store = Store(storeConfiguration)
         defer { store.close() }
         let worker = store.worker
         if args.has("once") {

@@ -40,7 +40,10 @@ enum RebuildCommand {
             throw CommandFailure(message: "--dry-run compares entitlements only; drop --projection or use --projection entitlements", exitCode: 2)
         }
         // On the record first (by AdminActions), as the HTTP admin action is.
-        let store = Store(.init(databaseURL: configuration.databaseURL, poolSize: 1, catalog: catalog, liveProjections: false))
+        var storeConfiguration = Store.Configuration(databaseURL: configuration.databaseURL, poolSize: 1, catalog: catalog, liveProjections: false)
+        // The webhook events must be derived as the service derives them.
+        storeConfiguration.webhookExpirySettle = configuration.webhooks.expirySettleMillis
+        let store = Store(storeConfiguration)
         defer { store.close() }
         let bar = LazyProgressBar(label: dryRun ? "dry run" : "rebuild")
         let report: RebuildReport

@@ -111,6 +111,10 @@ public struct WebhookSettings: Sendable, Equatable {
     /// (`WebhookDerivation.expirySettle`; 0 announces every expiry as it happens).
     public var expirySettleMinutes = Int(WebhookDerivation.defaultExpirySettle / 60_000)
     static let expirySettleRange = 0...1440
+    /// `expirySettleMinutes` as the store takes it: every store that derives webhook events (the
+    /// service, `ledger rebuild`, `ledger project`) must use the same, or a rebuild derives other
+    /// events than the live path did.
+    public var expirySettleMillis: EpochMillis { EpochMillis(expirySettleMinutes) * 60_000 }
 
     public init() {}
 
