@@ -44,6 +44,77 @@ public final class AppleNotificationIngestor: Sendable {
         return try decoded.event(raw: body)
     }
 
+    /// What a V2 body becomes: an event the ledger reads, or an authentic notification it cannot
+    /// read, kept as evidence (`apple:unreadable`, type `unreadable`, keyed by the SHA-256 of the
+    /// exact body, so Apple's retries of it are stored once).
+    public enum Intake {
+        case readable(NewEvent)
+        case unreadable(NewEvent, reason: AppleVerificationError)
+
+        public var event: NewEvent {
+            switch self {
+            case .readable(let e), .unreadable(let e, _): e
+            }
+        }
+    }
+
+    /// `ingestV2` for the webhook: once the outer signature and chain hold, the notification is
+    /// Apple's, and one the ledger cannot read (an unknown or missing section, no notificationUUID,
+    /// a field of the wrong type or length, a nested value not of its slot's type, a payload that
+    /// is not JSON) is kept as evidence rather than refused — Apple stops retrying after a 4xx, so
+    /// a refusal would lose it. What is refused stays refused: anything unauthenticated, and what
+    /// the acceptance policy declines as far as it can be read (a foreign bundleId, environment or
+    /// Production appAppleId); nested values that disagree are still `nested_mismatch`.
+    public func intakeV2(body: Data) throws(AppleVerificationError) -> Intake {
+        let envelope = try JSONGuard.object(body, what: "request body")
+        guard let signed = envelope["signedPayload"] as? String else { throw .missingField("signedPayload (a string)") }
+        let outer: VerifiedSignedData
+        switch try verifier.open(bytes: Array(signed.utf8), kind: .notification) {
+        case .unreadable(let why): return .unreadable(Self.evidence(raw: body, outer: nil, why), reason: why)
+        case .readable(let verified): outer = verified
+        }
+        do throws(AppleVerificationError) {
+            let decoded = try decodeV2(verifiedOuter: outer)
+            try accept(decoded.identity)
+            return .readable(try decoded.event(raw: body))
+        } catch {
+            guard error.kind == .malformed else { throw error }
+            try acceptWhatCanBeRead(outer.object)
+            return .unreadable(Self.evidence(raw: body, outer: outer.object, error), reason: error)
+        }
+    }
+
+    /// The acceptance policy applied to whatever sections of an unreadable notification state
+    /// who it is for: evidence of another developer's app is not this ledger's to keep.
+    func acceptWhatCanBeRead(_ outer: [String: Any]) throws(AppleVerificationError) {
+        for name in ["data", "summary", "externalPurchaseToken", "appData"] {
+            guard let section = outer[name] as? [String: Any] else { continue }
+            if let bundleId = section["bundleId"] as? String, !acceptance.bundleIds.contains(bundleId) {
+                throw .appMismatch("bundleId \"\(StorableText.clean(bundleId, limit: 200))\" is not an accepted app")
+            }
+            let environment = section["environment"] as? String
+            if let environment, !acceptance.environments.contains(environment) {
+                throw .environmentMismatch("environment \"\(StorableText.clean(environment, limit: 64))\" is not accepted here")
+            }
+            if environment == "Production", let appId = JSONNumbers.int64(section["appAppleId"]), !acceptance.appAppleIds.contains(appId) {
+                throw .appMismatch("appAppleId \(appId) is not an accepted app")
+            }
+        }
+    }
+
+    /// The evidence event of an authentic notification that cannot be read: the exact body in
+    /// `raw`; the payload says why and what could be read (`UnreadableEvidence`).
+    static func evidence(raw: Data, outer: [String: Any]?, _ why: AppleVerificationError) -> NewEvent {
+        var readable: [String: String] = [:]
+        for key in ["notificationUUID", "notificationType", "subtype"] {
+            if let value = outer?[key] as? String { readable[key] = value }
+        }
+        return NewEvent(
+            streamId: StreamId.appleUnreadable.text, dedupeKey: "sha256:" + Hex.encode(Digest.sha256(raw)),
+            source: .apple, type: UnreadableEvidence.type, signedAt: JSONNumbers.millis(outer?["signedDate"]),
+            payload: UnreadableEvidence.payload(code: why.code, reason: why.message, readable: readable), raw: raw)
+    }
+
     /// A verified, decoded V2 notification before the acceptance policy is applied.
     struct DecodedV2 {
         var outer: [String: Any]
@@ -200,7 +271,10 @@ public final class AppleNotificationIngestor: Sendable {
     /// Verifies the outer JWS and every nested JWS, checks that each nested payload is the type
     /// of its slot (`NestedType`) and that they agree; no acceptance policy.
     func decodeV2(signedPayload: String) throws(AppleVerificationError) -> DecodedV2 {
-        let verifiedOuter = try verifier.verify(signedPayload, kind: .notification)
+        try decodeV2(verifiedOuter: verifier.verify(signedPayload, kind: .notification))
+    }
+
+    func decodeV2(verifiedOuter: VerifiedSignedData) throws(AppleVerificationError) -> DecodedV2 {
         let outer = verifiedOuter.object
         let identity = try Self.identity(of: outer)
         var decoded = DecodedV2(outer: outer, identity: identity)

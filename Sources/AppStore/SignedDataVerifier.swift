@@ -82,6 +82,29 @@ public final class SignedDataVerifier: Sendable {
     }
 
     public func verify(bytes: [UInt8], kind: SignedDataKind) throws(AppleVerificationError) -> VerifiedSignedData {
+        switch try open(bytes: bytes, kind: kind, keepingUnreadable: false) {
+        case .readable(let verified): return verified
+        case .unreadable(let why): throw why
+        }
+    }
+
+    /// A JWS whose signature was checked: readable, or authentic (the signature and chain hold)
+    /// with a payload that cannot be read.
+    public enum Opened {
+        case readable(VerifiedSignedData)
+        /// Why the payload cannot be read (not JSON, nested too deep, a signedDate that is no
+        /// timestamp); the chain was checked at the current time, as there is no signing time.
+        case unreadable(AppleVerificationError)
+    }
+
+    /// Like `verify`, but a payload that cannot be read does not hide whether the JWS is
+    /// authentic: its signature and chain are checked anyway, and an authentic one comes back as
+    /// `.unreadable` (ingestion keeps it as evidence; Apple may not send it again after a 4xx).
+    public func open(bytes: [UInt8], kind: SignedDataKind) throws(AppleVerificationError) -> Opened {
+        try open(bytes: bytes, kind: kind, keepingUnreadable: true)
+    }
+
+    private func open(bytes: [UInt8], kind: SignedDataKind, keepingUnreadable: Bool) throws(AppleVerificationError) -> Opened {
         let jws = try CompactJWS.parse(bytes, decodeHeader: false)
         // Apple's header (ES256 + the same three certificates) is identical on every JWS of a leaf,
         // so its checked x5c entries are remembered by the exact header text: steady traffic skips
@@ -94,17 +117,31 @@ public final class SignedDataVerifier: Sendable {
             x5c = try Self.checkHeader(jws.headerSegment)
             cache.withLock { $0.insertHeader(headerKey, x5c) }
         }
-        let payload = try JSONGuard.object(jws.payload, what: "JWS payload")
-        guard jws.signature.count == 64 else {
-            throw .malformed("ES256 signature must be 64 bytes (r‖s), got \(jws.signature.count)")
+        let payload: [String: Any]
+        let time: Int64
+        do throws(AppleVerificationError) {
+            payload = try JSONGuard.object(jws.payload, what: "JWS payload")
+            guard jws.signature.count == 64 else {
+                throw .malformed("ES256 signature must be 64 bytes (r‖s), got \(jws.signature.count)")
+            }
+            time = try validationTime(payload, kind: kind)
+        } catch {
+            guard keepingUnreadable, jws.signature.count == 64 else { throw error }
+            try checkSignature(jws, x5c, atMillis: options.validationTimeOverride ?? options.now())
+            return .unreadable(error)
         }
-        let time = try validationTime(payload, kind: kind)
-        let leaf = try verifiedLeaf(leaf: x5c.leaf, intermediate: x5c.intermediate, atMillis: time, jws: jws)
-        let (leafKey, leafSubject) = (leaf.key, leaf.subject)
+        let leafSubject = try checkSignature(jws, x5c, atMillis: time)
+        return .readable(VerifiedSignedData(payloadJSON: jws.payload, validationTime: time, leafSubject: leafSubject, object: payload))
+    }
+
+    /// The leaf's signature over the JWS and its chain at `ms`; the leaf's subject.
+    @discardableResult
+    private func checkSignature(_ jws: CompactJWS, _ x5c: CheckedHeader, atMillis ms: Int64) throws(AppleVerificationError) -> String {
+        let leaf = try verifiedLeaf(leaf: x5c.leaf, intermediate: x5c.intermediate, atMillis: ms, jws: jws)
         if !leaf.signatureChecked {
-            guard leafKey.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
+            guard leaf.key.verifyES256(signature: jws.signature, message: jws.signingInput) else { throw .badSignature }
         }
-        return VerifiedSignedData(payloadJSON: jws.payload, validationTime: time, leafSubject: leafSubject, object: payload)
+        return leaf.subject
     }
 
     /// The x5c entries of a header that names ES256, no `crit`, and exactly three certificates.

@@ -26,6 +26,9 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
         case appleExternalPurchase(id: String)
         /// Apple notifications without a transaction of their own, by bundle id.
         case appleApp(bundleId: String)
+        /// Authentic Apple notifications (the outer signature holds) the ledger could not read,
+        /// kept as evidence under the digest of their exact bytes.
+        case appleUnreadable
         /// WeChat events that name an order not (yet) linked to a subscription.
         case wechatOrder(orderId: String)
         /// Authentic WeChat pushes the ledger does not model, by event name.
@@ -59,6 +62,7 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
 
     public static func subscription(_ originalTransactionId: String) -> StreamId { StreamId(originalTransactionId) }
     public static let appleTest = StreamId("apple:test")
+    public static let appleUnreadable = StreamId("apple:unreadable")
     public static func appleSummary(requestIdentifier: String) -> StreamId { StreamId(appleSummaryPrefix + requestIdentifier) }
     public static func appleExternalPurchase(id: String) -> StreamId { StreamId(appleExternalPrefix + id) }
     public static func appleApp(bundleId: String) -> StreamId { StreamId(appleAppPrefix + bundleId) }
@@ -80,6 +84,7 @@ public struct StreamId: Hashable, Comparable, Sendable, CustomStringConvertible 
     public var kind: Kind {
         func rest(_ prefix: String) -> String? { text.hasPrefix(prefix) ? String(text.dropFirst(prefix.count)) : nil }
         if self == .appleTest { return .appleTest }
+        if self == .appleUnreadable { return .appleUnreadable }
         if self == .ledgerAdmin { return .ledgerAdmin }
         if self == .ledgerConfig { return .ledgerConfig }
         if self == .ledgerConsent { return .ledgerConsent }

@@ -69,7 +69,9 @@ public final class LedgerApp: Sendable {
         storeConfiguration.webhookExpirySettle = configuration.webhooks.expirySettleMillis
         storeConfiguration.onCatchUpError = { error in log.error("projection worker", ["error": "\(error)"]) }
         store = Store(storeConfiguration)
-        let intake = NotificationIntake(events: store.events, metrics: metrics, log: log)
+        let intake = NotificationIntake(events: store.events, metrics: metrics, log: log,
+                                        unreadableRule: .init(burst: configuration.limits.unreadablePerMinute,
+                                                              perMinute: configuration.limits.unreadablePerMinute))
         do { apple = try AppleIngestion(configuration: configuration.apple, intake: intake) } catch {
             throw .configuration("Apple: \(error)")
         }

@@ -206,12 +206,49 @@ public struct PushReceiver: Sendable {
         return echostr
     }
 
+    /// An encrypted push whose `msg_signature` holds — the sender knows the token — but which the
+    /// ledger cannot open: no key it holds decrypts it (a rotated EncodingAESKey), or the decrypted
+    /// message is not one StrictXML or JSONGuard reads.
+    public struct UnreadablePush: Sendable {
+        /// Why, as the refusal it would have been.
+        public let reason: WeChatPushError
+        /// The evidence (`RawPush`, with the token's fingerprint, and the key's when one decrypted it).
+        public let raw: Data
+        /// `sha256:` of what identifies the message across re-pushes: the decrypted bytes when a
+        /// key opened it, else the `Encrypt` text.
+        public let dedupeKey: String
+        public let format: PushFormat
+        /// A key decrypted it, and the message inside could not be parsed.
+        public let decrypted: Bool
+    }
+
+    /// What `openKeepingUnreadable` found.
+    public enum Opening: Sendable {
+        case opened(ReceivedPush)
+        case unreadable(UnreadablePush)
+    }
+
+    /// `open`, except that an authentic encrypted push that cannot be decrypted or parsed comes
+    /// back as `.unreadable` instead of a refusal: WeChat gives up after its retries, so the ledger
+    /// keeps it as evidence (a later key history may open it). Plaintext mode is not covered: its
+    /// signature does not cover the body, so an unreadable body there proves nothing.
+    public func openKeepingUnreadable(query: PushQuery, body: Data) throws(WeChatPushError) -> Opening {
+        try open(query: query, body: body, keepingUnreadable: true)
+    }
+
     /// POST: checks size and the signature before anything is parsed — `signature` over the query
     /// in plaintext mode; in the other modes `msg_signature` over `Encrypt`, which is taken from the
     /// envelope by `StrictXML` (XML) or `JSONGuard` and the JSON reader (JSON), never by an XML
     /// parser — then decrypts with the current or previous key, checks the appid, and parses the
     /// message in its format.
     public func open(query: PushQuery, body: Data) throws(WeChatPushError) -> ReceivedPush {
+        switch try open(query: query, body: body, keepingUnreadable: false) {
+        case .opened(let push): return push
+        case .unreadable(let kept): throw kept.reason
+        }
+    }
+
+    private func open(query: PushQuery, body: Data, keepingUnreadable: Bool) throws(WeChatPushError) -> Opening {
         guard body.count <= config.maxBodyBytes else { throw .bodyTooLarge(limit: config.maxBodyBytes, actual: body.count) }
         let bytes = [UInt8](body)
         let (ts, nonce) = try timestampAndNonce(query)
@@ -235,16 +272,22 @@ public struct PushReceiver: Sendable {
             guard config.allowPlaintext else { throw .plaintextRefused }
             let message = try PushCodec.parse(bytes, format: format, maxDepth: config.maxDepth)
             let payload = try payloadJSON(original: bytes, message: message, format: format)
-            return ReceivedPush(format: format, mode: .plaintext, message: message, payload: payload, raw: raw(nil),
-                                nonce: nonce, timestamp: seconds, key: nil, usedPreviousKey: false,
-                                tokenFingerprint: tokenFingerprint, aesKeyFingerprint: nil)
+            return .opened(ReceivedPush(format: format, mode: .plaintext, message: message, payload: payload, raw: raw(nil),
+                                        nonce: nonce, timestamp: seconds, key: nil, usedPreviousKey: false,
+                                        tokenFingerprint: tokenFingerprint, aesKeyFingerprint: nil))
         }
 
         let (encryptText, members) = try envelope(bytes, format: format)
         guard let encrypt = encryptText, !encrypt.isEmpty else { throw .missingEncrypt }
         guard let msgSignature = query.msgSignature else { throw .missingParameter("msg_signature") }
         guard PushSignature.matches(msgSignature, [config.token, ts, nonce, encrypt]) else { throw .badMsgSignature }
-        guard let current = config.aesKey else { throw .encryptedPushWithoutKey }
+        // From here on the push is authentic: the signature covers the ciphertext.
+        func unreadable(_ why: WeChatPushError, identifiedBy bytes: [UInt8], openedWith key: EncodingAESKey? = nil) throws(WeChatPushError) -> Opening {
+            guard keepingUnreadable else { throw why }
+            return .unreadable(UnreadablePush(reason: why, raw: raw(key), dedupeKey: "sha256:" + Hex.encode(Digest.sha256(bytes)),
+                                              format: format, decrypted: key != nil))
+        }
+        guard let current = config.aesKey else { return try unreadable(.encryptedPushWithoutKey, identifiedBy: Array(encrypt.utf8)) }
 
         var inner: [UInt8]
         var key = current
@@ -253,21 +296,27 @@ public struct PushReceiver: Sendable {
             inner = try MessageCipher.decrypt(encrypt, appId: config.appId, key: current)
         } catch {
             // Base64 and length errors do not depend on the key: report them as they are.
-            guard let previous = config.previousAESKey,
-                  [.badPadding, .badMessageLength, .appIdMismatch].contains(error) else { throw error }
-            guard let retried = try? MessageCipher.decrypt(encrypt, appId: config.appId, key: previous) else { throw error }
+            guard let previous = config.previousAESKey, [.badPadding, .badMessageLength, .appIdMismatch].contains(error),
+                  let retried = try? MessageCipher.decrypt(encrypt, appId: config.appId, key: previous) else {
+                return try unreadable(error, identifiedBy: Array(encrypt.utf8))
+            }
             inner = retried
             key = previous
             usedPrevious = true
         }
         let innerFormat = (try? PushFormat.detect(inner)) ?? format
-        let message = try PushCodec.parse(inner, format: innerFormat, maxDepth: config.maxDepth)
-        let payload = try payloadJSON(original: inner, message: message, format: innerFormat)
+        let message: JSONValue, payload: Data
+        do {
+            message = try PushCodec.parse(inner, format: innerFormat, maxDepth: config.maxDepth)
+            payload = try payloadJSON(original: inner, message: message, format: innerFormat)
+        } catch {
+            return try unreadable(error, identifiedBy: inner, openedWith: key)
+        }
         let others = members.filter { $0 != "Encrypt" && $0 != "ToUserName" }
-        return ReceivedPush(format: format, mode: others.isEmpty ? .secure : .compatible, message: message,
-                            payload: payload, raw: raw(key), nonce: nonce, timestamp: seconds, key: key,
-                            usedPreviousKey: usedPrevious, tokenFingerprint: tokenFingerprint,
-                            aesKeyFingerprint: WeChatKeyFingerprint.aesKey(key))
+        return .opened(ReceivedPush(format: format, mode: others.isEmpty ? .secure : .compatible, message: message,
+                                    payload: payload, raw: raw(key), nonce: nonce, timestamp: seconds, key: key,
+                                    usedPreviousKey: usedPrevious, tokenFingerprint: tokenFingerprint,
+                                    aesKeyFingerprint: WeChatKeyFingerprint.aesKey(key)))
     }
 
     /// `Encrypt` and the member names of an encrypted push's envelope, read without an XML parser.

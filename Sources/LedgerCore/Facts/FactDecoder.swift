@@ -45,10 +45,11 @@ public enum FactDecoder {
     /// The facts of an event about to be appended (unplaced: the store adds position, ordinal,
     /// recordedAt and stream).
     public static func facts(of event: NewEvent) -> [Fact] {
-        do {
+        do throws(FactDecodingError) {
             let facts: [Fact]
             switch event.source {
             case .apple:
+                if case .appleUnreadable = StreamId(event.streamId).kind { throw FactDecodingError(UnreadableEvidence.reason(of: event)) }
                 facts = AppleV1Facts.isV1(event) ? try AppleV1Facts.facts(of: event)
                     : AppleAPIEvents.isAPI(event) ? try AppleAPIFacts.facts(of: event)
                     : try AppleV2Facts.facts(of: event)
@@ -96,6 +97,28 @@ public enum FactDecoder {
         return Fact(
             subscription: nil, kind: .unreadable, origin: origin, message: event.type,
             signedAt: event.signedAt ?? 0, detail: Detail.json(["reason": .string(reason)]))
+    }
+}
+
+/// Authentic notifications ingestion could not read (`apple:unreadable`, and WeChat pushes that
+/// could not be decrypted or parsed): the payload is `{"code","reason",…}` as ingestion wrote it,
+/// the exact bytes are in `raw`. Evidence only; a later build re-reads `raw`, not this payload.
+public enum UnreadableEvidence {
+    /// The event type of such evidence.
+    public static let type = "unreadable"
+
+    /// The payload ingestion stores: why (a stable code and the message) and what it could read.
+    public static func payload(code: String, reason: String, readable: [String: String] = [:]) -> Data {
+        var o: [String: JSONValue] = ["code": .string(StorableText.clean(code, limit: 64)),
+                                      "reason": .string(StorableText.clean(reason, limit: 2_000))]
+        for (k, v) in readable { o[k] = .string(StorableText.clean(v, limit: 256)) }
+        return JSONValue.object(o).canonicalJSON()
+    }
+
+    static func reason(of event: NewEvent) -> String {
+        let value = try? JSONDecoder().decode(JSONValue.self, from: event.payload)
+        let why = value?.text("reason") ?? "no reason recorded"
+        return "ingestion kept it as evidence: authentic, but it could not be read (\(why))"
     }
 }
 

@@ -42,6 +42,9 @@ enum WeChatFacts {
     static let contractAnswerLag: EpochMillis = 10_000
 
     static func facts(of event: NewEvent) throws(FactDecodingError) -> [Fact] {
+        if event.type == UnreadableEvidence.type, case .wechatUnreadable = StreamId(event.streamId).kind {
+            throw FactDecodingError(UnreadableEvidence.reason(of: event))
+        }
         let facts = try decode(event)
         // Ingestion stored it as unreadable (`wechat:unreadable:<event>`): whatever else could be
         // read from it, it is evidence only, and counted as such.

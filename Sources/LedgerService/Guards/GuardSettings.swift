@@ -23,6 +23,10 @@ extension LedgerConfiguration {
         /// hours, whoever asks; past it 429 with Retry-After. Each is an event of the subscription
         /// every fold of it walks: a loop in one app must not grow one history without bound.
         public var tiesPerSubscriptionPerDay = 100
+        /// LEDGER_UNREADABLE_PER_MINUTE: authentic notifications the ledger cannot read that it
+        /// keeps as evidence, per source (Apple, WeChat), per minute after a burst of as many; past
+        /// it they are answered 503 with Retry-After and the sender retries later.
+        public var unreadablePerMinute = 600
 
         mutating func apply(file value: Any, path: String) throws(ConfigurationError) {
             guard let object = value as? [String: Any] else {
@@ -42,6 +46,7 @@ extension LedgerConfiguration {
             try int("authFailuresPerMinute", Self.rateRange, &authFailuresPerMinute)
             try int("authFailureBurst", Self.rateRange, &authFailureBurst)
             try int("tiesPerSubscriptionPerDay", Self.rateRange, &tiesPerSubscriptionPerDay)
+            try int("unreadablePerMinute", Self.rateRange, &unreadablePerMinute)
         }
 
         mutating func apply(environment env: [String: String]) throws(ConfigurationError) {
@@ -59,6 +64,7 @@ extension LedgerConfiguration {
             try int("LEDGER_AUTH_FAILURES_PER_MINUTE", Self.rateRange, "10", &authFailuresPerMinute)
             try int("LEDGER_AUTH_FAILURE_BURST", Self.rateRange, "20", &authFailureBurst)
             try int("LEDGER_TIES_PER_SUBSCRIPTION_PER_DAY", Self.rateRange, "100", &tiesPerSubscriptionPerDay)
+            try int("LEDGER_UNREADABLE_PER_MINUTE", Self.rateRange, "600", &unreadablePerMinute)
         }
 
         static let longReadRange = 1...64

@@ -134,18 +134,22 @@ extension AppleIngestion {
             intake.count(source: version.source, outcome: "not_configured")
             throw ServiceFailure(.notConfigured, "apple_not_configured", refusal)
         }
-        let event: NewEvent
+        let received: AppleNotificationIngestor.Intake
         do {
             switch version {
-            case .v2: event = try ingestor.ingestV2(body: body)
-            case .v1: event = try ingestor.ingestV1(body: body, sharedSecret: sharedSecret?.value)
+            case .v2: received = try ingestor.intakeV2(body: body)
+            case .v1: received = .readable(try ingestor.ingestV1(body: body, sharedSecret: sharedSecret?.value))
             }
         } catch {
             intake.count(source: version.source, outcome: error.code)
             intake.log.warn("apple notification refused", ["version": version.rawValue, "code": error.code, "remote": remoteAddress ?? "-"])
             throw error
         }
-        let outcome = try await intake.append([event], source: version.source)[0]
-        return NotificationReceipt(outcome)
+        switch received {
+        case .readable(let event):
+            return NotificationReceipt(try await intake.append([event], source: version.source)[0])
+        case .unreadable(let event, let why):
+            return NotificationReceipt(try await intake.keepUnreadable(event, source: version.source, code: why.code, reason: why.message))
+        }
     }
 }

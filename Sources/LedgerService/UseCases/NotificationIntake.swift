@@ -24,6 +24,39 @@ struct NotificationIntake: Sendable {
     let events: EventStore
     let metrics: MetricsRegistry
     let log: Log
+    /// Authentic notifications kept as unreadable evidence, per source (`LEDGER_UNREADABLE_PER_MINUTE`):
+    /// a safety valve, since only Apple or a holder of the WeChat token can make them. Past it the sender is answered 503 with
+    /// Retry-After and sends again later — nothing is refused for good.
+    let unreadableBudget: RateLimiter
+
+    init(events: EventStore, metrics: MetricsRegistry, log: Log, unreadableRule: RateLimiter.Rule) {
+        self.events = events
+        self.metrics = metrics
+        self.log = log
+        unreadableBudget = RateLimiter(unreadableRule, maxKeys: 16)
+        metrics.describe("ledger_unreadable_notifications_total", type: .counter,
+                         help: "Authentic notifications the ledger could not read, kept as evidence (apple:unreadable, wechat:unreadable:*), by source and reason code")
+    }
+
+    /// Stores an authentic notification the ledger cannot read as evidence (200 after the commit,
+    /// like any other), counted and logged with why; a retry of the same bytes is a duplicate.
+    func keepUnreadable(_ event: NewEvent, source: String, code: String, reason: String) async throws -> AppendOutcome {
+        if let wait = unreadableBudget.spend(source) {
+            count(source: source, outcome: "unreadable_deferred")
+            log.warn("too many unreadable notifications; answered 503 so the sender retries later",
+                     ["source": source, "code": code, "retry_after_seconds": String(wait)])
+            throw ServiceFailure(.unavailable(retryAfterSeconds: wait), "unreadable_deferred",
+                                 "this authentic notification cannot be read, and more of them arrived than the ledger keeps as evidence per minute; send it again after \(wait) s")
+        }
+        let outcome = try await append([event], source: source)[0]
+        guard !outcome.duplicate else { return outcome }
+        metrics.increment("ledger_unreadable_notifications_total", ["source": source, "code": code])
+        log.warn("an authentic notification could not be read; stored as evidence", [
+            "source": source, "code": code, "reason": StorableText.clean(reason, limit: 500),
+            "position": String(outcome.position),
+        ])
+        return outcome
+    }
 
     func append(_ batch: [NewEvent], source: String) async throws(StoreError) -> [AppendOutcome] {
         do {

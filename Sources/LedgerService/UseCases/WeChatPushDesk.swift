@@ -106,8 +106,11 @@ extension WeChatPushDesk {
         let receiver = try requireReceiver()
         let push: ReceivedPush
         do {
-            push = try receiver.open(query: PushQuery(query), body: body)
-        } catch {
+            switch try receiver.openKeepingUnreadable(query: PushQuery(query), body: body) {
+            case .opened(let opened): push = opened
+            case .unreadable(let kept): return try await keep(kept)
+            }
+        } catch let error as WeChatPushError {
             refused(error, remoteAddress)
             throw error
         }
@@ -135,6 +138,18 @@ extension WeChatPushDesk {
         // Re-checked after the commit: a push of the same order committed meanwhile is linked now.
         try await linker.relink(after: note)
         return WeChatReply(body: try receiver.reply(.success, to: push), contentType: contentType(push))
+    }
+
+    /// An authentic push that could not be decrypted or parsed, stored as evidence under
+    /// `wechat:unreadable:undecryptable` or `…:unparsable`; answered with an empty body (WeChat's
+    /// "success" that needs no encryption: there may be no key to encrypt with) after the commit.
+    private func keep(_ kept: PushReceiver.UnreadablePush) async throws -> WeChatReply {
+        let event = NewEvent(
+            streamId: StreamId.wechatUnreadable(event: kept.decrypted ? "unparsable" : "undecryptable").text, dedupeKey: kept.dedupeKey,
+            source: .wechat, type: UnreadableEvidence.type,
+            payload: UnreadableEvidence.payload(code: kept.reason.code, reason: kept.reason.message), raw: kept.raw)
+        _ = try await intake.keepUnreadable(event, source: "wechat", code: kept.reason.code, reason: kept.reason.message)
+        return WeChatReply(body: Data(), contentType: kept.format == .xml ? "text/xml; charset=utf-8" : "application/json")
     }
 
     /// A plaintext push's nonce is marked in its append's transaction (LedgerStore's
