@@ -76,16 +76,16 @@ import HTTPServer
 extension TokenAuthority {
     /// Passes requests whose bearer token grants `role`; answers 401 (with `WWW-Authenticate`) or
     /// 403 otherwise, before any handler runs. A token that is not valid counts as a failed
-    /// authentication of the client's address; an address that failed too often is answered 429
-    /// before its token is looked at (`AuthenticationFailures`).
+    /// authentication of its client; a client that failed too often has its invalid tokens
+    /// answered 429 (`AuthenticationFailures`). A valid token always passes: the credential is
+    /// checked first.
     func require(_ role: Role) -> Middleware {
         { [self] request, next in
-            if let refusal = failures?.throttled(.bearer, address: request.remoteAddress) { return .error(refusal) }
             switch authorize(header: request.headers["authorization"], needs: role) {
             case .success: return await next(request)
             case .failure(.unauthenticated(let message)):
-                if request.headers["authorization"] != nil {
-                    failures?.failed(.bearer, address: request.remoteAddress, path: request.path)
+                if request.headers["authorization"] != nil, let refusal = failures?.refuse(.bearer, request) {
+                    return .error(refusal)
                 }
                 return .error(status: 401, code: "unauthenticated", message: message, headers: [("WWW-Authenticate", "Bearer")])
             case .failure(.forbidden(let message)):

@@ -105,6 +105,11 @@ public struct LedgerConfiguration: Sendable {
         public var requestDeadlineSeconds: Int = 10
         /// Deadline for the admin routes that legitimately run long (rebuild, exports).
         public var adminDeadlineSeconds: Int = 3600
+        /// LEDGER_TRUSTED_PROXIES (`http.trustedProxies`): the load balancers and proxies in front
+        /// of the service, as networks. A request whose peer is one of them counts as coming from
+        /// the right-most address of X-Forwarded-For (else Forwarded) that is not one of them;
+        /// from any other peer those headers are ignored. Empty: the peer is the client.
+        public var trustedProxies: [IPNetwork] = []
     }
 
     /// The auditor's pages (`/audit`, Audit/AuditRoutes.swift): how their session cookie is signed
@@ -308,6 +313,14 @@ public struct LedgerConfiguration: Sendable {
             if let n = h["threadPoolSize"] as? Int { http.threadPoolSize = n }
             if let n = h["requestDeadlineSeconds"] as? Int { http.requestDeadlineSeconds = n }
             if let n = h["adminDeadlineSeconds"] as? Int { http.adminDeadlineSeconds = n }
+            if let list = h["trustedProxies"] {
+                guard let texts = list as? [String] else {
+                    throw .invalidJSON(path: path, reason: #"http.trustedProxies must be an array of networks, e.g. ["10.0.0.0/8", "fd00::/8"]"#)
+                }
+                do { http.trustedProxies = try texts.map { t throws(IPNetworkError) in try IPNetwork(t) } } catch {
+                    throw .invalidJSON(path: path, reason: "http.trustedProxies: \(error)")
+                }
+            }
         }
         if let a = object["audit"] as? [String: Any] {
             if let k = try string(a["sessionKey"], "audit.sessionKey") { audit.sessionKey = try Audit.sessionKey(k, name: "audit.sessionKey") }
@@ -360,6 +373,11 @@ public struct LedgerConfiguration: Sendable {
         }
         if let v = env["LEDGER_RECEIVE_DEADLINE_SECONDS"] {
             http.receiveDeadlineSeconds = try Self.integer(v, name: "LEDGER_RECEIVE_DEADLINE_SECONDS", in: 1...3600, example: "30")
+        }
+        if let v = env["LEDGER_TRUSTED_PROXIES"] {
+            do { http.trustedProxies = try IPNetwork.list(v) } catch {
+                throw .invalidValue(name: "LEDGER_TRUSTED_PROXIES", reason: "\(error); separate networks with commas")
+            }
         }
         if let v = env["LEDGER_ADMIN_DEADLINE_SECONDS"] {
             http.adminDeadlineSeconds = try Self.integer(v, name: "LEDGER_ADMIN_DEADLINE_SECONDS", in: 1...86_400, example: "3600")

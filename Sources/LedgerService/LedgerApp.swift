@@ -89,7 +89,7 @@ public final class LedgerApp: Sendable {
         admin = AdminActions(store: store, log: log)
         catalogKeeper = CatalogKeeper(store: store, catalog: catalog, log: log)
         readiness = Readiness(store: store, migrationsDirectory: migrationsDirectory, catalog: catalogKeeper, metrics: metrics, log: log)
-        failures = AuthenticationFailures(limits: configuration.limits, metrics: metrics, log: log)
+        failures = AuthenticationFailures(limits: configuration.limits, trustedProxies: configuration.http.trustedProxies, metrics: metrics, log: log)
         appendBudget = AppendBudget(limits: configuration.limits, metrics: metrics)
         tokens = TokenAuthority(tokens: configuration.tokens, failures: failures)
         audit = AuditDesk(configuration: configuration)

@@ -100,18 +100,24 @@ final class GuardTests: XCTestCase {
                 let a = try await h.request("GET", "/v1/refunds?limit=1", token: wrong)
                 XCTAssertEqual(a.status, 401, a.text)
             }
-            // Slowed: the next attempt is refused before the token is looked at, even a right one.
-            let slowed = try await h.request("GET", "/v1/refunds?limit=1", token: ServiceHarness.auditorToken)
+            // Slowed: the next wrong attempt is answered 429 ...
+            let slowed = try await h.request("GET", "/v1/refunds?limit=1", token: wrong)
             XCTAssertEqual(slowed.status, 429, slowed.text)
             XCTAssertEqual(slowed.errorCode, "too_many_failures")
             XCTAssertGreaterThanOrEqual(Int(slowed.headers["retry-after"] ?? "") ?? 0, 1)
-            // The same address's V1 passwords and sign-ins share the budget.
+            // ... but the credential is checked first: a right one from the same address (every
+            // client behind one load balancer or NAT) is never held back by someone's guesses.
+            let right = try await h.request("GET", "/v1/refunds?limit=1", token: ServiceHarness.auditorToken)
+            XCTAssertEqual(right.status, 200, right.text)
             let v1 = try await h.post("/v1/apple/notifications/v1", AppleWebhookTests.v1Body(password: "v1-shared-secret"))
-            XCTAssertEqual(v1.status, 429, v1.text)
+            XCTAssertEqual(v1.status, 200, v1.text)
+            // The same address's wrong V1 passwords share the budget.
+            let v1Wrong = try await h.post("/v1/apple/notifications/v1", AppleWebhookTests.v1Body(password: "guess"))
+            XCTAssertEqual(v1Wrong.status, 429, v1Wrong.text)
             let detailed = try await h.request("GET", "/readyz", token: ServiceHarness.adminToken)
-            XCTAssertNil(detailed.json["migrations"], "a slowed address gets only the open /readyz")
+            XCTAssertNotNil(detailed.json["migrations"], "the admin token still gets the detailed /readyz: \(detailed.text)")
             XCTAssertEqual(h.app.metrics.counterValue("ledger_auth_failures_total", ["kind": "bearer"]), 3)
-            XCTAssertEqual(h.app.metrics.counterValue("ledger_auth_throttled_total", ["kind": "bearer"]), 2)
+            XCTAssertEqual(h.app.metrics.counterValue("ledger_auth_throttled_total", ["kind": "bearer"]), 1)
             XCTAssertEqual(h.app.metrics.counterValue("ledger_auth_throttled_total", ["kind": "apple_v1"]), 1)
             let logged = lines.all.filter { $0.contains("authentication failed") }
             XCTAssertEqual(logged.count, 3, "\(lines.all)")
@@ -131,10 +137,12 @@ final class GuardTests: XCTestCase {
                 let a = try await h.post("/v1/apple/notifications/v1", AppleWebhookTests.v1Body(password: guess))
                 XCTAssertEqual(a.status, 401, a.text)
             }
+            let slowed = try await h.post("/v1/apple/notifications/v1", AppleWebhookTests.v1Body(password: guess))
+            XCTAssertEqual(slowed.status, 429, "the address's wrong passwords are slowed: \(slowed.text)")
             let right = try await h.post("/v1/apple/notifications/v1", AppleWebhookTests.v1Body(password: "v1-shared-secret"))
-            XCTAssertEqual(right.status, 429, "the address is slowed, whatever it sends: \(right.text)")
+            XCTAssertEqual(right.status, 200, "Apple's right password is never slowed: \(right.text)")
             XCTAssertEqual(h.app.metrics.counterValue("ledger_auth_failures_total", ["kind": "apple_v1"]), 2)
-            XCTAssertEqual(try h.eventCount(), 0)
+            XCTAssertEqual(try h.eventCount(), 1)
             XCTAssertFalse(lines.all.joined().contains(guess), "a password is never logged")
             XCTAssertEqual(lines.all.filter { $0.contains(#""kind":"apple_v1""#) && $0.contains("127.0.0.1") }.count, 2)
         }
@@ -142,10 +150,57 @@ final class GuardTests: XCTestCase {
             let failed = try Self.signIn(h, token: "not-a-token-0123456789abcdef0123456789")
             XCTAssertEqual(failed.status, 401)
             XCTAssertEqual(h.app.metrics.counterValue("ledger_auth_failures_total", ["kind": "audit_login"]), 1)
-            let slowed = try Self.signIn(h, token: ServiceHarness.auditorToken)
-            XCTAssertEqual(slowed.status, 429, "a slowed address cannot sign in until its budget refills")
+            let slowed = try Self.signIn(h, token: "still-not-a-token-0123456789abcdef01234")
+            XCTAssertEqual(slowed.status, 429, "a slowed address's wrong tokens wait until its budget refills")
             XCTAssertNotNil(slowed.headers["retry-after"])
+            let right = try Self.signIn(h, token: ServiceHarness.auditorToken)
+            XCTAssertEqual(right.status, 303, "a right token signs in whatever the address's failures")
+            XCTAssertTrue(right.headers["set-cookie"] != nil)
         }
+    }
+
+    /// Behind the README's load balancer every request arrives from the balancer's address: with
+    /// its network in LEDGER_TRUSTED_PROXIES each client behind it has its own failure budget,
+    /// taken from the right-most forwarded address the proxies did not write themselves; without
+    /// it, forwarding headers are ignored (a client cannot pick its own address).
+    func testBehindATrustedProxyEachClientHasItsOwnBudget() async throws {
+        let wrong = "wrong-token-guessed-by-someone-0123456789"
+        let limits = ["LEDGER_AUTH_FAILURE_BURST": "2", "LEDGER_AUTH_FAILURES_PER_MINUTE": "1"]
+        try await withService(environment: limits.merging(["LEDGER_TRUSTED_PROXIES": "127.0.0.0/8, ::1"]) { $1 }) { h in
+            func expect(_ headers: [String: String], token: String? = nil, _ status: Int, _ why: String = "",
+                        line: UInt = #line) async throws {
+                let got = try await h.request("GET", "/v1/refunds?limit=1", token: token ?? wrong, headers: headers).status
+                XCTAssertEqual(got, status, why, line: line)
+            }
+            for _ in 0..<2 { try await expect(["X-Forwarded-For": "203.0.113.5"], 401) }
+            try await expect(["X-Forwarded-For": "203.0.113.5"], 429, "the guessing client is slowed")
+            try await expect(["X-Forwarded-For": "198.51.100.7, 203.0.113.5"], 429,
+                           "what the client wrote left of the proxy's entry does not change who it is")
+            try await expect(["X-Forwarded-For": "203.0.113.5, 127.0.0.9"], 429, "hops through trusted proxies are skipped")
+            try await expect(["Forwarded": #"for="203.0.113.5:4711";proto=https"#], 429, "RFC 7239 Forwarded alike")
+            try await expect(["X-Forwarded-For": "::ffff:203.0.113.5"], 429, "an IPv4-mapped address is the IPv4 client")
+            try await expect(["X-Forwarded-For": "203.0.113.6"], 401, "another client behind the same balancer is not slowed")
+            try await expect(["X-Forwarded-For": "203.0.113.5"], token: ServiceHarness.auditorToken, 200)
+            // IPv6 clients count by their /64.
+            for _ in 0..<2 { try await expect(["X-Forwarded-For": "2001:db8:1:2::1"], 401) }
+            try await expect(["X-Forwarded-For": "2001:db8:1:2:ffff::9"], 429, "the same /64")
+            try await expect(["X-Forwarded-For": "2001:db8:1:3::1"], 401, "another /64")
+        }
+        try await withService(environment: limits) { h in
+            for client in ["203.0.113.1", "203.0.113.2"] {
+                let a = try await h.request("GET", "/v1/refunds?limit=1", token: wrong, headers: ["X-Forwarded-For": client])
+                XCTAssertEqual(a.status, 401)
+            }
+            let third = try await h.request("GET", "/v1/refunds?limit=1", token: wrong, headers: ["X-Forwarded-For": "203.0.113.3"])
+            XCTAssertEqual(third.status, 429, "no trusted proxy: the forwarded address is the client's own claim, ignored")
+        }
+        for bad in ["10.0.0.0/33", "127.1", "0x7f000001", "10.0.0.0/8,example.com", "::1/129"] {
+            XCTAssertThrowsError(try LedgerConfiguration.load(environment: ["LEDGER_TRUSTED_PROXIES": bad]), bad) { error in
+                XCTAssertTrue("\(error)".contains("LEDGER_TRUSTED_PROXIES"), "\(error)")
+            }
+        }
+        XCTAssertEqual(try LedgerConfiguration.load(environment: ["LEDGER_TRUSTED_PROXIES": "10.0.0.0/8, fd00::/8"]).http.trustedProxies.map(\.description),
+                       ["10.0.0.0/8", "fd00::/8"])
     }
 
     /// Posts the sign-in form (with its CSRF token and cookie) as a browser would.

@@ -1,5 +1,5 @@
 import Foundation
-import LedgerCore
+@testable import LedgerCore
 @testable import LedgerService
 import LedgerTesting
 import XCTest
@@ -107,6 +107,31 @@ final class ReportAPITests: XCTestCase {
             let app = try await h.request("GET", "/v1/reports/revenue", token: "app-token-for-tests-0123456789abcdef")
             XCTAssertEqual(app.status, 403, app.text)
         }
+    }
+
+    /// A currency is whatever the signed transaction says: the revenue report files it under its
+    /// ISO 4217 code in upper case, or under `XXX` when it is not three letters, and a text cell
+    /// never reaches a spreadsheet as a formula.
+    func testReportCurrenciesAreCodesAndCSVCellsAreNeverFormulas() async throws {
+        try await withService { h in
+            for (otid, currency) in [("7300000000000001", "=HYPERLINK(\"http://x\")"), ("7300000000000002", "usd"), ("7300000000000003", "USD")] {
+                var sample = AppleTestAuthority.sample(originalTransactionId: otid)
+                sample.transaction.currency = currency
+                let a = try await h.post("/v1/apple/notifications", try h.authority.signSample(sample))
+                XCTAssertEqual(a.status, 200, a.text)
+            }
+            _ = try await h.app.store.worker.catchUp()
+            let csv = try await h.request("GET", "/v1/reports/revenue?from=2026-01-01&to=2026-01-31&interval=month&format=csv",
+                                          token: ServiceHarness.auditorToken)
+            XCTAssertEqual(csv.status, 200, csv.text)
+            let rows = csv.text.components(separatedBy: "\r\n").dropFirst(2).filter { !$0.isEmpty }
+            XCTAssertEqual(Set(rows.map { $0.split(separator: ",")[1] }), ["USD", "XXX"], csv.text)
+            XCTAssertFalse(csv.text.contains("HYPERLINK"), csv.text)
+        }
+        XCTAssertEqual(ReportTable.csvField("=1+1"), "'=1+1")
+        XCTAssertEqual(ReportTable.csvField("-2,3"), "\"'-2,3\"")
+        XCTAssertEqual(ReportDimensions.currencyCode("cny"), "CNY")
+        for bad in ["", "US", "USDT", "U$D", "ÉUR", "=1+"] { XCTAssertEqual(ReportDimensions.currencyCode(bad), "XXX", bad) }
     }
 }
 

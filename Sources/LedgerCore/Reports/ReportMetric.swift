@@ -100,6 +100,15 @@ public struct ReportDimensions: Sendable, Hashable, Comparable {
 
     /// The currency of a transaction without a price: counted apart, never guessed.
     public static let noPrice = "none"
+    /// The currency of a price whose currency is not an ISO 4217 code (three letters): counted
+    /// apart under ISO 4217's "no currency" code rather than under whatever text was sent.
+    public static let notACurrency = "XXX"
+
+    /// A report's currency: the code in upper case when it is three ASCII letters, else `notACurrency`.
+    public static func currencyCode(_ text: String) -> String {
+        let upper = text.uppercased()
+        return upper.utf8.count == 3 && upper.utf8.allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }) ? upper : notACurrency
+    }
 
     public init(environment: String, source: ReportSource, product: String, currency: String) {
         self.environment = environment

@@ -201,10 +201,10 @@ public struct ReportTable: Sendable, Hashable {
         return out
     }
 
-    /// RFC 4180 quoting when needed (a currency is three letters, but a filter value is the caller's).
-    static func csvField(_ s: String) -> String {
-        s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
-    }
+    /// A text cell as the refund export writes one: neutralised against spreadsheet formulas,
+    /// RFC 4180-quoted when needed (currencies are normalised to three letters, but one rule for
+    /// every text cell cannot be bypassed by a value nobody expected).
+    static func csvField(_ s: String) -> String { RefundCaseCSV.cell(s) }
 }
 
 extension ReportRollup {

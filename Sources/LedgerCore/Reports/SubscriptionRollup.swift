@@ -52,7 +52,7 @@ public enum SubscriptionRollup {
     static func isSubscription(_ type: String?) -> Bool { type == nil || type == ProductType.autoRenewable }
 
     static func dimensions(_ key: SubscriptionKey, _ source: ReportSource, product: String?, _ tx: TransactionRecord?) -> ReportDimensions {
-        let currency = tx.flatMap { $0.price == nil ? nil : $0.currency } ?? ReportDimensions.noPrice
+        let currency = tx.flatMap { $0.price == nil ? nil : $0.currency.map(ReportDimensions.currencyCode) } ?? ReportDimensions.noPrice
         return ReportDimensions(environment: key.environment, source: source, product: product ?? tx?.productId ?? "unknown",
                                 currency: currency)
     }

@@ -201,15 +201,14 @@ extension LedgerApp {
         guard audit.sessions.loginTokenHolds(request, form: form) else {
             return loginPage(status: 403, message: "The sign-in form expired or did not come from this page; sign in again.", next: form["next"])
         }
-        if let refusal = failures.throttled(.auditLogin, address: request.remoteAddress) {
-            var page = loginPage(status: 429, message: "Too many failed sign-ins from this address; wait \(refusal.retryAfterSeconds) seconds and try again.",
-                                 next: form["next"])
-            page.headers.append(("Retry-After", String(refusal.retryAfterSeconds)))
-            return page
-        }
         let token = (form["token"] ?? "").trimmingCharacters(in: .whitespaces)
         guard !token.isEmpty, let role = tokens.role(forAuthorizationHeader: "Bearer " + token) else {
-            failures.failed(.auditLogin, address: request.remoteAddress, path: request.path)
+            if let refusal = failures.refuse(.auditLogin, request) {
+                var page = loginPage(status: 429, message: "Too many failed sign-ins from this address; wait \(refusal.retryAfterSeconds) seconds and try again.",
+                                     next: form["next"])
+                page.headers.append(("Retry-After", String(refusal.retryAfterSeconds)))
+                return page
+            }
             return loginPage(status: 401, message: "That token is not valid here; use an auditor or admin token from LEDGER_TOKENS.", next: form["next"])
         }
         guard role >= .auditor else {

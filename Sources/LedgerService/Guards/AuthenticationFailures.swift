@@ -1,15 +1,21 @@
 import Crypto
 import Foundation
 import HTTPServer
+import LedgerCore
 import LedgerMetrics
 
 /// Failed authentication of every kind — a bearer token, the pages' sign-in, the V1 password —
 /// counted in `/metrics` (`ledger_auth_failures_total{kind}`), logged with the client's address
-/// (never what it sent), and slowed per address: past `authFailureBurst` failures (refilled at
-/// `authFailuresPerMinute`), the address's attempts are answered 429 with `Retry-After` before
-/// any credential is looked at (`ledger_auth_throttled_total{kind}`), so guessing costs a minute
-/// per few tries. One `RateLimiter` for all kinds: guesses at the V1 password and at tokens
-/// share an address's budget.
+/// (never what it sent), and slowed per client: past `authFailureBurst` failures (refilled at
+/// `authFailuresPerMinute`), the client's failing attempts are answered 429 with `Retry-After`
+/// (`ledger_auth_throttled_total{kind}`), so guessing costs a minute per few tries. The credential
+/// is checked first: a valid one is never throttled, so a guesser behind the same address (a
+/// load balancer, a NAT) cannot lock the others out. One `RateLimiter` for all kinds: guesses at
+/// the V1 password and at tokens share a client's budget.
+///
+/// The client is the socket's peer, or — when the peer is one of `LEDGER_TRUSTED_PROXIES` — the
+/// address the proxies forwarded (`ClientAddress`); IPv6 clients count by their /64 and
+/// IPv4-mapped addresses as IPv4 (`IPAddress.clientKey`).
 struct AuthenticationFailures: Sendable {
     enum Kind: String, Sendable, CaseIterable {
         case bearer
@@ -20,33 +26,55 @@ struct AuthenticationFailures: Sendable {
     let limiter: RateLimiter
     let metrics: MetricsRegistry
     let log: Log
+    let trustedProxies: [IPNetwork]
 
-    init(limits: LedgerConfiguration.Limits, metrics: MetricsRegistry, log: Log,
+    init(limits: LedgerConfiguration.Limits, trustedProxies: [IPNetwork] = [], metrics: MetricsRegistry, log: Log,
          now: @escaping @Sendable () -> Double = RateLimiter.monotonicSeconds) {
         limiter = RateLimiter(.init(burst: limits.authFailureBurst, perMinute: limits.authFailuresPerMinute), now: now)
+        self.trustedProxies = trustedProxies
         self.metrics = metrics
         self.log = log
         metrics.describe("ledger_auth_failures_total", type: .counter,
                          help: "Failed authentications by kind (bearer, audit_login, apple_v1); the address is in the log")
         metrics.describe("ledger_auth_throttled_total", type: .counter,
-                         help: "Authentication attempts answered 429 unchecked because their address failed too often")
+                         help: "Failed authentication attempts answered 429 because their client failed too often")
     }
 
-    /// The address's key: requests without one (a test handler) share one bucket.
-    static func key(_ address: String?) -> String { address ?? "-" }
+    /// The client a request came from, as failures are counted: requests without an address (a
+    /// test handler) share one bucket.
+    func client(_ request: HTTPRequest) -> String {
+        let address = ClientAddress.resolve(
+            peer: request.remoteAddress, forwardedFor: Self.joined(request.headers.values(for: "x-forwarded-for")),
+            forwarded: Self.joined(request.headers.values(for: "forwarded")), trustedProxies: trustedProxies)
+        guard let address else { return "-" }
+        return IPAddress(address)?.clientKey ?? address
+    }
 
-    /// 429 when `address` failed too often lately (the credential is not checked); nil otherwise.
-    func throttled(_ kind: Kind, address: String?) -> TooManyFailures? {
-        guard let wait = limiter.waitingTime(Self.key(address)) else { return nil }
+    private static func joined(_ values: [String]) -> String? { values.isEmpty ? nil : values.joined(separator: ",") }
+
+    /// 429 when the request's client failed too often lately; nil otherwise. Asked only once its
+    /// credential has failed.
+    func throttled(_ kind: Kind, _ request: HTTPRequest) -> TooManyFailures? {
+        guard let wait = limiter.waitingTime(client(request)) else { return nil }
         metrics.increment("ledger_auth_throttled_total", ["kind": kind.rawValue])
         return TooManyFailures(retryAfterSeconds: wait)
     }
 
-    /// Counts and logs one failure of `address`, and spends from its budget.
-    func failed(_ kind: Kind, address: String?, path: String) {
+    /// Counts and logs one failure of the request's client, and spends from its budget.
+    func failed(_ kind: Kind, _ request: HTTPRequest) {
+        let client = client(request)
         metrics.increment("ledger_auth_failures_total", ["kind": kind.rawValue])
-        _ = limiter.spend(Self.key(address))
-        log.warn("authentication failed", ["kind": kind.rawValue, "remote": address ?? "-", "path": String(path.prefix(200))])
+        _ = limiter.spend(client)
+        log.warn("authentication failed", ["kind": kind.rawValue, "client": client, "remote": request.remoteAddress ?? "-",
+                                           "path": String(request.path.prefix(200))])
+    }
+
+    /// A failed credential's answer: 429 when its client failed too often (not counted again),
+    /// else the failure is counted and nil comes back (answer 401/403 as usual).
+    func refuse(_ kind: Kind, _ request: HTTPRequest) -> TooManyFailures? {
+        if let refusal = throttled(kind, request) { return refusal }
+        failed(kind, request)
+        return nil
     }
 }
 
@@ -56,7 +84,7 @@ struct TooManyFailures: HTTPRenderableError {
     var httpStatus: Int { 429 }
     var httpCode: String { "too_many_failures" }
     var httpMessage: String {
-        "too many failed authentications from this address; wait \(retryAfterSeconds) s before trying again, with a valid credential"
+        "too many failed authentications from this client; wait \(retryAfterSeconds) s before trying again, with a valid credential (a valid one is never refused)"
     }
     var httpHeaders: [(String, String)] { [("Retry-After", String(retryAfterSeconds))] }
 }

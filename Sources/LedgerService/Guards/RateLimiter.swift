@@ -76,17 +76,22 @@ final class RateLimiter: Sendable {
         max(1, Int(((1 - bucket.tokens) / rule.perSecond).rounded(.up)))
     }
 
+    /// Makes room when `maxKeys` buckets are kept: every refilled bucket goes (it says nothing a
+    /// new one would not), and if that is not enough, the oldest eighth of the keys that may still
+    /// act (forgetting one loses at most part of a burst), a limited key only when every kept key
+    /// is limited — so spraying new keys cannot wash out a limit. Clearing an eighth at once keeps
+    /// the cost per new key amortised constant-ish (one sort per maxKeys/8 new keys), instead of a
+    /// scan of every bucket on each request once the table is full.
     private func evict(_ all: inout [String: Bucket], at t: Double) {
-        let current = all.mapValues { refilled($0, at: t) }
-        // A refilled bucket says nothing a new one would not: forget them all.
-        for (key, bucket) in current where bucket.tokens >= Double(rule.burst) { all.removeValue(forKey: key) }
+        for (key, stored) in all where refilled(stored, at: t).tokens >= Double(rule.burst) { all.removeValue(forKey: key) }
         guard all.count >= maxKeys else { return }
-        // Then the oldest key that may still act (forgetting it loses at most part of a burst);
-        // a limited key goes last, so spraying new keys cannot wash out a limit (ties in age are
-        // common — every bucket touched in one second — so age alone must not decide).
-        let remaining = current.filter { all[$0.key] != nil }
-        let byAge: ((key: String, value: Bucket), (key: String, value: Bucket)) -> Bool = { $0.value.updated < $1.value.updated }
-        let victim = remaining.filter { $0.value.tokens >= 1 }.min(by: byAge) ?? remaining.min(by: byAge)
-        if let victim { all.removeValue(forKey: victim.key) }
+        let excess = all.count - maxKeys + max(1, maxKeys / 8)
+        // Ties in age are common (every bucket touched in one second): limited keys sort last
+        // whatever their age.
+        let order = all.map { (key: $0.key, bucket: refilled($0.value, at: t)) }.sorted { a, b in
+            let (la, lb) = (a.bucket.tokens < 1, b.bucket.tokens < 1)
+            return la != lb ? lb : a.bucket.updated < b.bucket.updated
+        }
+        for victim in order.prefix(excess) { all.removeValue(forKey: victim.key) }
     }
 }

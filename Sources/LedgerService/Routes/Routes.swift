@@ -23,11 +23,10 @@ extension LedgerApp {
                 // The detail is for operators: with the admin token here, or on the admin listener.
                 // A wrong token gets the open answer, and counts as a failed authentication (the
                 // detail would otherwise tell a guesser which token is right, unlimited).
-                guard let header = request.headers["authorization"],
-                      failures.throttled(.bearer, address: request.remoteAddress) == nil else { return await readyz(detailed: false) }
+                guard let header = request.headers["authorization"] else { return await readyz(detailed: false) }
                 let detailed = tokens.authorize(header: header, needs: .admin).isSuccess
                 if !detailed, tokens.role(forAuthorizationHeader: header) == nil {
-                    failures.failed(.bearer, address: request.remoteAddress, path: request.path)
+                    _ = failures.refuse(.bearer, request)
                 }
                 return await readyz(detailed: detailed)
             }
@@ -101,14 +100,14 @@ extension LedgerApp {
         group.add("POST", "/v1/apple/notifications") { [self] request in
             try await receipt(apple.ingest(.v2, body: request.body, remoteAddress: request.remoteAddress))
         }
-        // The V1 password is a credential: a wrong one counts as a failed authentication of the
-        // address, and an address that failed too often is answered 429 before its body is read.
+        // The V1 password is a credential: a wrong one counts as a failed authentication of its
+        // client, and a client that failed too often has its wrong passwords answered 429. The
+        // password is checked first, so Apple's right one is never throttled.
         group.add("POST", "/v1/apple/notifications/v1") { [self] request in
-            if let refusal = failures.throttled(.appleV1, address: request.remoteAddress) { throw refusal }
             do {
                 return try await receipt(apple.ingest(.v1, body: request.body, remoteAddress: request.remoteAddress))
             } catch let error as AppleVerificationError where error.code == "bad_shared_secret" {
-                failures.failed(.appleV1, address: request.remoteAddress, path: request.path)
+                if let refusal = failures.refuse(.appleV1, request) { throw refusal }
                 throw error
             }
         }
