@@ -18,6 +18,8 @@ printf '%s' "$owner" > secrets/owner_db_password
 printf 'postgresql://ledger_owner:%s@db:5432/ledger' "$owner" > secrets/owner_database_url
 printf 'postgresql://ledger_service:%s@db:5432/ledger' "$svc" > secrets/service_database_url
 printf 'app:%s,auditor:%s,admin:%s' "$app" "$auditor" "$admin" > secrets/ledger_tokens
+# The auditor's session cookies are signed with it (at least 32 bytes).
+printf '%s' "$(token)" > secrets/session_key
 # The directory keeps other host users out; the files must be readable by the containers' own
 # non-root users (compose bind-mounts them with these modes).
 chmod 644 secrets/*

@@ -126,19 +126,24 @@ private func contentLength(_ connection: OpaquePointer) -> UInt64? {
 /// also relax the rest), so the access callback checks the parsed header names.
 private func framingAmbiguity(_ connection: OpaquePointer) -> String? {
     var transferEncoding = false
-    var contentLength = false
-    for (name, _) in pairs(connection, kind: .HEADER_KIND) {
+    var lengths: Set<String> = []
+    for (name, value) in pairs(connection, kind: .HEADER_KIND) {
         if name.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) {
             return "A header name contains whitespace (before its colon); remove it, HTTP/1.1 forbids it."
         }
         switch name.lowercased() {
         case "transfer-encoding": transferEncoding = true
-        case "content-length": contentLength = true
+        // RFC 9112 §6.3: several Content-Length values (in fields or one list) that differ make
+        // the length unknowable; a proxy may have read another one.
+        case "content-length": for v in value.split(separator: ",", omittingEmptySubsequences: false) { lengths.insert(v.trimmingCharacters(in: .whitespaces)) }
         default: break
         }
     }
-    if transferEncoding && contentLength {
+    if transferEncoding && !lengths.isEmpty {
         return "The request has both Transfer-Encoding and Content-Length; send only one of them."
+    }
+    if lengths.count > 1 {
+        return "The request has Content-Length values that differ; send exactly one."
     }
     return nil
 }

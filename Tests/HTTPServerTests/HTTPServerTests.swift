@@ -563,6 +563,23 @@ final class HTTPFramingTests: ServerTestCase {
         XCTAssertTrue(client.waitForClose(seconds: 3), "connection kept open: the smuggled request could follow")
         XCTAssertEqual(hits.value, 0)
     }
+
+    func testContentLengthsThatDifferAre400AndTheConnectionClosed() throws {
+        let (port, hits) = try pingServer()
+        for lengths in [["Content-Length: 2", "Content-Length: 40"], ["Content-Length: 2, 40"]] {
+            let client = try RawClient(port: port)
+            client.send("POST /ping HTTP/1.1\r\nHost: x\r\n" + lengths.joined(separator: "\r\n") + "\r\n\r\nhiGET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try client.readResponse()
+            // Refused by this check, or by libmicrohttpd's own parser before it (its body then).
+            XCTAssertEqual(response.status, 400, "\(lengths)")
+            XCTAssertTrue(client.waitForClose(seconds: 3), "connection kept open after \(lengths)")
+        }
+        XCTAssertEqual(hits.value, 0)
+        // The same length twice is one length (RFC 9112 §6.3 lets a recipient accept it).
+        let client = try RawClient(port: port)
+        client.send("POST /ping HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+        XCTAssertNotEqual(try client.readResponse().status, 400)
+    }
 }
 
 /// Issue 22 item 4: the idle timeout restarts with every byte, so a trickling client would hold a

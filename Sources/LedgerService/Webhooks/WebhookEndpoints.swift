@@ -62,7 +62,20 @@ struct WebhookEndpoints: Sendable {
         record.disabledReason = enabled ? nil : (reason ?? "disabled by an operator")
         try await save(enabled ? Self.enabled : Self.disabled, &record, requestedBy: requestedBy)
         log.info(enabled ? "webhook endpoint enabled" : "webhook endpoint disabled", ["endpoint": name])
+        if !enabled { try await giveUpPending(record) }
         return record
+    }
+
+    /// A disabled endpoint's pending events are given up at once (each an `outbox/exhausted`
+    /// event saying why), not left waiting for their next attempt — up to a day away — to find
+    /// out; `POST /v1/admin/webhooks/replay {"exhausted": true, "endpoint": …}` requeues them
+    /// once it is enabled again.
+    private func giveUpPending(_ record: WebhookEndpointRecord) async throws {
+        let ids = try await store.outbox.giveUpPending(
+            WebhookOutbox.name, partition: record.name,
+            reason: "endpoint \(record.name) was disabled (\(record.disabledReason ?? "no reason")); replay after enabling it",
+            now: Clock.nowMillis())
+        if !ids.isEmpty { log.info("pending webhook events of a disabled endpoint given up", ["endpoint": record.name, "items": String(ids.count)]) }
     }
 
     /// Signs with `secret` from now on and, for `overlapSeconds`, with the one before too (both
@@ -112,6 +125,7 @@ struct WebhookEndpoints: Sendable {
             record.enabled = enabled
             record.disabledReason = enabled ? nil : (endpoint.enabled ? record.disabledReason : "enabled: false in the configuration")
             try await save(Self.configured, &record, requestedBy: requestedBy)
+            if !enabled { try await giveUpPending(record) }
             changed.append(endpoint.name)
         }
         if !changed.isEmpty { log.info("webhook endpoints recorded from the configuration", ["endpoints": changed.joined(separator: ",")]) }

@@ -389,11 +389,7 @@ public struct Outbox: Sendable {
             }
         }
         func append(_ body: [String: JSONValue]) async throws(StoreError) -> AppendOutcome {
-            let payload = JSONValue.object(body).canonicalJSON()
-            return try await events.append(NewEvent(
-                streamId: StreamId.ledgerOutbox(consumer: item.consumer).text,
-                dedupeKey: DedupeKey.outbox(consumer: item.consumer, item: item.id, generation: item.generation, step: "a\(attempt)"),
-                source: .ledger, type: type, environment: nil, signedAt: now, payload: payload, raw: payload))
+            try await events.append(Self.attemptEvent(item, type: type, now: now, extra: body))
         }
         do {
             return try await append(body)
@@ -406,6 +402,50 @@ public struct Outbox: Sendable {
                                     + StorableText.clean("\(error)", limit: 500))
             return try await append(body)
         }
+    }
+
+    /// Gives up at once every pending item of `partition` (a webhook endpoint) that no worker has
+    /// in flight: one `outbox/exhausted` event each, saying why, appended `chunk` at a time so the
+    /// head lock is never held for one huge batch. An item in flight settles by its own attempt;
+    /// its worker then finds the same state (the caller changed it first). A racing worker's own
+    /// give-up of the same attempt has the same dedupe key, so each attempt is recorded once.
+    /// Returns the ids given up; `replay` requeues them.
+    @discardableResult
+    public func giveUpPending(_ consumer: String, partition: String, reason: String, now: EpochMillis,
+                              chunk: Int = 500) async throws(StoreError) -> [String] {
+        let items = try await select(
+            """
+            SELECT \(Self.columns) FROM outbox_items
+            WHERE consumer = $1 AND status = 'pending' AND split_part(ordering_key, '|', 1) = $2
+              AND (lease_until IS NULL OR lease_until <= $3)
+            ORDER BY cause_position, id
+            """, [.text(consumer), .text(partition), .int64(now)], name: "outbox pending of a partition")
+        var given: [String] = []
+        for start in stride(from: 0, to: items.count, by: max(chunk, 1)) {
+            let batch = items[start..<min(start + max(chunk, 1), items.count)]
+            let events = batch.map { item in
+                Self.attemptEvent(item, type: LedgerEventType.outboxExhausted, now: now,
+                                  extra: ["error": .string(StorableText.clean(reason, limit: 2000))])
+            }
+            _ = try await self.events.append(events)
+            given += batch.map(\.id)
+        }
+        return given
+    }
+
+    /// The ledger event recording attempt `attempts + 1` of `item`.
+    static func attemptEvent(_ item: OutboxItem, type: String, now: EpochMillis, extra: [String: JSONValue]) -> NewEvent {
+        let attempt = item.attempts + 1
+        var body: [String: JSONValue] = [
+            "consumer": .string(item.consumer), "item": .string(item.id), "generation": .integer(Int64(item.generation)),
+            "attempt": .integer(Int64(attempt)),
+        ]
+        body.merge(extra) { $1 }
+        let payload = JSONValue.object(body).canonicalJSON()
+        return NewEvent(
+            streamId: StreamId.ledgerOutbox(consumer: item.consumer).text,
+            dedupeKey: DedupeKey.outbox(consumer: item.consumer, item: item.id, generation: item.generation, step: "a\(attempt)"),
+            source: .ledger, type: type, environment: nil, signedAt: now, payload: payload, raw: payload)
     }
 
     /// The consumer's answer event at `position` exists (stored now or before): mark the item done
