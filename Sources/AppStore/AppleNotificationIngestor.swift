@@ -50,12 +50,6 @@ public final class AppleNotificationIngestor: Sendable {
     public enum Intake {
         case readable(NewEvent)
         case unreadable(NewEvent, reason: AppleVerificationError)
-
-        public var event: NewEvent {
-            switch self {
-            case .readable(let e), .unreadable(let e, _): e
-            }
-        }
     }
 
     /// `ingestV2` for the webhook: once the outer signature and chain hold, the notification is
