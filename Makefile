@@ -81,8 +81,9 @@ test-soak: deps
 	@scripts/test-soak.sh $(SOAK_FLAGS)
 
 # Every benchmark, in a release build: each prints the median of 3 runs with min/max beside its
-# same-run baseline and one `ratio:` line, and records them in .build/bench.json; README's
-# performance table is then rewritten from that file (scripts/bench-table.py).
+# same-run baseline and one `ratio:` line, and records them in .build/bench.json; that file is
+# kept as docs/bench/<date>.json (commit it) and README's performance table is rewritten from it
+# (scripts/bench-table.py; `make test` checks the table against the file it names).
 # (`ledger-dev bench` spawns the release `ledger` next to it for ingest, read, refund-inquiry.)
 BENCHMARKS ?= verify fold append ingest read rebuild refund-inquiry refunds reports webhooks ties
 bench: release db-start
@@ -90,7 +91,8 @@ bench: release db-start
 	@rm -f .build/bench.json
 	@eval "$$($(DB) env)"; for b in $(BENCHMARKS); do \
 	  echo "== ledger-dev bench $$b"; .build/release/ledger-dev bench $$b || exit 1; done
-	@python3 scripts/bench-table.py .build/bench.json README.md
+	@mkdir -p docs/bench && cp .build/bench.json docs/bench/$$(date -u +%F).json
+	@python3 scripts/bench-table.py docs/bench/$$(date -u +%F).json README.md
 
 # The regression guard CI runs (.ci/run): a release build, one small run of the ingest (1 and 100
 # prior events), webhook and entitlement-read benchmarks, each checked against a floor far below

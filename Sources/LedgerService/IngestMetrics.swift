@@ -18,6 +18,11 @@ extension LedgerApp {
             return [(labels: ["result": "hit"], value: Double(s.hits)), (labels: ["result": "miss"], value: Double(s.misses)),
                     (labels: ["result": "full"], value: Double(s.fullRefolds))]
         }
+        metrics.gauge("ledger_report_fold_total", help: "Subscriptions the reports' catch-up folded onto a live fold snapshot (snapshot) or from all their facts (full)") {
+            let s = store.liveFoldStatistics
+            return [(labels: ["result": "snapshot"], value: Double(s.reportSnapshotFolds)),
+                    (labels: ["result": "full"], value: Double(s.reportFullFolds))]
+        }
         metrics.gauge("ledger_live_fold_snapshot_facts", help: "Facts held in the live projection's fold snapshots") {
             [(labels: [:], value: Double(store.liveFoldStatistics.facts))]
         }

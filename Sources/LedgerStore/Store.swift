@@ -129,7 +129,8 @@ public final class Store: Sendable {
         outbox = Outbox(pool: pool, events: events, consumers: configuration.outboxConsumers)
         projections = ProjectionQueries(pool: pool, catalog: configuration.catalog)
         refunds = RefundFactQueries(pool: pool)
-        worker = ProjectionWorker(pool: pool, connections: connections, projector: projector, outbox: derivation)
+        worker = ProjectionWorker(pool: pool, connections: connections, projector: projector, outbox: derivation,
+                                  registered: Projections.registered(projector: projector, snapshots: configuration.liveProjections ? foldSnapshots : nil))
         var deriver = FactDeriver(connections: connections)
         deriver.outbox = derivation
         facts = deriver
@@ -237,7 +238,8 @@ public final class Store: Sendable {
     /// (hits) or from all their facts (misses), and those that take the full path.
     public var liveFoldStatistics: LiveFoldStatistics {
         let c = foldSnapshots.counters
-        return LiveFoldStatistics(hits: c.hits, misses: c.misses, fullRefolds: c.unsnapshotted, snapshots: c.entries, facts: c.facts)
+        return LiveFoldStatistics(hits: c.hits, misses: c.misses, fullRefolds: c.unsnapshotted, snapshots: c.entries, facts: c.facts,
+                                  reportSnapshotFolds: c.peeked, reportFullFolds: c.peekMissed)
     }
 
     /// Closes the pools (in-flight reads finish; appends already queued are answered).

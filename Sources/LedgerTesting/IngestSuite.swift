@@ -36,11 +36,16 @@ public enum IngestSuite {
         public var environment: String
         /// `scripts/pgbench-ingest.sql`.
         public var pgbenchScript: String
+        /// The scratch database pgbench runs in, dropped by the caller once the service has
+        /// stopped; nil: created here and dropped at the end. PostgreSQL 15's DROP DATABASE waits
+        /// for every backend of the cluster to close its files (a ProcSignalBarrier), and the
+        /// service's idle LISTEN connection was seen holding that wait for good while it ran.
+        public var pgbenchDatabase: TestDatabase?
 
         public init(baseURL: String, databaseConninfo: String, serverConninfo: String, adminToken: String? = nil,
                     notifications: Int = 2_000, connections: Int = 32, runs: Int = 3, priors: [Int] = [1, 10, 100],
                     warmup: Int = 400, bundleId: String = "com.example", environment: String = "Sandbox",
-                    pgbenchScript: String = IngestSuite.locateScript()) {
+                    pgbenchScript: String = IngestSuite.locateScript(), pgbenchDatabase: TestDatabase? = nil) {
             self.baseURL = baseURL
             self.databaseConninfo = databaseConninfo
             self.serverConninfo = serverConninfo
@@ -53,6 +58,7 @@ public enum IngestSuite {
             self.bundleId = bundleId
             self.environment = environment
             self.pgbenchScript = pgbenchScript
+            self.pgbenchDatabase = pgbenchDatabase
         }
     }
 
@@ -76,6 +82,9 @@ public enum IngestSuite {
         public var chainCacheHitRate: Double?
         /// Subscriptions the live projection refolded from a snapshot, of all it refolded, this run.
         public var foldSnapshotHitRate: Double?
+        /// Subscriptions the reports' catch-up folded onto a live snapshot, of all it folded (the
+        /// counters are read when the posting ends, while the catch-up may still run).
+        public var reportSnapshotRate: Double?
         public var eventsPerBatch: Double?
     }
 
@@ -108,8 +117,8 @@ public enum IngestSuite {
         let tag = UInt64.random(in: 0..<100_000)
         let store = Store(.init(databaseURL: o.databaseConninfo, poolSize: 2, acquireTimeout: .seconds(60)))
         defer { store.close() }
-        let pgbenchDatabase = try TestDatabase.create(serverConninfo: o.serverConninfo, prefix: "ledger_bench")
-        defer { try? pgbenchDatabase.drop() }
+        let pgbenchDatabase = try o.pgbenchDatabase ?? TestDatabase.create(serverConninfo: o.serverConninfo, prefix: "ledger_bench")
+        defer { if o.pgbenchDatabase == nil { try? pgbenchDatabase.drop() } }
         try PgbenchIngest.createTable(in: pgbenchDatabase, compressedLikeEventsOf: o.databaseConninfo)
         let fix = "start the service trusting the benchmark authority's root (LEDGER_APPLE_ROOT_CERTS) and accepting \(o.bundleId)/\(o.environment)"
 
@@ -148,6 +157,7 @@ public enum IngestSuite {
                 if let before, let after {
                     result.chainCacheHitRate = after.chainHitRate(since: before)
                     result.foldSnapshotHitRate = after.foldHitRate(since: before)
+                    result.reportSnapshotRate = after.reportSnapshotRate(since: before)
                     let batches = after.batches - before.batches
                     if batches > 0 { result.eventsPerBatch = (after.appended - before.appended) / batches }
                 }
@@ -173,6 +183,8 @@ public enum IngestSuite {
             if !chain.isEmpty { details["verifier chain-cache hit rate"] = median(chain) }
             let fold = r.compactMap(\.foldSnapshotHitRate)
             if !fold.isEmpty { details["live fold snapshot hit rate"] = median(fold) }
+            let reports = r.compactMap(\.reportSnapshotRate)
+            if !reports.isEmpty { details["reports fold snapshot rate"] = median(reports) }
             let batch = r.compactMap(\.eventsPerBatch)
             if !batch.isEmpty { details["events per append batch"] = median(batch) }
             if w > 0, priors[0] == 1 {
@@ -304,6 +316,7 @@ public enum IngestSuite {
     struct ServiceCounters {
         var chainHits = 0.0, chainMisses = 0.0
         var foldHits = 0.0, foldMisses = 0.0, foldFull = 0.0
+        var reportSnapshot = 0.0, reportFull = 0.0
         var batches = 0.0, appended = 0.0
 
         static func read(target: LoopbackTarget, token: String) throws -> ServiceCounters {
@@ -322,6 +335,8 @@ public enum IngestSuite {
                 case #"ledger_live_fold_total{result="hit"}"#: c.foldHits = value
                 case #"ledger_live_fold_total{result="miss"}"#: c.foldMisses = value
                 case #"ledger_live_fold_total{result="full"}"#: c.foldFull = value
+                case #"ledger_report_fold_total{result="snapshot"}"#: c.reportSnapshot = value
+                case #"ledger_report_fold_total{result="full"}"#: c.reportFull = value
                 case "ledger_append_batches_total": c.batches = value
                 case "ledger_events_appended_total": c.appended = value
                 default: continue
@@ -332,6 +347,11 @@ public enum IngestSuite {
 
         func chainHitRate(since b: ServiceCounters) -> Double? {
             let hits = chainHits - b.chainHits, all = hits + chainMisses - b.chainMisses
+            return all > 0 ? hits / all : nil
+        }
+
+        func reportSnapshotRate(since b: ServiceCounters) -> Double? {
+            let hits = reportSnapshot - b.reportSnapshot, all = hits + reportFull - b.reportFull
             return all > 0 ? hits / all : nil
         }
 

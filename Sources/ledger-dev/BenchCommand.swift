@@ -87,13 +87,18 @@ enum BenchCommand {
                                         baselineLabel: "pgbench single-row INSERT of the same rows", baseline: baseline))
             }
         case "ingest":
+            // Dropped after the service stops (declared first, its defer runs last): see
+            // IngestSuite.Options.pgbenchDatabase.
+            let pgbenchDatabase = try TestDatabase.create(serverConninfo: try needServer(), prefix: "ledger_bench")
+            defer { try? pgbenchDatabase.drop() }
             let spawned = try SpawnedService(options: try ReliabilityOptions(quick: false), environment: ["LEDGER_TOKENS": "admin:bench-ingest-admin-0123456789abcdef0123456789abcdef"])
             defer { spawned.stop() }
             let summaries = try await IngestSuite.run(
                 .init(baseURL: spawned.baseURL, databaseConninfo: spawned.database.adminConninfo, serverConninfo: try needServer(),
                       adminToken: "bench-ingest-admin-0123456789abcdef0123456789abcdef", notifications: try args.int("notifications", default: 2_000),
                       connections: try args.int("connections", default: 32), runs: try args.int("runs", default: 3),
-                      priors: (args.options["priors"] ?? "1,10,100").split(separator: ",").compactMap { Int($0) }),
+                      priors: (args.options["priors"] ?? "1,10,100").split(separator: ",").compactMap { Int($0) },
+                      pgbenchDatabase: pgbenchDatabase),
                 authority: spawned.authority, log: progress)
             print("bench ingest: signed V2 notifications (3 JWS each) into a spawned `ledger serve` vs pgbench single-row commits of the same bytes (service pid \(spawned.pid.map(String.init) ?? "?"))")
             let rss = spawned.pid.flatMap(Self.peakResidentMegabytes)

@@ -52,4 +52,36 @@ final class BenchSummaryTests: XCTestCase {
         XCTAssertEqual(fig?["median"] as? Double, 2)
         XCTAssertEqual(fig?["max"] as? Double, 3)
     }
+
+    /// README's performance figures are those of the committed bench file its table names: the
+    /// check passes on README as it is, and fails on a copy with one figure changed.
+    func testREADMEsPerformanceTableIsTheCommittedBenchFile() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        func check(_ readme: String) throws -> (status: Int32, output: String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["python3", "scripts/bench-table.py", "--check", readme]
+            process.currentDirectoryURL = root
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            process.standardError = pipe
+            try process.run()
+            let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, output)
+        }
+        let asIs = try check("README.md")
+        XCTAssertEqual(asIs.status, 0, asIs.output)
+
+        let text = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let table = try XCTUnwrap(text.range(of: "<!-- bench-table:start -->"))
+        let figure = try XCTUnwrap(text.range(of: #"\*\*[0-9]+\.[0-9]+\*\*"#, options: .regularExpression, range: table.upperBound..<text.endIndex))
+        let tampered = text.replacingCharacters(in: figure, with: "**9.99**")
+        let copy = FileManager.default.temporaryDirectory.appendingPathComponent("README-\(UUID().uuidString).md")
+        try tampered.write(to: copy, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: copy) }
+        let changed = try check(copy.path)
+        XCTAssertEqual(changed.status, 1, changed.output)
+        XCTAssertTrue(changed.output.contains("differs from docs/bench/"), changed.output)
+    }
 }

@@ -223,6 +223,49 @@ final class ReportProjectionTests: XCTestCase {
         try await assertTablesEqualTheFold(at: newHead)
     }
 
+    /// A pass of the service's worker folds the range's facts onto the append's snapshots instead
+    /// of reading each subscription's history: passes that end before a snapshot, at it and after
+    /// it, facts another instance appended after this one's snapshot, WeChat subscriptions (never
+    /// snapshotted) and ties, and after every pass the tables equal the fold; at the end, the same
+    /// rows as a catch-up from zero that reads every history.
+    func testPassesFoldedOntoTheAppendsSnapshotsLeaveTheTablesOfTheFold() async throws {
+        var events = try Self.population(seed: 0x2025)
+        // Some subscriptions' first notification arrives last: a pass whose only fact of them is
+        // older than what the tables hold keeps their latest business time.
+        for stream in Array(Set(events.filter { $0.source == .apple }.map(\.streamId)).sorted().prefix(6)) {
+            let first = events.firstIndex { $0.source == .apple && $0.streamId == stream }!
+            events.append(events.remove(at: first))
+        }
+        let worker = ProjectionWorker(pool: store.pool, projector: store.projector, batchSize: 7, projections: [.reports],
+                                      registered: Projections.registered(projector: store.projector, snapshots: store.foldSnapshots))
+        let other = Store(.init(databaseURL: database.service, poolSize: 2, catalog: ProjectionFixture.catalog))
+        defer { other.close() }
+        var start = 0
+        var passes = 0
+        while start < events.count {
+            let end = min(events.count, start + 23)
+            // Every third chunk through another instance: this one's snapshots lack its facts.
+            try await ProjectionFixture.append(Array(events[start..<end]), to: (passes % 3 == 2 ? other : store).events, chunk: 9)
+            start = end
+            _ = try await worker.catchUp()
+            passes += 1
+            if passes % 40 == 0 || start == events.count {
+                try await assertTablesEqualTheFold(at: try await store.events.headPosition(), everyQuery: false)
+            }
+        }
+        let statistics = store.liveFoldStatistics
+        XCTAssertGreaterThan(statistics.reportSnapshotFolds, 30, "passes fold onto the append's snapshots")
+        XCTAssertGreaterThan(statistics.reportFullFolds, 0, "WeChat subscriptions and passes behind a snapshot read every fact")
+        let folded = try dump()
+
+        try database.adminScript("""
+            TRUNCATE projections.report_subscriptions, projections.report_members, projections.report_daily, projections.report_cohorts;
+            UPDATE projection_checkpoints SET position = 0 WHERE projection = 'reports';
+            """)
+        _ = try await reportsWorker(batchSize: 100_000).catchUp()
+        XCTAssertEqual(try dump(), folded, "a catch-up reading every history leaves the same rows")
+    }
+
     func testAStoppedProjectionIsNotServedStaleAndAPositionBeyondTheLogIsRefused() async throws {
         try await ProjectionFixture.append(try Self.population(seed: 7).prefix(60).map { $0 }, to: store.events)
         let head = try await store.events.headPosition()

@@ -33,6 +33,9 @@ public struct LiveFoldStatistics: Sendable, Equatable {
     public var fullRefolds: Int
     public var snapshots: Int
     public var facts: Int
+    /// Subscriptions the reports' catch-up folded onto a live snapshot / read from all their facts.
+    public var reportSnapshotFolds: Int = 0
+    public var reportFullFolds: Int = 0
 }
 
 final class FoldSnapshots: Sendable {
@@ -56,6 +59,9 @@ final class FoldSnapshots: Sendable {
         var unsnapshotted = 0
         var entries = 0
         var facts = 0
+        /// Subscriptions the reports' catch-up folded onto a snapshot / read whole.
+        var peeked = 0
+        var peekMissed = 0
     }
 
     private struct State: ~Copyable {
@@ -92,6 +98,27 @@ final class FoldSnapshots: Sendable {
                 found[key] = entry
             }
             return found
+        }
+    }
+
+    /// Copies of the snapshots of `keys` whose position lies in `positions`, left in place (a
+    /// reader after the commit: the reports' catch-up). The append that next takes one of them
+    /// copies its dictionaries once if this copy is still held; a miss costs the full read.
+    func peek(_ keys: [SubscriptionKey], in positions: ClosedRange<Int64>) -> [SubscriptionKey: Entry] {
+        state.withLock { s in
+            var found: [SubscriptionKey: Entry] = [:]
+            for key in keys {
+                guard let entry = s.entries[key], positions.contains(entry.position) else { continue }
+                found[key] = entry
+            }
+            return found
+        }
+    }
+
+    func countReportFolds(snapshot: Int, full: Int) {
+        state.withLock {
+            $0.counters.peeked += snapshot
+            $0.counters.peekMissed += full
         }
     }
 

@@ -105,9 +105,11 @@ enum Projections {
     }()
 
     /// Every projection the ledger keeps, in the order the worker passes them.
-    static func registered(projector: Projector) -> [any Projection] {
+    /// `snapshots`: the append's fold snapshots, which the reports' passes of this process fold onto.
+    static func registered(projector: Projector, snapshots: FoldSnapshots? = nil) -> [any Projection] {
         [SubscriptionCutsProjection(projector: projector), RefundCasesProjection(),
-         WeChatContractsProjection(catalogPeriods: projector.catalogPeriods), ReportsProjection(catalogPeriods: projector.catalogPeriods),
+         WeChatContractsProjection(catalogPeriods: projector.catalogPeriods),
+         ReportsProjection(catalogPeriods: projector.catalogPeriods, snapshots: snapshots),
          AppleStatusChecksProjection(), WebhookEventsProjection(projector: projector)]
     }
 }

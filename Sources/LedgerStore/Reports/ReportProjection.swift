@@ -12,6 +12,9 @@ internal import Postgres
 struct ReportsProjection: Projection {
     /// The catalog's periods (`SubscriptionFold.catalogPeriods`), as every fold of the ledger has them.
     let catalogPeriods: [String: EpochMillis]
+    /// The append's fold snapshots, when this process appends: a pass folds onto them instead of
+    /// reading each touched subscription's whole history (nil: it always reads it).
+    var snapshots: FoldSnapshots? = nil
     var names: [ProjectionName] { [.reports] }
     /// A contribution walks a subscription's whole history day by day: kept by the catch-up, never
     /// in the append transaction.
@@ -22,7 +25,7 @@ struct ReportsProjection: Projection {
     }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try ReportProjection.apply(range, next: next, catalogPeriods: catalogPeriods, on: connection)
+        try ReportProjection.apply(range, next: next, catalogPeriods: catalogPeriods, snapshots: next ? nil : snapshots, on: connection)
     }
 
     func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
@@ -87,25 +90,77 @@ enum ReportProjection {
     /// how many.
     @discardableResult
     static func apply(_ range: ClosedRange<Int64>, next: Bool = false, catalogPeriods: [String: EpochMillis],
-                      on connection: Connection) throws -> Int {
+                      snapshots: FoldSnapshots? = nil, on connection: Connection) throws -> Int {
         // A tie names who holds a subscription, which no figure is split by: a subscription only
         // tied or untied in the range has the contribution it had.
         let keys = try FactStore.subscriptions(touchedByPositions: range, ignoring: [.customerTie], on: connection)
-        try refold(keys, upTo: range.upperBound, next: next, catalogPeriods: catalogPeriods, on: connection)
+        try refold(keys, upTo: range.upperBound, next: next, catalogPeriods: catalogPeriods,
+                   pass: snapshots.map { PassFolds(snapshots: $0, from: range.lowerBound) }, on: connection)
         return keys.count
+    }
+
+    /// What a pass may start its folds from instead of each subscription's whole history: the
+    /// append's snapshots (each the fold of every fact up to its position; LiveFold.swift says why
+    /// that is the full fold), and where the pass's range starts (the tables hold every
+    /// contribution as of the position before).
+    struct PassFolds {
+        let snapshots: FoldSnapshots
+        let from: Int64
     }
 
     /// The contributions of `keys` folded from their facts up to `upTo` (with the order facts that
     /// join them, as the subscription projections fold); keys without facts are left out.
+    ///
+    /// With `pass`, a key with a snapshot at a position `s` ≤ `upTo` is folded on from it with its
+    /// facts in `s+1 … upTo` only, and its latest business time is the larger of what the tables
+    /// stored (`storedLatest`: every fact before the pass's range) and that of its facts from the
+    /// range's start or `s+1`, whichever is earlier. One whose facts bring order facts (WeChat,
+    /// aliases) reads everything, as the append does. The snapshot is only read (a copy): the
+    /// reports keep no folds of their own, which would double what the snapshots hold.
     static func contributions(of keys: Set<SubscriptionKey>, upTo: Int64, catalogPeriods: [String: EpochMillis],
+                              pass: PassFolds? = nil, storedLatest: [String: EpochMillis] = [:],
                               on connection: Connection) throws -> [Folded] {
-        let sorted = keys.sorted()
-        let (attached, candidates) = try FactStore.facts(of: sorted, upTo: upTo, on: connection)
-        return sorted.compactMap { key in
-            guard let facts = attached[key], let latest = facts.lazy.compactMap(Self.reportedTime).max() else { return nil }
-            let fold = SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)
-            return folded(key, latest: latest, candidates.isEmpty ? fold : SubscriptionProjection.attach(candidates, to: fold))
+        var rest = keys
+        var out: [Folded] = []
+        if let pass {
+            var entries = pass.snapshots.peek(keys.sorted(), in: 0...upTo)
+            let started = entries.keys.sorted()
+            var newer: [SubscriptionKey: [Fact]] = [:]
+            if !started.isEmpty {
+                for row in try connection.query(
+                    """
+                    SELECT \(FactRows.qualifiedColumns) FROM public.facts f
+                    JOIN unnest($2::text[], $3::int8[]) AS k(sub, after) ON f.subscription = k.sub AND f.position > k.after
+                    WHERE f.schema_version = $1 AND f.position <= $4
+                    ORDER BY f.subscription, f.position, f.ordinal
+                    """,
+                    [.int64(Int64(FactStore.version)), .array(started.map { .text($0.text) }, of: .text),
+                     .array(started.map { .int64(min(entries[$0]!.position, pass.from - 1)) }, of: .int8), .int64(upTo)],
+                    name: "report facts after snapshots").rows {
+                    let fact = try FactRows.fact(FactQueryRow(row: row))
+                    if let key = fact.subscription { newer[key, default: []].append(fact) }
+                }
+            }
+            for key in started {
+                let facts = newer[key] ?? []
+                if facts.contains(where: { $0.origin == .wechat || $0.kind == .orderAlias }) { continue }
+                guard var entry = entries.removeValue(forKey: key) else { continue }
+                rest.remove(key)
+                entry.fold.catalogPeriods = catalogPeriods
+                for fact in facts where fact.position > entry.position { entry.fold.apply(fact) }
+                let latest = ([storedLatest[key.text]] + facts.map(Self.reportedTime)).compactMap { $0 }.max()
+                if let latest { out.append(folded(key, latest: latest, entry.fold)) }
+            }
+            pass.snapshots.countReportFolds(snapshot: keys.count - rest.count, full: rest.count)
         }
+        let sorted = rest.sorted()
+        let (attached, candidates) = try FactStore.facts(of: sorted, upTo: upTo, on: connection)
+        for key in sorted {
+            guard let facts = attached[key], let latest = facts.lazy.compactMap(Self.reportedTime).max() else { continue }
+            let fold = SubscriptionFold(key: key, facts: facts, catalogPeriods: catalogPeriods)
+            out.append(folded(key, latest: latest, candidates.isEmpty ? fold : SubscriptionProjection.attach(candidates, to: fold)))
+        }
+        return out
     }
 
     /// The business time a fact gives a report's default range end (`latest_signed_at`): its
@@ -124,7 +179,7 @@ enum ReportProjection {
     /// adds a day's, while a long subscription has hundreds (deleting and re-inserting them all
     /// on every pass made the reports' cost grow with the history).
     static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, next: Bool, catalogPeriods: [String: EpochMillis],
-                       on connection: Connection) throws {
+                       pass: PassFolds? = nil, on connection: Connection) throws {
         guard !keys.isEmpty else { return }
         let tables = Tables(next: next)
         // A contribution holds a cell per day of the subscription's life: a pass over a thousand
@@ -134,7 +189,7 @@ enum ReportProjection {
         let sorted = keys.sorted()
         for start in stride(from: 0, to: sorted.count, by: refoldChunk) {
             let chunk = Set(sorted[start..<min(start + refoldChunk, sorted.count)])
-            try refold(chunk, upTo: upTo, tables: tables, catalogPeriods: catalogPeriods, into: &delta, on: connection)
+            try refold(chunk, upTo: upTo, tables: tables, catalogPeriods: catalogPeriods, pass: pass, into: &delta, on: connection)
         }
         try add(delta, to: tables, on: connection)
     }
@@ -143,20 +198,29 @@ enum ReportProjection {
     static let refoldChunk = 64
 
     private static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, tables: Tables, catalogPeriods: [String: EpochMillis],
-                               into delta: inout ReportRollup, on connection: Connection) throws {
-        let folded = try contributions(of: keys, upTo: upTo, catalogPeriods: catalogPeriods, on: connection)
+                               pass: PassFolds?, into delta: inout ReportRollup, on connection: Connection) throws {
         let ids = PostgresValue.array(keys.sorted().map { .text($0.text) }, of: .text)
-        for row in try connection.query("DELETE FROM \(tables.subscriptions) WHERE subscription = ANY($1) RETURNING body", [ids],
-                                        name: "clear report contributions").rows {
-            delta.subtract(try ReportRows.decode(try row.decode(Data.self, "body")))
-        }
-        var stored = Set<MemberRow>()
+        var storedLatest: [String: EpochMillis] = [:]
         for row in try connection.query(
-            "SELECT subscription, metric, dimensions, first_day, last_day FROM \(tables.members) WHERE subscription = ANY($1)", [ids],
-            name: "report members of subscriptions").rows {
-            stored.insert(MemberRow(subscription: try row.decode(String.self, "subscription"), metric: try row.decode(String.self, "metric"),
-                                    dimensions: try row.decode(Int32.self, "dimensions"), first: try row.decode(Int32.self, "first_day"),
-                                    last: try row.decode(Int32.self, "last_day")))
+            "DELETE FROM \(tables.subscriptions) WHERE subscription = ANY($1) RETURNING subscription, latest_signed_at, body", [ids],
+            name: "clear report contributions").rows {
+            delta.subtract(try ReportRows.decode(try row.decode(Data.self, "body")))
+            storedLatest[try row.decode(String.self, "subscription")] = try row.decode(Int64.self, "latest_signed_at")
+        }
+        let folded = try contributions(of: keys, upTo: upTo, catalogPeriods: catalogPeriods, pass: pass,
+                                       storedLatest: storedLatest, on: connection)
+        // Each stored row with where it is: the rows a refold no longer yields are deleted by that
+        // place. Matched by their five values instead, the DELETE was planned as a hash join over
+        // the whole table (or a probe of the (metric, first_day) index, which names every
+        // subscription that started that day): 35–117 ms a pass, a database core beside the append.
+        // The pass holds the projection's checkpoint row, so no other writer moves these rows.
+        var stored: [MemberRow: [String]] = [:]
+        for row in try connection.query(
+            "SELECT ctid::text AS place, subscription, metric, dimensions, first_day, last_day FROM \(tables.members) WHERE subscription = ANY($1)",
+            [ids], name: "report members of subscriptions").rows {
+            stored[MemberRow(subscription: try row.decode(String.self, "subscription"), metric: try row.decode(String.self, "metric"),
+                             dimensions: try row.decode(Int32.self, "dimensions"), first: try row.decode(Int32.self, "first_day"),
+                             last: try row.decode(Int32.self, "last_day")), default: []].append(try row.decode(String.self, "place"))
         }
         for f in folded { delta.add(f.contribution) }
         let members = try insert(folded, into: tables, on: connection)
@@ -201,22 +265,19 @@ enum ReportProjection {
         return members
     }
 
-    /// Deletes the drill-down rows of `stored` that `members` lacks and inserts those it adds.
-    static func write(members: Set<MemberRow>, replacing stored: Set<MemberRow>, into tables: Tables, on connection: Connection) throws {
+    /// Deletes the drill-down rows of `stored` (each with its places in the table) that `members`
+    /// lacks and inserts those it adds.
+    static func write(members: Set<MemberRow>, replacing stored: [MemberRow: [String]], into tables: Tables, on connection: Connection) throws {
         func columns(_ rows: [MemberRow]) -> [PostgresValue] {
             [.array(rows.map { .text($0.subscription) }, of: .text), .array(rows.map { .text($0.metric) }, of: .text),
              .array(rows.map { .int32($0.dimensions) }, of: .int4), .array(rows.map { .int32($0.first) }, of: .int4),
              .array(rows.map { .int32($0.last) }, of: .int4)]
         }
-        let gone = Array(stored.subtracting(members)), added = Array(members.subtracting(stored))
+        let gone = stored.filter { !members.contains($0.key) }.flatMap(\.value)
+        let added = Array(members.filter { stored[$0] == nil })
         if !gone.isEmpty {
-            try connection.query(
-                """
-                DELETE FROM \(tables.members) m USING unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::integer[])
-                  AS g(subscription, metric, dimensions, first_day, last_day)
-                WHERE m.subscription = g.subscription AND m.metric = g.metric AND m.dimensions = g.dimensions
-                  AND m.first_day = g.first_day AND m.last_day = g.last_day
-                """, columns(gone), name: "delete changed report members")
+            try connection.query("DELETE FROM \(tables.members) WHERE ctid = ANY($1::text[]::tid[])",
+                                 [.array(gone.map { .text($0) }, of: .text)], name: "delete changed report members")
         }
         if !added.isEmpty {
             try connection.query(
