@@ -29,8 +29,10 @@ enum AppleStatusProjection {
         guard !touched.isEmpty else { return }
         let stated = try connection.query(
             """
-            SELECT DISTINCT subscription FROM public.facts
-            WHERE schema_version = $1 AND subscription = ANY($2) AND kind = 'apple_status' AND position <= $3
+            SELECT k.sub AS subscription FROM unnest($2::text[]) AS k(sub)
+            WHERE EXISTS (
+                SELECT 1 FROM public.facts
+                WHERE schema_version = $1 AND subscription = k.sub AND kind = 'apple_status' AND position <= $3 OFFSET 0)
             """, [.int64(Int64(FactStore.version)), .array(touched.map { .text($0.text) }, of: .text), .int64(range.upperBound)],
             name: "subscriptions with apple statements")
             .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }

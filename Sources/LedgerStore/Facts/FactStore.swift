@@ -10,6 +10,15 @@ internal import Postgres
 /// usual case), else the runner's catch-up (`CatchUp.Lane.facts`, through `derive`) derives them from the stored events in position
 /// order. Every projection reads facts only up to that checkpoint, so no reader ever folds an
 /// event whose facts are missing.
+///
+/// Keyed batch reads (the facts, events, webhook events or report rows of several subscriptions)
+/// are written as one index probe per key: `unnest` of the keys `CROSS JOIN LATERAL` a subquery
+/// ending in `OFFSET 0`, which PostgreSQL cannot flatten into an ordinary join. Written as a join
+/// or `= ANY`, the plan follows the table statistics, and in a log that grows faster than
+/// autovacuum analyses it (a new installation, an import, a burst) PostgreSQL chose a hash join
+/// over a sequential scan, or a scan of every fact up to a position, on every batch: the append
+/// and the catch-up then cost more with each event stored. A probe per key costs the same whatever
+/// the statistics say.
 enum FactStore {
     static var version: Int { FactDecoder.schemaVersion }
     static var checkpoint: String { "facts.v\(version)" }
@@ -91,14 +100,22 @@ enum FactStore {
         // One subscription (every `?at=` read) is asked with `= $2`, not `= ANY($2)`: PostgreSQL
         // plans a prepared `ANY` of an unknown array as costlier than each custom plan and so
         // never settles on the generic one, planning every call again.
+        // Several are asked one index probe each (see the type's note on keyed batch reads).
         let single = keys.count == 1
-        let sql = """
+        let sql = single ? """
             SELECT \(FactRows.columns) FROM public.facts
-            WHERE schema_version = $1 AND subscription \(single ? "= $2" : "= ANY($2)") AND position <= $3
+            WHERE schema_version = $1 AND subscription = $2 AND position <= $3
             ORDER BY subscription, position, ordinal
+            """ : """
+            SELECT f.* FROM unnest($2::text[]) AS k(sub)
+            CROSS JOIN LATERAL (
+                SELECT \(FactRows.columns) FROM public.facts
+                WHERE schema_version = $1 AND subscription = k.sub AND position <= $3 OFFSET 0) f
+            ORDER BY f.subscription, f.position, f.ordinal
             """
+        // Each key once: a key named twice would be probed, and its facts answered, twice.
         let parameters: [PostgresValue] = [.int64(Int64(version)),
-                                           single ? .text(keys[0].text) : .array(keys.map { .text($0.text) }, of: .text), .int64(limit)]
+                                           single ? .text(keys[0].text) : .array(Set(keys).sorted().map { .text($0.text) }, of: .text), .int64(limit)]
         let rows = prepared ? try connection.queryPrepared(sql, parameters, name: "facts of subscriptions")
             : try connection.query(sql, parameters, name: "facts of subscriptions")
         var attached: [SubscriptionKey: [Fact]] = [:]

@@ -115,12 +115,14 @@ struct SharedFold: Sendable {
         let sorted = keys.sorted()
         var cached = snapshots.take(sorted)
         // Every fact after each subscription's snapshot: usually just this batch's, which are
-        // already in the table (recorded earlier in this transaction).
+        // already in the table (recorded earlier in this transaction). One index probe per
+        // subscription (FactStore's note on keyed batch reads).
         let rows = try connection.query(
             """
-            SELECT \(FactRows.qualifiedColumns) FROM public.facts f
-            JOIN unnest($2::text[], $3::int8[]) AS k(sub, after) ON f.subscription = k.sub AND f.position > k.after
-            WHERE f.schema_version = $1
+            SELECT f.* FROM unnest($2::text[], $3::int8[]) AS k(sub, after)
+            CROSS JOIN LATERAL (
+                SELECT \(FactRows.columns) FROM public.facts
+                WHERE schema_version = $1 AND subscription = k.sub AND position > k.after OFFSET 0) f
             ORDER BY f.subscription, f.position, f.ordinal
             """,
             [.int64(Int64(FactStore.version)), .array(sorted.map { .text($0.text) }, of: .text),

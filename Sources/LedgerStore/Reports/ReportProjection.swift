@@ -129,9 +129,10 @@ enum ReportProjection {
             if !started.isEmpty {
                 for row in try connection.query(
                     """
-                    SELECT \(FactRows.qualifiedColumns) FROM public.facts f
-                    JOIN unnest($2::text[], $3::int8[]) AS k(sub, after) ON f.subscription = k.sub AND f.position > k.after
-                    WHERE f.schema_version = $1 AND f.position <= $4
+                    SELECT f.* FROM unnest($2::text[], $3::int8[]) AS k(sub, after)
+                    CROSS JOIN LATERAL (
+                        SELECT \(FactRows.columns) FROM public.facts
+                        WHERE schema_version = $1 AND subscription = k.sub AND position > k.after AND position <= $4 OFFSET 0) f
                     ORDER BY f.subscription, f.position, f.ordinal
                     """,
                     [.int64(Int64(FactStore.version)), .array(started.map { .text($0.text) }, of: .text),
@@ -216,7 +217,12 @@ enum ReportProjection {
         // The pass holds the projection's checkpoint row, so no other writer moves these rows.
         var stored: [MemberRow: [String]] = [:]
         for row in try connection.query(
-            "SELECT ctid::text AS place, subscription, metric, dimensions, first_day, last_day FROM \(tables.members) WHERE subscription = ANY($1)",
+            """
+            SELECT m.* FROM unnest($1::text[]) AS k(sub)
+            CROSS JOIN LATERAL (
+                SELECT ctid::text AS place, subscription, metric, dimensions, first_day, last_day
+                FROM \(tables.members) WHERE subscription = k.sub OFFSET 0) m
+            """,
             [ids], name: "report members of subscriptions").rows {
             stored[MemberRow(subscription: try row.decode(String.self, "subscription"), metric: try row.decode(String.self, "metric"),
                              dimensions: try row.decode(Int32.self, "dimensions"), first: try row.decode(Int32.self, "first_day"),

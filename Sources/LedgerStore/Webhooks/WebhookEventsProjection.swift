@@ -323,14 +323,16 @@ public struct WebhookEventStore: Sendable {
     }
 
     /// The ids stored for each of `keys` (by subscription text).
-    /// The ids of the events of each subscription effective after its time (Migrations/0026).
+    /// The ids of the events of each subscription effective after its time (Migrations/0026), one
+    /// index probe per subscription (FactStore's note on keyed batch reads).
     static func ids(of keys: [SubscriptionKey: EpochMillis], next: Bool, on connection: Connection) throws -> [String: Set<String>] {
         let sorted = keys.keys.sorted()
         var out: [String: Set<String>] = [:]
         for row in try connection.query(
             """
-            SELECT w.subscription, w.id FROM \(table(next: next)) w
-            JOIN unnest($1::text[], $2::int8[]) AS k(sub, after) ON w.subscription = k.sub AND w.effective_at > k.after
+            SELECT w.subscription, w.id FROM unnest($1::text[], $2::int8[]) AS k(sub, after)
+            CROSS JOIN LATERAL (
+                SELECT subscription, id FROM \(table(next: next)) WHERE subscription = k.sub AND effective_at > k.after OFFSET 0) w
             """,
             [.array(sorted.map { .text($0.text) }, of: .text), .array(sorted.map { .int64(keys[$0]!) }, of: .int8)],
             name: "stored webhook event ids after").rows {
