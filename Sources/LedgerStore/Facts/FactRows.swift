@@ -84,7 +84,6 @@ enum FactRows {
     static var columnCount: Int { columnNames.count }
     /// Every column, in table order (for COPY and SELECT).
     static let columns = columnNames.joined(separator: ", ")
-    static let qualifiedColumns = columnNames.map { "f." + $0 }.joined(separator: ", ")
 
     /// One fact as a line of `COPY facts (columns) FROM STDIN` (text format).
     static func append(_ f: Fact, version: Int, to out: inout [UInt8]) {
