@@ -8,7 +8,8 @@ import Synchronization
 /// of the same bytes, for renewals landing in streams of 1, 10 and 100 prior events.
 ///
 /// Each run, per workload: the prior events are seeded straight into the service's database (not
-/// measured; their payloads are what ingestion stores, their raw a short placeholder), then
+/// measured; their payloads are what ingestion stores, their raw a short placeholder) and the
+/// service's projections are left to catch up with them (history that arrived long ago), then
 /// `notifications` fresh V2 notifications — outer, transaction and renewal JWS each signed for
 /// this notification, a new transaction per renewal — are posted over `connections` keep-alive
 /// connections; every 200 means all three JWS were verified and the event, its facts and the
@@ -130,6 +131,7 @@ public enum IngestSuite {
             try requireAllOK(await w.run(), fix: fix)
         }
 
+        let admin = try TestDatabase.connect(o.databaseConninfo)
         var runs: [[Run]] = Array(repeating: [], count: o.priors.count)
         for run in 0..<o.runs {
             for (w, prior) in o.priors.enumerated() {
@@ -138,6 +140,12 @@ public enum IngestSuite {
                 let mint = Mint(authority: authority, bundleId: o.bundleId, environment: o.environment, tag: tag, slot: run * 10 + w)
                 log("run \(run + 1)/\(o.runs), \(prior) prior events: seeding \(streams * prior) events in \(streams) streams…")
                 try await seed(mint: mint, streams: streams, prior: prior, into: store)
+                // The priors stand for history that arrived long ago: the service's catch-up of them
+                // (reports, Apple status, …) is finished before the measured posting, not raced by it.
+                guard let waited = try await ProjectionCatchUp.wait(admin, timeout: .seconds(600)) else {
+                    throw BenchmarkError.invalid("the service's projections are still behind the seeded events after 600 s")
+                }
+                log(String(format: "  projections caught up with the seeded events in %.1f s", Double(waited.components.seconds) + Double(waited.components.attoseconds) / 1e18))
                 log("  minting \(streams * perStream) notifications…")
                 let plan = (0..<(streams * perStream)).map { i in (stream: i % streams, renewal: prior + i / streams) }
                 let minted = try mint.premint(plan)

@@ -266,6 +266,30 @@ final class ReportProjectionTests: XCTestCase {
         XCTAssertEqual(try dump(), folded, "a catch-up reading every history leaves the same rows")
     }
 
+    /// A pass lagging behind the append finds snapshots past its range's end. Such a snapshot is
+    /// the fold at the pass's end only when the subscription has no fact after it: the tables
+    /// after each pass are the fold at the checkpoint (never a later fact), and both kinds occur.
+    func testAPassBehindTheAppendUsesOnlySnapshotsWithNothingAfterItsEnd() async throws {
+        let events = try Self.population(seed: 0x2026)
+        try await ProjectionFixture.append(events, to: store.events, chunk: 9)
+        let head = try await store.events.headPosition()
+        let worker = ProjectionWorker(pool: store.pool, projector: store.projector, batchSize: 25, projections: [.reports],
+                                      registered: Projections.registered(projector: store.projector, snapshots: store.foldSnapshots))
+        let before = store.liveFoldStatistics
+        var passes = 0
+        while try checkpoint() < head {
+            _ = try await worker.runOnce()
+            passes += 1
+            if passes % 5 == 0 { try await assertTablesEqualTheFold(at: try checkpoint(), everyQuery: false) }
+        }
+        try await assertTablesEqualTheFold(at: head, everyQuery: false)
+        let statistics = store.liveFoldStatistics
+        XCTAssertGreaterThan(statistics.reportSnapshotFolds - before.reportSnapshotFolds, 10,
+                             "subscriptions with nothing after the pass fold onto the snapshot ahead of it")
+        XCTAssertGreaterThan(statistics.reportFullFolds - before.reportFullFolds, 10,
+                             "subscriptions with facts after the pass's end are read up to it")
+    }
+
     func testAStoppedProjectionIsNotServedStaleAndAPositionBeyondTheLogIsRefused() async throws {
         try await ProjectionFixture.append(try Self.population(seed: 7).prefix(60).map { $0 }, to: store.events)
         let head = try await store.events.headPosition()

@@ -101,14 +101,14 @@ final class FoldSnapshots: Sendable {
         }
     }
 
-    /// Copies of the snapshots of `keys` whose position lies in `positions`, left in place (a
-    /// reader after the commit: the reports' catch-up). The append that next takes one of them
-    /// copies its dictionaries once if this copy is still held; a miss costs the full read.
-    func peek(_ keys: [SubscriptionKey], in positions: ClosedRange<Int64>) -> [SubscriptionKey: Entry] {
+    /// Copies of the snapshots of `keys`, left in place (a reader after the commit: the reports'
+    /// catch-up). The append that next takes one of them copies its dictionaries once if this copy
+    /// is still held; a miss costs the full read.
+    func peek(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
         state.withLock { s in
             var found: [SubscriptionKey: Entry] = [:]
             for key in keys {
-                guard let entry = s.entries[key], positions.contains(entry.position) else { continue }
+                guard let entry = s.entries[key] else { continue }
                 found[key] = entry
             }
             return found

@@ -114,8 +114,10 @@ enum ReportProjection {
     /// With `pass`, a key with a snapshot at a position `s` ≤ `upTo` is folded on from it with its
     /// facts in `s+1 … upTo` only, and its latest business time is the larger of what the tables
     /// stored (`storedLatest`: every fact before the pass's range) and that of its facts from the
-    /// range's start or `s+1`, whichever is earlier. One whose facts bring order facts (WeChat,
-    /// aliases) reads everything, as the append does. The snapshot is only read (a copy): the
+    /// range's start or `s+1`, whichever is earlier. A snapshot past `upTo` (the append moved on
+    /// while this pass lagged) is the fold as of `upTo` exactly when the key has no fact in
+    /// `upTo+1 … s`, which the same read finds out; with one there, the key is read whole. One
+    /// whose facts bring order facts (WeChat, aliases) reads everything, as the append does. The snapshot is only read (a copy): the
     /// reports keep no folds of their own, which would double what the snapshots hold.
     static func contributions(of keys: Set<SubscriptionKey>, upTo: Int64, catalogPeriods: [String: EpochMillis],
                               pass: PassFolds? = nil, storedLatest: [String: EpochMillis] = [:],
@@ -123,20 +125,21 @@ enum ReportProjection {
         var rest = keys
         var out: [Folded] = []
         if let pass {
-            var entries = pass.snapshots.peek(keys.sorted(), in: 0...upTo)
+            var entries = pass.snapshots.peek(keys.sorted())
             let started = entries.keys.sorted()
             var newer: [SubscriptionKey: [Fact]] = [:]
             if !started.isEmpty {
                 for row in try connection.query(
                     """
-                    SELECT f.* FROM unnest($2::text[], $3::int8[]) AS k(sub, after)
+                    SELECT f.* FROM unnest($2::text[], $3::int8[], $4::int8[]) AS k(sub, after, upto)
                     CROSS JOIN LATERAL (
                         SELECT \(FactRows.columns) FROM public.facts
-                        WHERE schema_version = $1 AND subscription = k.sub AND position > k.after AND position <= $4 OFFSET 0) f
+                        WHERE schema_version = $1 AND subscription = k.sub AND position > k.after AND position <= k.upto OFFSET 0) f
                     ORDER BY f.subscription, f.position, f.ordinal
                     """,
                     [.int64(Int64(FactStore.version)), .array(started.map { .text($0.text) }, of: .text),
-                     .array(started.map { .int64(min(entries[$0]!.position, pass.from - 1)) }, of: .int8), .int64(upTo)],
+                     .array(started.map { .int64(min(entries[$0]!.position, pass.from - 1)) }, of: .int8),
+                     .array(started.map { .int64(max(entries[$0]!.position, upTo)) }, of: .int8)],
                     name: "report facts after snapshots").rows {
                     let fact = try FactRows.fact(FactQueryRow(row: row))
                     if let key = fact.subscription { newer[key, default: []].append(fact) }
@@ -144,7 +147,7 @@ enum ReportProjection {
             }
             for key in started {
                 let facts = newer[key] ?? []
-                if facts.contains(where: { $0.origin == .wechat || $0.kind == .orderAlias }) { continue }
+                if facts.contains(where: { $0.origin == .wechat || $0.kind == .orderAlias || $0.position > upTo }) { continue }
                 guard var entry = entries.removeValue(forKey: key) else { continue }
                 rest.remove(key)
                 entry.fold.catalogPeriods = catalogPeriods

@@ -198,7 +198,7 @@ public enum ScaleSuite {
         report.check("rebuild during ingestion answered", rebuild.status == 200, "POST /v1/admin/rebuild on instance 1 mid-run: \(rebuild.status) \(rebuild.body.prefix(200))")
 
         // The worker (and the live hooks) finish; then the log is audited from the database itself.
-        let caughtUp = try await waitForProjections(admin, timeout: .seconds(60))
+        let caughtUp = try await ProjectionCatchUp.wait(admin, timeout: .seconds(60)) != nil
         sampling.cancel()
         _ = await sampling.value
         report.check("projections caught up", caughtUp, caughtUp ? "every checkpoint at the head" : "a checkpoint is still behind after 60 s")
@@ -275,19 +275,6 @@ public enum ScaleSuite {
         }
         report.notes.append("\(report.sent) posts of \(sent.count) distinct notifications: \(report.sent - sent.count) were posted to both instances at once")
         return report
-    }
-
-    /// Waits until every projection checkpoint has reached the head.
-    static func waitForProjections(_ admin: Connection, timeout: Duration) async throws -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            let behind = try admin.query(
-                "SELECT count(*) AS n FROM projection_checkpoints, event_head WHERE projection_checkpoints.position < event_head.position")
-                .first!.decode(Int64.self, "n")
-            if behind == 0 { return true }
-            try await Task.sleep(for: .milliseconds(200))
-        }
-        return false
     }
 
     /// One request on a fresh connection with the admin token; status 0 when it failed to connect.
