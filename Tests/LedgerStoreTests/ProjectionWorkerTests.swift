@@ -30,6 +30,21 @@ final class ProjectionWorkerTests: XCTestCase {
         return (store, try await store.headPosition())
     }
 
+    /// A projection with a pass limit of its own takes that many events in one pass; the others
+    /// keep the worker's batch size.
+    func testAPassLimitWidensOnlyItsProjectionsPass() async throws {
+        let (_, head) = try await seed()
+        XCTAssertGreaterThan(head, 12)
+        let worker = ProjectionWorker(pool: pool, projector: projector, batchSize: 5, passLimits: [.reports: 10_000])
+        var widths: [ProjectionName: Int64] = [:]
+        for pass in try await worker.runOnce() {
+            guard let projection = pass.projection, case .advanced(let from, let to) = pass.outcome else { continue }
+            widths[projection] = to - from + 1
+        }
+        XCTAssertEqual(widths[.reports], head, "the reports pass reaches the head at once")
+        XCTAssertEqual(widths[.refundCases], 5, "the others take the batch size")
+    }
+
     func testTwoWorkersNeverApplyTheSameEventTwice() async throws {
         let (store, head) = try await seed()
         let a = ProjectionWorker(pool: pool, projector: projector, batchSize: 5)

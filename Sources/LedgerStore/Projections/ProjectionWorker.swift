@@ -39,6 +39,8 @@ public final class ProjectionWorker: Sendable {
     let connections: Connections
     public let projector: Projector
     public let batchSize: Int
+    /// Projections whose pass may take more events than `batchSize` (`Store` says why).
+    let passLimits: [ProjectionName: Int]
     public let projections: [ProjectionName]
     /// The registered projections (`Projections.registered`), each applied through its `apply`.
     let registered: [any Projection]
@@ -48,8 +50,10 @@ public final class ProjectionWorker: Sendable {
     /// Where `run` waits on its LISTEN session (a blocking poll on the socket).
     private let waiter = DedicatedThread(name: "ledger.catch-up.wait")
 
-    init(pool: ConnectionPool, connections: Connections? = nil, projector: Projector, batchSize: Int = 1000, projections: [ProjectionName] = ProjectionName.allCases,
+    init(pool: ConnectionPool, connections: Connections? = nil, projector: Projector, batchSize: Int = 1000,
+         passLimits: [ProjectionName: Int] = [:], projections: [ProjectionName] = ProjectionName.allCases,
          outbox: OutboxDerivation = OutboxDerivation(consumers: OutboxConsumer.registered), registered: [any Projection]? = nil) {
+        self.passLimits = passLimits
         self.outbox = outbox
         self.registered = registered ?? Projections.registered(projector: projector)
         precondition(batchSize > 0, "batchSize must be positive")
@@ -78,7 +82,8 @@ public final class ProjectionWorker: Sendable {
             do {
                 guard let owner = registered.first(where: { $0.names.contains(projection) }) else { throw ProjectionError.unknownProjection(projection.rawValue) }
                 let lane = CatchUp.Lane.projection(projection, of: owner)
-                let outcome = try await pool.withConnection { connection in try CatchUp.pass(lane, batchSize: self.batchSize, on: connection) }
+                let limit = passLimits[projection] ?? batchSize
+                let outcome = try await pool.withConnection { connection in try CatchUp.pass(lane, batchSize: limit, on: connection) }
                 passes.append(ProjectionPass(projection: projection, outcome: outcome))
             } catch {
                 throw ProjectionError(error)
