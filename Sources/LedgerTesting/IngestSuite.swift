@@ -87,6 +87,9 @@ public enum IngestSuite {
         /// counters are read when the posting ends, while the catch-up may still run).
         public var reportSnapshotRate: Double?
         public var eventsPerBatch: Double?
+        /// Facts the service's live fold snapshots hold when the posting ends (what their memory
+        /// grows with).
+        public var snapshotFacts: Double?
     }
 
     /// Posts prior events per stream: renewals `0..<prior` seeded, the measured ones after them.
@@ -168,6 +171,7 @@ public enum IngestSuite {
                     result.reportSnapshotRate = after.reportSnapshotRate(since: before)
                     let batches = after.batches - before.batches
                     if batches > 0 { result.eventsPerBatch = (after.appended - before.appended) / batches }
+                    result.snapshotFacts = after.snapshotFacts
                 }
                 log(String(format: "  %.0f notifications/s (p99 %.1f ms) vs pgbench %.0f tps", result.perSecond, result.p99, tps))
                 runs[w].append(result)
@@ -195,6 +199,8 @@ public enum IngestSuite {
             if !reports.isEmpty { details["reports fold snapshot rate"] = median(reports) }
             let batch = r.compactMap(\.eventsPerBatch)
             if !batch.isEmpty { details["events per append batch"] = median(batch) }
+            let held = r.compactMap(\.snapshotFacts)
+            if !held.isEmpty { details["fold snapshot facts held at the posting's end"] = median(held) }
             if w > 0, priors[0] == 1 {
                 details["rate ÷ 1-prior rate (target ≥ 0.85)"] = median(zip(r, runs[0]).map { $0.perSecond / max($1.perSecond, 1e-9) })
             }
@@ -326,6 +332,7 @@ public enum IngestSuite {
         var foldHits = 0.0, foldMisses = 0.0, foldFull = 0.0
         var reportSnapshot = 0.0, reportFull = 0.0
         var batches = 0.0, appended = 0.0
+        var snapshotFacts = 0.0
 
         static func read(target: LoopbackTarget, token: String) throws -> ServiceCounters {
             guard let port = Int(target.description.split(separator: ":").last ?? "") else {
@@ -347,6 +354,7 @@ public enum IngestSuite {
                 case #"ledger_report_fold_total{result="full"}"#: c.reportFull = value
                 case "ledger_append_batches_total": c.batches = value
                 case "ledger_events_appended_total": c.appended = value
+                case "ledger_live_fold_snapshot_facts": c.snapshotFacts = value
                 default: continue
                 }
             }
