@@ -132,9 +132,10 @@ public final class Store: Sendable {
         // A pass of the reports or the Apple status checks reads and folds each subscription its
         // range touches once: over a backlog of 30,000 renewals of 300 subscriptions, passes of
         // 1,000 events did that 30 times per subscription (80–108 s to catch up in `bench
-        // ingest`; 25–32 s with only the reports' pass wider), and a reports pass that ends behind
-        // the append's snapshots often cannot start from them (ReportProjection.contributions).
-        // Both hold 64 subscriptions' histories at a time, whatever the pass's length.
+        // ingest`; 25–32 s with only the reports' pass wider, 10–11 s with both), and a reports
+        // pass that ends behind the append's snapshots often cannot start from them
+        // (ReportProjection.contributions). Both hold 64 subscriptions' histories at a time,
+        // whatever the pass's length.
         worker = ProjectionWorker(pool: pool, connections: connections, projector: projector,
                                   passLimits: [.reports: 10_000, .appleStatus: 10_000], outbox: derivation,
                                   registered: Projections.registered(projector: projector, snapshots: configuration.liveProjections ? foldSnapshots : nil))

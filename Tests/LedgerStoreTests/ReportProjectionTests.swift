@@ -255,7 +255,7 @@ final class ReportProjectionTests: XCTestCase {
         }
         let statistics = store.liveFoldStatistics
         XCTAssertGreaterThan(statistics.reportSnapshotFolds, 30, "passes fold onto the append's snapshots")
-        XCTAssertGreaterThan(statistics.reportFullFolds, 0, "WeChat subscriptions and passes behind a snapshot read every fact")
+        XCTAssertGreaterThan(statistics.reportFullFolds, 0, "WeChat subscriptions, and passes behind a snapshot with facts after their end, read every fact")
         let folded = try dump()
 
         try database.adminScript("""

@@ -117,8 +117,9 @@ enum ReportProjection {
     /// range's start or `s+1`, whichever is earlier. A snapshot past `upTo` (the append moved on
     /// while this pass lagged) is the fold as of `upTo` exactly when the key has no fact in
     /// `upTo+1 … s`, which the same read finds out; with one there, the key is read whole. One
-    /// whose facts bring order facts (WeChat, aliases) reads everything, as the append does. The snapshot is only read (a copy): the
-    /// reports keep no folds of their own, which would double what the snapshots hold.
+    /// whose facts bring order facts (WeChat, aliases) reads everything, as the append does. The
+    /// snapshot is only read (a copy): the reports keep no folds of their own, which would double
+    /// what the snapshots hold.
     static func contributions(of keys: Set<SubscriptionKey>, upTo: Int64, catalogPeriods: [String: EpochMillis],
                               pass: PassFolds? = nil, storedLatest: [String: EpochMillis] = [:],
                               on connection: Connection) throws -> [Folded] {
