@@ -88,6 +88,32 @@ enum FactStore {
             .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
     }
 
+    /// Each subscription's own facts in `after+1 … through` (nil: to the end), by subscription in
+    /// position order: what a fold snapshot at `after` lacks. One index probe per key.
+    static func facts(after ranges: [SubscriptionKey: (after: Int64, through: Int64?)], name: String,
+                      on connection: Connection) throws -> [SubscriptionKey: [Fact]] {
+        guard !ranges.isEmpty else { return [:] }
+        let keys = ranges.keys.sorted()
+        let rows = try connection.query(
+            """
+            SELECT f.* FROM unnest($2::text[], $3::int8[], $4::int8[]) AS k(sub, after, through)
+            CROSS JOIN LATERAL (
+                SELECT \(FactRows.columns) FROM public.facts
+                WHERE schema_version = $1 AND subscription = k.sub AND position > k.after AND position <= k.through OFFSET 0) f
+            ORDER BY f.subscription, f.position, f.ordinal
+            """,
+            [.int64(Int64(version)), .array(keys.map { .text($0.text) }, of: .text),
+             .array(keys.map { .int64(ranges[$0]!.after) }, of: .int8),
+             .array(keys.map { .int64(ranges[$0]!.through ?? Int64.max) }, of: .int8)],
+            name: name)
+        var out: [SubscriptionKey: [Fact]] = [:]
+        for row in rows.rows {
+            let fact = try FactRows.fact(FactQueryRow(row: row))
+            if let key = fact.subscription { out[key, default: []].append(fact) }
+        }
+        return out
+    }
+
     /// The facts of `keys` (up to `upTo`), and the order facts without a subscription that may
     /// join them (refunds and inquiries naming one of their WeChat orders); fold both with
     /// `SubscriptionProjection.attach`.

@@ -117,22 +117,8 @@ struct SharedFold: Sendable {
         // Every fact after each subscription's snapshot: usually just this batch's, which are
         // already in the table (recorded earlier in this transaction). One index probe per
         // subscription (FactStore's note on keyed batch reads).
-        let rows = try connection.query(
-            """
-            SELECT f.* FROM unnest($2::text[], $3::int8[]) AS k(sub, after)
-            CROSS JOIN LATERAL (
-                SELECT \(FactRows.columns) FROM public.facts
-                WHERE schema_version = $1 AND subscription = k.sub AND position > k.after OFFSET 0) f
-            ORDER BY f.subscription, f.position, f.ordinal
-            """,
-            [.int64(Int64(FactStore.version)), .array(sorted.map { .text($0.text) }, of: .text),
-             .array(sorted.map { .int64(cached[$0]?.position ?? 0) }, of: .int8)],
-            name: "facts after snapshots")
-        var newer: [SubscriptionKey: [Fact]] = [:]
-        for row in rows.rows {
-            let fact = try FactRows.fact(FactQueryRow(row: row))
-            if let key = fact.subscription { newer[key, default: []].append(fact) }
-        }
+        let newer = try FactStore.facts(after: Dictionary(uniqueKeysWithValues: sorted.map { ($0, (after: cached[$0]?.position ?? 0, through: nil)) }),
+                                        name: "facts after snapshots", on: connection)
 
         var remember: [SubscriptionKey: FoldSnapshots.Entry] = [:]
         var hits = 0

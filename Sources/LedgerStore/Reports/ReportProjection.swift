@@ -128,24 +128,12 @@ enum ReportProjection {
         if let pass {
             var entries = pass.snapshots.peek(keys.sorted())
             let started = entries.keys.sorted()
-            var newer: [SubscriptionKey: [Fact]] = [:]
-            if !started.isEmpty {
-                for row in try connection.query(
-                    """
-                    SELECT f.* FROM unnest($2::text[], $3::int8[], $4::int8[]) AS k(sub, after, upto)
-                    CROSS JOIN LATERAL (
-                        SELECT \(FactRows.columns) FROM public.facts
-                        WHERE schema_version = $1 AND subscription = k.sub AND position > k.after AND position <= k.upto OFFSET 0) f
-                    ORDER BY f.subscription, f.position, f.ordinal
-                    """,
-                    [.int64(Int64(FactStore.version)), .array(started.map { .text($0.text) }, of: .text),
-                     .array(started.map { .int64(min(entries[$0]!.position, pass.from - 1)) }, of: .int8),
-                     .array(started.map { .int64(max(entries[$0]!.position, upTo)) }, of: .int8)],
-                    name: "report facts after snapshots").rows {
-                    let fact = try FactRows.fact(FactQueryRow(row: row))
-                    if let key = fact.subscription { newer[key, default: []].append(fact) }
-                }
-            }
+            // From the range's start (for the latest business time) or the snapshot, through the
+            // snapshot when it is past `upTo` (a fact there rules it out).
+            let newer = try FactStore.facts(
+                after: Dictionary(uniqueKeysWithValues: started.map { key in
+                    (key, (after: min(entries[key]!.position, pass.from - 1), through: max(entries[key]!.position, upTo)))
+                }), name: "report facts after snapshots", on: connection)
             for key in started {
                 let facts = newer[key] ?? []
                 if facts.contains(where: { $0.origin == .wechat || $0.kind == .orderAlias || $0.position > upTo }) { continue }
