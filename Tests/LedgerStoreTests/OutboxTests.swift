@@ -138,6 +138,27 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(awaited4, 40)
     }
 
+    func testPartitionsShareAClaimAndAnExcludedPartitionIsNeverTaken() async throws {
+        try open()
+        // A backlog of 30 in partition "busy", caused before one item each of "a" and "b".
+        _ = try await store.events.append((0..<30).map { cause("busy\($0)", key: "busy|k\($0)") })
+        _ = try await store.events.append([cause("a0", key: "a|k"), cause("b0", key: "b|k")])
+        let outbox = store.outbox
+        // Oldest first would have been four of "busy": each partition gets its share instead.
+        let first = try await outbox.claim(consumer, limit: 4, now: now)
+        XCTAssertEqual(first.filter { $0.partition == "busy" }.count, 2, "busy gets what a and b cannot use: \(first.map(\.id))")
+        XCTAssertEqual(Set(first.filter { $0.partition != "busy" }.map(\.id)), ["a0", "b0"])
+        // With "busy" excluded nothing else is due: nothing, and nothing of "busy" is leased.
+        let excluded = try await outbox.claim(consumer, limit: 10, now: now, excluding: ["busy"])
+        XCTAssertEqual(excluded, [])
+        let rest = try await outbox.claim(consumer, limit: 100, now: now)
+        XCTAssertEqual(rest.count, 28, "the rest of busy, claimed in cause order")
+        XCTAssertEqual(rest.map(\.id), (2..<30).map { "busy\($0)" })
+        // A claim asks for at least one item.
+        let leased = try await outbox.claim(consumer, limit: 0, now: now + consumer.leaseMillis)
+        XCTAssertEqual(leased.count, 1)
+    }
+
     func testAnOrderedConsumerWorksOneItemPerKeyAtATimeInCauseOrder() async throws {
         try open(ordered: true)
         _ = try await store.events.append([cause("a1", key: "A"), cause("a2", key: "A"), cause("b1", key: "B")])

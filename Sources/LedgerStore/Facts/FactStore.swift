@@ -23,10 +23,17 @@ enum FactStore {
     static var version: Int { FactDecoder.schemaVersion }
     static var checkpoint: String { "facts.v\(version)" }
 
-    /// Creates the checkpoint row of this build's version (at 0) if it does not exist.
+    /// Creates the checkpoint row of this build's version (at 0) if it does not exist. The catch-up
+    /// calls it before every pass: `ON CONFLICT` alone would find the row locked by an append in
+    /// flight (which advances it) and wait for that append to commit, so the row is looked for
+    /// first, which never waits.
     static func ensureCheckpoint(on connection: Connection) throws {
         try connection.query(
-            "INSERT INTO projection_checkpoints (projection, position, status) VALUES ($1, 0, 'running') ON CONFLICT (projection) DO NOTHING",
+            """
+            INSERT INTO projection_checkpoints (projection, position, status)
+            SELECT $1, 0, 'running' WHERE NOT EXISTS (SELECT 1 FROM projection_checkpoints WHERE projection = $1)
+            ON CONFLICT (projection) DO NOTHING
+            """,
             [.text(checkpoint)], name: "facts checkpoint")
     }
 

@@ -319,21 +319,75 @@ public struct Outbox: Sendable {
         consumer, id, ordering_key, payload, cause_position, status, attempts, generation, next_attempt_at, last_error, answer_position, created_at
         """
 
-    /// Leases up to `limit` due items of `consumer` (oldest due first) to the caller: another
-    /// claimer skips them (FOR UPDATE SKIP LOCKED, then the lease) until their attempt is
-    /// recorded or the consumer's lease runs out. Items of an ordered consumer wait for the
-    /// earlier pending items of their key.
-    /// `excluding`: partitions (`OutboxItem.partition`) whose items are not claimed now (those
-    /// at the caller's cap of attempts in flight).
+    /// Leases up to `limit` due items of `consumer` to the caller: another claimer skips them (FOR
+    /// UPDATE SKIP LOCKED, then the lease) until their attempt is recorded or the consumer's lease
+    /// runs out. Items of an ordered consumer wait for the earlier pending items of their key.
+    /// Partitions (`OutboxItem.partition`) share the limit: each one with due items gets an equal
+    /// part, oldest due first, and what one cannot use goes to the others, so one endpoint's
+    /// backlog never starves another's first event.
+    /// `excluding`: partitions whose items are not claimed now (those at the caller's cap of
+    /// attempts in flight). Their items are never read: one statement finds the partitions with
+    /// due items (one index probe each, Migrations/0028), and each claim reads one partition in
+    /// its own index order, so a claim's cost does not grow with the queue of a partition it skips.
     public func claim(_ consumer: OutboxConsumer, limit: Int, now: EpochMillis, excluding: Set<String> = []) async throws(StoreError) -> [OutboxItem] {
-        try await select(
+        let limit = max(limit, 1)
+        do {
+            return try await pool.withConnection { connection in
+                var open = try Self.duePartitions(consumer.name, now: now, excluding: excluding, on: connection)
+                var claimed: [OutboxItem] = []
+                while claimed.count < limit, !open.isEmpty {
+                    let share = max((limit - claimed.count) / open.count, 1)
+                    var more: [String] = []
+                    for partition in open where claimed.count < limit {
+                        let asked = min(share, limit - claimed.count)
+                        let got = try Self.claim(consumer, partition: partition, limit: asked, now: now, on: connection)
+                        claimed += got
+                        if got.count == asked { more.append(partition) }
+                    }
+                    open = more
+                }
+                return claimed.sorted { ($0.nextAttemptAt, $0.causePosition, $0.id) < ($1.nextAttemptAt, $1.causePosition, $1.id) }
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    /// The partitions of `consumer` with a due pending item, but `excluding`, in name order: a walk
+    /// of the partition index (one probe per partition that has pending items), not of the items.
+    /// Both statements of a claim are prepared once per connection: planning the walk cost more
+    /// than running it.
+    static func duePartitions(_ consumer: String, now: EpochMillis, excluding: Set<String>, on connection: Connection) throws -> [String] {
+        try connection.queryPrepared(
+            """
+            WITH RECURSIVE partitions(p) AS (
+                (SELECT split_part(ordering_key, '|', 1) FROM outbox_items
+                 WHERE consumer = $1 AND status = 'pending' ORDER BY split_part(ordering_key, '|', 1) LIMIT 1)
+                UNION ALL
+                SELECT (SELECT split_part(n.ordering_key, '|', 1) FROM outbox_items n
+                        WHERE n.consumer = $1 AND n.status = 'pending' AND split_part(n.ordering_key, '|', 1) > partitions.p
+                        ORDER BY split_part(n.ordering_key, '|', 1) LIMIT 1)
+                FROM partitions WHERE partitions.p IS NOT NULL
+            )
+            SELECT p FROM partitions
+            WHERE p IS NOT NULL AND p <> ALL($3::text[])
+              AND EXISTS (SELECT 1 FROM outbox_items d
+                          WHERE d.consumer = $1 AND split_part(d.ordering_key, '|', 1) = partitions.p AND d.status = 'pending'
+                            AND d.next_attempt_at <= $2)
+            """, [.text(consumer), .int64(now), .array(excluding.sorted().map { .text($0) }, of: .text)],
+            name: "outbox due partitions").rows.map { try $0.decode(String.self, "p") }
+    }
+
+    /// Leases up to `limit` due items of one partition, in (next attempt, cause, sequence, id)
+    /// order: the index's order, so the scan stops at its limit.
+    static func claim(_ consumer: OutboxConsumer, partition: String, limit: Int, now: EpochMillis, on connection: Connection) throws -> [OutboxItem] {
+        try connection.queryPrepared(
             """
             UPDATE outbox_items o SET lease_until = $3 + $4
             FROM (
                 SELECT i.consumer, i.id FROM outbox_items i
-                WHERE i.consumer = $1 AND i.status = 'pending' AND i.next_attempt_at <= $3
+                WHERE i.consumer = $1 AND split_part(i.ordering_key, '|', 1) = $5 AND i.status = 'pending' AND i.next_attempt_at <= $3
                   AND (i.lease_until IS NULL OR i.lease_until <= $3)
-                  AND split_part(i.ordering_key, '|', 1) <> ALL($5::text[])
                   AND NOT (i.ordered AND EXISTS (
                       SELECT 1 FROM outbox_items e
                       WHERE e.consumer = i.consumer AND e.ordering_key = i.ordering_key AND e.ordered AND e.status = 'pending'
@@ -344,9 +398,8 @@ public struct Outbox: Sendable {
             ) c
             WHERE o.consumer = c.consumer AND o.id = c.id
             RETURNING \(Self.columns.split(separator: ",").map { "o." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
-            """, [.text(consumer.name), .int64(Int64(max(limit, 1))), .int64(now), .int64(consumer.leaseMillis),
-                  .array(excluding.sorted().map { .text($0) }, of: .text)], name: "outbox claim")
-            .sorted { ($0.nextAttemptAt, $0.causePosition, $0.id) < ($1.nextAttemptAt, $1.causePosition, $1.id) }
+            """, [.text(consumer.name), .int64(Int64(limit)), .int64(now), .int64(consumer.leaseMillis), .text(partition)],
+            name: "outbox claim").rows.map(Self.decode)
     }
 
     /// Records an attempt of a claimed item as a ledger event (which settles or reschedules the
