@@ -151,12 +151,28 @@ final class OutboxTests: XCTestCase {
         // With "busy" excluded nothing else is due: nothing, and nothing of "busy" is leased.
         let excluded = try await outbox.claim(consumer, limit: 10, now: now, excluding: ["busy"])
         XCTAssertEqual(excluded, [])
+        // A partition's room caps what it gets, whatever the limit.
+        let roomed = try await outbox.claim(consumer, limit: 10, now: now) { $0 == "busy" ? 3 : .max }
+        XCTAssertEqual(roomed.map(\.id), ["busy2", "busy3", "busy4"])
         let rest = try await outbox.claim(consumer, limit: 100, now: now)
-        XCTAssertEqual(rest.count, 28, "the rest of busy, claimed in cause order")
-        XCTAssertEqual(rest.map(\.id), (2..<30).map { "busy\($0)" })
+        XCTAssertEqual(rest.map(\.id), (5..<30).map { "busy\($0)" }, "the rest of busy, in cause order")
         // A claim asks for at least one item.
         let leased = try await outbox.claim(consumer, limit: 0, now: now + consumer.leaseMillis)
         XCTAssertEqual(leased.count, 1)
+    }
+
+    func testWithFewerSlotsThanPartitionsTheLongestWaitingGoesFirst() async throws {
+        try open()
+        let outbox = store.outbox
+        // "a" sorts first by name, but "z"'s item has been due longer.
+        try await outbox.enqueue([OutboxItemDraft(id: "a1", orderingKey: "a|k", payload: .null, causePosition: 1, createdAt: now, notBefore: now - 10),
+                                  OutboxItemDraft(id: "z1", orderingKey: "z|k", payload: .null, causePosition: 2, createdAt: now, notBefore: now - 500),
+                                  OutboxItemDraft(id: "m1", orderingKey: "m|k", payload: .null, causePosition: 3, createdAt: now, notBefore: now + 60_000)],
+                                 consumer: consumer.name)
+        let one = try await outbox.claim(consumer, limit: 1, now: now)
+        XCTAssertEqual(one.map(\.id), ["z1"])
+        let next = try await outbox.claim(consumer, limit: 5, now: now)
+        XCTAssertEqual(next.map(\.id), ["a1"], "m1 is not due yet")
     }
 
     func testAnOrderedConsumerWorksOneItemPerKeyAtATimeInCauseOrder() async throws {

@@ -324,25 +324,31 @@ public struct Outbox: Sendable {
     /// runs out. Items of an ordered consumer wait for the earlier pending items of their key.
     /// Partitions (`OutboxItem.partition`) share the limit: each one with due items gets an equal
     /// part, oldest due first, and what one cannot use goes to the others, so one endpoint's
-    /// backlog never starves another's first event.
-    /// `excluding`: partitions whose items are not claimed now (those at the caller's cap of
-    /// attempts in flight). Their items are never read: one statement finds the partitions with
-    /// due items (one index probe each, Migrations/0028), and each claim reads one partition in
-    /// its own index order, so a claim's cost does not grow with the queue of a partition it skips.
-    public func claim(_ consumer: OutboxConsumer, limit: Int, now: EpochMillis, excluding: Set<String> = []) async throws(StoreError) -> [OutboxItem] {
+    /// backlog never starves another's first event; with fewer slots than partitions, those whose
+    /// oldest due item has waited longest go first.
+    /// `room`: how many items a partition may get at most (the caller's cap of attempts in flight
+    /// less those it has); `excluding`: partitions with no room. Their items are never read: one
+    /// statement finds the partitions with due items (one index probe each, Migrations/0028), and
+    /// each claim reads one partition in its own index order, so a claim's cost does not grow
+    /// with the queue of a partition it skips.
+    public func claim(_ consumer: OutboxConsumer, limit: Int, now: EpochMillis, excluding: Set<String> = [],
+                      room: @escaping @Sendable (String) -> Int = { _ in .max }) async throws(StoreError) -> [OutboxItem] {
         let limit = max(limit, 1)
         do {
             return try await pool.withConnection { connection in
                 var open = try Self.duePartitions(consumer.name, now: now, excluding: excluding, on: connection)
+                var left = Dictionary(uniqueKeysWithValues: open.map { ($0, max(room($0), 0)) })
+                open.removeAll { left[$0] == 0 }
                 var claimed: [OutboxItem] = []
                 while claimed.count < limit, !open.isEmpty {
                     let share = max((limit - claimed.count) / open.count, 1)
                     var more: [String] = []
                     for partition in open where claimed.count < limit {
-                        let asked = min(share, limit - claimed.count)
+                        let asked = min(share, limit - claimed.count, left[partition]!)
                         let got = try Self.claim(consumer, partition: partition, limit: asked, now: now, on: connection)
                         claimed += got
-                        if got.count == asked { more.append(partition) }
+                        left[partition]! -= got.count
+                        if got.count == asked, left[partition]! > 0 { more.append(partition) }
                     }
                     open = more
                 }
@@ -353,7 +359,9 @@ public struct Outbox: Sendable {
         }
     }
 
-    /// The partitions of `consumer` with a due pending item, but `excluding`, in name order: a walk
+    /// The partitions of `consumer` with a due pending item, but `excluding`, the one whose oldest
+    /// due item has waited longest first (it goes first when there are fewer slots than
+    /// partitions): a walk
     /// of the partition index (one probe per partition that has pending items), not of the items.
     /// Both statements of a claim are prepared once per connection: planning the walk cost more
     /// than running it.
@@ -369,11 +377,15 @@ public struct Outbox: Sendable {
                         ORDER BY split_part(n.ordering_key, '|', 1) LIMIT 1)
                 FROM partitions WHERE partitions.p IS NOT NULL
             )
-            SELECT p FROM partitions
-            WHERE p IS NOT NULL AND p <> ALL($3::text[])
-              AND EXISTS (SELECT 1 FROM outbox_items d
-                          WHERE d.consumer = $1 AND split_part(d.ordering_key, '|', 1) = partitions.p AND d.status = 'pending'
-                            AND d.next_attempt_at <= $2)
+            SELECT p FROM (
+                SELECT p, (SELECT d.next_attempt_at FROM outbox_items d
+                           WHERE d.consumer = $1 AND split_part(d.ordering_key, '|', 1) = partitions.p AND d.status = 'pending'
+                             AND d.next_attempt_at <= $2
+                           ORDER BY d.next_attempt_at LIMIT 1) AS oldest
+                FROM partitions WHERE p IS NOT NULL AND p <> ALL($3::text[])
+            ) due
+            WHERE oldest IS NOT NULL
+            ORDER BY oldest, p
             """, [.text(consumer), .int64(now), .array(excluding.sorted().map { .text($0) }, of: .text)],
             name: "outbox due partitions").rows.map { try $0.decode(String.self, "p") }
     }
@@ -621,26 +633,18 @@ public struct Outbox: Sendable {
             var ticking = false
             while !Task.isCancelled {
                 var claimed: [OutboxItem] = []
-                // No more than the busiest partition still claimable has room for: a claim may be all
-                // of one partition, and items claimed beyond its share would only be given back.
-                let asked = min(slots - running, cap - (inFlight.values.filter { $0 < cap }.max() ?? 0))
-                if asked > 0 {
-                    let full = Set(inFlight.filter { $0.value >= cap }.keys)
+                // One claim fills every free slot, each partition up to its free share of the cap.
+                let free = slots - running
+                if free > 0 {
+                    let room = inFlight.mapValues { cap - $0 }
                     do throws(StoreError) {
-                        claimed = try await claim(consumer, limit: asked, now: clock(), excluding: full)
+                        claimed = try await claim(consumer, limit: free, now: clock()) { room[$0] ?? cap }
                     } catch {
                         onError(error)
                     }
                 }
-                var leftOver: [OutboxItem] = []
                 for item in claimed {
                     let partition = item.partition
-                    // One claim can bring more of a partition than its free share: the rest is
-                    // released at once for the next claim (or another instance).
-                    guard inFlight[partition, default: 0] < cap else {
-                        leftOver.append(item)
-                        continue
-                    }
                     inFlight[partition, default: 0] += 1
                     running += 1
                     group.addTask {
@@ -649,12 +653,8 @@ public struct Outbox: Sendable {
                         return .finished(partition)
                     }
                 }
-                if !leftOver.isEmpty {
-                    do throws(StoreError) { try await release(leftOver) } catch { onError(error) }
-                }
-                // A claim that got all it asked for may have left more due: claim again at once while
-                // slots are free. Otherwise wait for an attempt to finish or the poll interval.
-                if asked > 0, claimed.count == asked, leftOver.isEmpty, running < slots { continue }
+                // A claim that filled every free slot may have left more due: the next finish claims.
+                // Otherwise wait for an attempt to finish or the poll interval.
                 if !ticking {
                     ticking = true
                     group.addTask {
@@ -673,19 +673,6 @@ public struct Outbox: Sendable {
                 }
             }
             group.cancelAll()
-        }
-    }
-
-    /// Gives claimed items back unworked (their lease cleared): the next claim may take them.
-    func release(_ items: [OutboxItem]) async throws(StoreError) {
-        let ids = items.map { PostgresValue.text($0.id) }
-        let consumers = items.map { PostgresValue.text($0.consumer) }
-        try await execute { connection in
-            try connection.query(
-                """
-                UPDATE outbox_items o SET lease_until = NULL FROM unnest($1::text[], $2::text[]) AS r(consumer, id)
-                WHERE o.consumer = r.consumer AND o.id = r.id AND o.status = 'pending'
-                """, [.array(consumers, of: .text), .array(ids, of: .text)], name: "outbox release")
         }
     }
 
