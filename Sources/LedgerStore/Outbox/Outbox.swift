@@ -327,16 +327,16 @@ public struct Outbox: Sendable {
     /// backlog never starves another's first event; with fewer slots than partitions, those whose
     /// oldest due item has waited longest go first.
     /// `room`: how many items a partition may get at most (the caller's cap of attempts in flight
-    /// less those it has); `excluding`: partitions with no room. Their items are never read: one
-    /// statement finds the partitions with due items (one index probe each, Migrations/0028), and
-    /// each claim reads one partition in its own index order, so a claim's cost does not grow
-    /// with the queue of a partition it skips.
-    public func claim(_ consumer: OutboxConsumer, limit: Int, now: EpochMillis, excluding: Set<String> = [],
+    /// less those it has). The items of a partition with no room are never read: one statement
+    /// finds the partitions with due items (two index probes each, Migrations/0028), and each
+    /// claim reads one partition in its own index order, so a claim's cost does not grow with the
+    /// queue of a partition it skips.
+    public func claim(_ consumer: OutboxConsumer, limit: Int, now: EpochMillis,
                       room: @escaping @Sendable (String) -> Int = { _ in .max }) async throws(StoreError) -> [OutboxItem] {
         let limit = max(limit, 1)
         do {
             return try await pool.withConnection { connection in
-                var open = try Self.duePartitions(consumer.name, now: now, excluding: excluding, on: connection)
+                var open = try Self.duePartitions(consumer.name, now: now, on: connection)
                 var left = Dictionary(uniqueKeysWithValues: open.map { ($0, max(room($0), 0)) })
                 open.removeAll { left[$0] == 0 }
                 var claimed: [OutboxItem] = []
@@ -359,13 +359,12 @@ public struct Outbox: Sendable {
         }
     }
 
-    /// The partitions of `consumer` with a due pending item, but `excluding`, the one whose oldest
-    /// due item has waited longest first (it goes first when there are fewer slots than
-    /// partitions): a walk
-    /// of the partition index (one probe per partition that has pending items), not of the items.
+    /// The partitions of `consumer` with a due pending item, the one whose oldest due item has
+    /// waited longest first (it goes first when there are fewer slots than partitions): a walk of
+    /// the partition index (one probe per partition that has pending items), not of the items.
     /// Both statements of a claim are prepared once per connection: planning the walk cost more
     /// than running it.
-    static func duePartitions(_ consumer: String, now: EpochMillis, excluding: Set<String>, on connection: Connection) throws -> [String] {
+    static func duePartitions(_ consumer: String, now: EpochMillis, on connection: Connection) throws -> [String] {
         try connection.queryPrepared(
             """
             WITH RECURSIVE partitions(p) AS (
@@ -382,12 +381,11 @@ public struct Outbox: Sendable {
                            WHERE d.consumer = $1 AND split_part(d.ordering_key, '|', 1) = partitions.p AND d.status = 'pending'
                              AND d.next_attempt_at <= $2
                            ORDER BY d.next_attempt_at LIMIT 1) AS oldest
-                FROM partitions WHERE p IS NOT NULL AND p <> ALL($3::text[])
+                FROM partitions WHERE p IS NOT NULL
             ) due
             WHERE oldest IS NOT NULL
             ORDER BY oldest, p
-            """, [.text(consumer), .int64(now), .array(excluding.sorted().map { .text($0) }, of: .text)],
-            name: "outbox due partitions").rows.map { try $0.decode(String.self, "p") }
+            """, [.text(consumer), .int64(now)], name: "outbox due partitions").rows.map { try $0.decode(String.self, "p") }
     }
 
     /// Leases up to `limit` due items of one partition, in (next attempt, cause, sequence, id)
