@@ -352,12 +352,14 @@ def main():
         # The page exports the projection as it stood; the ledger may append (an inquiry's answer, a
         # status check) between the click and this request, so ask the API for the position the
         # download names: the export is reproducible there, byte for byte.
-        named = downloaded.split(b";", 2)[1].split(b"=", 1)[1].decode()
-        status, _, api_csv = http("/v1/refunds?format=csv&asOfPosition=" + named, token=AUDITOR)
+        def named_position(csv):  # "# ledger refund export; position=N; …"
+            return int(csv.split(b";", 2)[1].split(b"=", 1)[1])
+        named = named_position(downloaded)
+        status, _, api_csv = http(f"/v1/refunds?format=csv&asOfPosition={named}", token=AUDITOR)
         check(status == 200 and downloaded == api_csv,
               f"the downloaded CSV differs from GET /v1/refunds?format=csv&asOfPosition={named}")
         status, _, latest = http("/v1/refunds?format=csv", token=AUDITOR)
-        check(status == 200 and int(latest.split(b";", 2)[1].split(b"=", 1)[1]) >= int(named),
+        check(status == 200 and named_position(latest) >= named,
               "the API's export is at or after the position the page's download names")
 
         b.open("/audit/projections")

@@ -361,7 +361,7 @@ public struct Outbox: Sendable {
 
     /// The partitions of `consumer` with a due pending item, the one whose oldest due item has
     /// waited longest first (it goes first when there are fewer slots than partitions): a walk of
-    /// the partition index (one probe per partition that has pending items), not of the items.
+    /// the partition index (two probes per partition that has pending items), not of the items.
     /// Both statements of a claim are prepared once per connection: planning the walk cost more
     /// than running it.
     static func duePartitions(_ consumer: String, now: EpochMillis, on connection: Connection) throws -> [String] {
