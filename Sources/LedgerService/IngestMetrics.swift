@@ -23,6 +23,11 @@ extension LedgerApp {
             return [(labels: ["result": "snapshot"], value: Double(s.reportSnapshotFolds)),
                     (labels: ["result": "full"], value: Double(s.reportFullFolds))]
         }
+        metrics.gauge("ledger_apple_status_check_total", help: "Subscriptions whose new Apple statement the status checks' catch-up checked on a live fold snapshot (snapshot) or from all their facts (full)") {
+            let s = store.liveFoldStatistics
+            return [(labels: ["result": "snapshot"], value: Double(s.statusSnapshotChecks)),
+                    (labels: ["result": "full"], value: Double(s.statusFullChecks))]
+        }
         metrics.gauge("ledger_live_fold_snapshot_facts", help: "Facts held in the live projection's fold snapshots") {
             [(labels: [:], value: Double(store.liveFoldStatistics.facts))]
         }

@@ -247,7 +247,8 @@ public final class Store: Sendable {
     public var liveFoldStatistics: LiveFoldStatistics {
         let c = foldSnapshots.counters
         return LiveFoldStatistics(hits: c.hits, misses: c.misses, fullRefolds: c.unsnapshotted, snapshots: c.entries, facts: c.facts,
-                                  reportSnapshotFolds: c.peeked, reportFullFolds: c.peekMissed)
+                                  reportSnapshotFolds: c.peeked, reportFullFolds: c.peekMissed,
+                                  statusSnapshotChecks: c.statusFromSnapshot, statusFullChecks: c.statusRead)
     }
 
     /// Closes the pools (in-flight reads finish; appends already queued are answered).

@@ -86,6 +86,9 @@ public enum IngestSuite {
         /// Subscriptions the reports' catch-up folded onto a live snapshot, of all it folded (the
         /// counters are read when the posting ends, while the catch-up may still run).
         public var reportSnapshotRate: Double?
+        /// Subscriptions whose new Apple statement the status checks' catch-up checked on a live
+        /// snapshot, of all it checked (read as the reports' rate is).
+        public var statusSnapshotRate: Double?
         public var eventsPerBatch: Double?
         /// Facts the service's live fold snapshots hold when the posting ends (what their memory
         /// grows with).
@@ -169,6 +172,7 @@ public enum IngestSuite {
                     result.chainCacheHitRate = after.chainHitRate(since: before)
                     result.foldSnapshotHitRate = after.foldHitRate(since: before)
                     result.reportSnapshotRate = after.reportSnapshotRate(since: before)
+                    result.statusSnapshotRate = after.statusSnapshotRate(since: before)
                     let batches = after.batches - before.batches
                     if batches > 0 { result.eventsPerBatch = (after.appended - before.appended) / batches }
                     result.snapshotFacts = after.snapshotFacts
@@ -197,6 +201,8 @@ public enum IngestSuite {
             if !fold.isEmpty { details["live fold snapshot hit rate"] = median(fold) }
             let reports = r.compactMap(\.reportSnapshotRate)
             if !reports.isEmpty { details["reports fold snapshot rate"] = median(reports) }
+            let statuses = r.compactMap(\.statusSnapshotRate)
+            if !statuses.isEmpty { details["apple status checks snapshot rate"] = median(statuses) }
             let batch = r.compactMap(\.eventsPerBatch)
             if !batch.isEmpty { details["events per append batch"] = median(batch) }
             let held = r.compactMap(\.snapshotFacts)
@@ -331,6 +337,7 @@ public enum IngestSuite {
         var chainHits = 0.0, chainMisses = 0.0
         var foldHits = 0.0, foldMisses = 0.0, foldFull = 0.0
         var reportSnapshot = 0.0, reportFull = 0.0
+        var statusSnapshot = 0.0, statusFull = 0.0
         var batches = 0.0, appended = 0.0
         var snapshotFacts = 0.0
 
@@ -352,6 +359,8 @@ public enum IngestSuite {
                 case #"ledger_live_fold_total{result="full"}"#: c.foldFull = value
                 case #"ledger_report_fold_total{result="snapshot"}"#: c.reportSnapshot = value
                 case #"ledger_report_fold_total{result="full"}"#: c.reportFull = value
+                case #"ledger_apple_status_check_total{result="snapshot"}"#: c.statusSnapshot = value
+                case #"ledger_apple_status_check_total{result="full"}"#: c.statusFull = value
                 case "ledger_append_batches_total": c.batches = value
                 case "ledger_events_appended_total": c.appended = value
                 case "ledger_live_fold_snapshot_facts": c.snapshotFacts = value
@@ -368,6 +377,11 @@ public enum IngestSuite {
 
         func reportSnapshotRate(since b: ServiceCounters) -> Double? {
             let hits = reportSnapshot - b.reportSnapshot, all = hits + reportFull - b.reportFull
+            return all > 0 ? hits / all : nil
+        }
+
+        func statusSnapshotRate(since b: ServiceCounters) -> Double? {
+            let hits = statusSnapshot - b.statusSnapshot, all = hits + statusFull - b.statusFull
             return all > 0 ? hits / all : nil
         }
 

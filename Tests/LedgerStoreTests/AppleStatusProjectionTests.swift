@@ -17,10 +17,25 @@ final class AppleStatusProjectionTests: XCTestCase {
     }
 
     func testChecksKeptFromTheDeltaOutOfOrderEqualAFullCheck() async throws {
+        try await checkKeptFromTheDelta(snapshots: false)
+    }
+
+    /// The service's worker checks a new statement on the append's fold snapshot when that is the
+    /// same answer (LiveFold.swift; `AppleStatusProjection.checkFromSnapshots`): passes right
+    /// after each append, passes lagging behind it (snapshots past their range's end), facts
+    /// appended by another instance (this one's snapshots lack them) and late facts signed before
+    /// statements already checked. The table must still be a full check's, and both ways occur.
+    func testChecksOnTheAppendsSnapshotsEqualAFullCheck() async throws {
+        try await checkKeptFromTheDelta(snapshots: true)
+    }
+
+    private func checkKeptFromTheDelta(snapshots: Bool) async throws {
         let database = try ProjectionScratchDatabase()
         defer { database.drop() }
         let store = Store(.init(databaseURL: database.service, poolSize: 4, catalog: ProjectionFixture.catalog))
         defer { store.close() }
+        let other = Store(.init(databaseURL: database.service, poolSize: 2, catalog: ProjectionFixture.catalog))
+        defer { other.close() }
         var generator = LifecycleGenerator(customers: 12, days: 300, start: ProjectionFixture.start, seed: 0xA5)
         generator.noPriceRate = 0
         var notifications = generator.notificationsInDeliveryOrder()
@@ -29,16 +44,34 @@ final class AppleStatusProjectionTests: XCTestCase {
         let late = notifications.enumerated().filter { $0.offset % 5 == 2 }.map(\.element)
         notifications = notifications.enumerated().filter { $0.offset % 5 != 2 }.map(\.element) + late.reversed()
         let events = try notifications.map { try $0.recordedEvent(position: 0, recordedAt: 0).event }
-        let worker = ProjectionWorker(pool: store.pool, projector: store.projector, batchSize: 3, projections: [.appleStatus])
-        for start in stride(from: 0, to: events.count, by: 40) {
-            try await ProjectionFixture.append(Array(events[start..<min(start + 40, events.count)]), to: store.events, chunk: 7)
-            _ = try await worker.catchUp()
+        let worker = snapshots
+            ? ProjectionWorker(pool: store.pool, projector: store.projector, batchSize: 3, projections: [.appleStatus],
+                               registered: Projections.registered(projector: store.projector, snapshots: store.foldSnapshots))
+            : ProjectionWorker(pool: store.pool, projector: store.projector, batchSize: 3, projections: [.appleStatus])
+        var chunks = 0
+        // With snapshots, as the service runs: a pass after each append batch; every fifth chunk
+        // through another instance, and every fourth pass only after the next chunk, so it runs
+        // behind the append.
+        let size = snapshots ? 7 : 40
+        for start in stride(from: 0, to: events.count, by: size) {
+            try await ProjectionFixture.append(Array(events[start..<min(start + size, events.count)]),
+                                               to: (snapshots && chunks % 5 == 3 ? other : store).events, chunk: 7)
+            chunks += 1
+            if !snapshots || chunks % 4 != 1 { _ = try await worker.catchUp() }
         }
+        _ = try await worker.catchUp()
         let incremental = try dump(database)
         XCTAssertGreaterThan(incremental.count, events.count / 2, "most notifications state Apple's status")
         let disagreeing = try database.adminQuery("SELECT count(*) AS n FROM projections.apple_status_checks WHERE NOT agrees").first!.decode(Int64.self, "n")
         let arrivalDisagreeing = try database.adminQuery("SELECT count(*) AS n FROM projections.apple_status_checks WHERE NOT arrival_agrees").first!.decode(Int64.self, "n")
         XCTAssertGreaterThan(arrivalDisagreeing, disagreeing, "late facts made statements disagree on arrival that agree now: the order matters to this test")
+        let statistics = store.liveFoldStatistics
+        if snapshots {
+            XCTAssertGreaterThan(statistics.statusSnapshotChecks, events.count / 4, "in-order statements are checked on the snapshots")
+            XCTAssertGreaterThan(statistics.statusFullChecks, 10, "late facts, other instances' facts and lagging passes read the facts")
+        } else {
+            XCTAssertEqual(statistics.statusSnapshotChecks, 0)
+        }
 
         let report = try await store.rebuilder().run(projections: [.appleStatus])
         XCTAssertEqual(report.projections, [.appleStatus])

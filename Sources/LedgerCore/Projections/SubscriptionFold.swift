@@ -86,6 +86,9 @@ public struct SubscriptionFold: Sendable {
     public var catalogPeriods: [String: EpochMillis] = [:]
     /// Every customer id any fact of this subscription named (for the customer → subscriptions index).
     public private(set) var customersNamed: Set<String> = []
+    /// The latest signing time of a fact folded, Apple's statements aside: a fold none of whose
+    /// facts is signed after a time is the fold "as signed by then" (`AppleStatusCheck`).
+    public private(set) var latestSignedAt: EpochMillis?
     /// The customer id inserted last: a subscription's facts name the same customer over and
     /// over, and comparing with the previous one (usually the same String) is cheaper than hashing.
     private var lastCustomerNamed: String?
@@ -104,6 +107,7 @@ public struct SubscriptionFold: Sendable {
     /// subscription that name one of its orders (`orderIds`).
     public mutating func apply(_ fact: Fact) {
         if let s = fact.subscription, s != key { return }
+        if fact.kind != .appleStatus, latestSignedAt.map({ $0 < fact.signedAt }) ?? true { latestSignedAt = fact.signedAt }
         if fact.origin == .wechat { isWeChat = true }
         if let c = fact.customerId, !c.isEmpty, fact.kind != .customerTie, c != lastCustomerNamed {
             customersNamed.insert(c)

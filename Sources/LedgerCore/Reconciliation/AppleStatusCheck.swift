@@ -94,8 +94,7 @@ public struct AppleStatusCheck: Sendable, Hashable {
         // Ordered by signedAt, so "signed by then" is a prefix (the statement's own event added).
         let bySigned = mine.filter { $0.kind != .appleStatus }.sorted { $0.signedAt < $1.signedAt }
         var out: [AppleStatusCheck] = []
-        for s in statements {
-            guard let status = s.details["status"]?.int64.flatMap({ Int(exactly: $0) }) else { continue }
+        for s in statements where status(of: s) != nil {
             let t = s.signedAt
             var now = SubscriptionFold(key: key)
             var arrival = SubscriptionFold(key: key)
@@ -104,14 +103,44 @@ public struct AppleStatusCheck: Sendable, Hashable {
                 now.apply(f)
                 if f.position <= s.position { arrival.apply(f) }
             }
-            let state = now.state(at: t)
-            out.append(AppleStatusCheck(
-                key: key, position: s.position, ordinal: s.ordinal, recordedAt: s.recordedAt,
-                source: s.details["source"]?.text ?? (s.origin == .appleAPI ? "api" : "notification"), message: s.message,
-                signedAt: t, transactionId: s.transactionId, appleStatus: status, ledgerStatus: state?.status,
-                arrivalLedgerStatus: arrival.state(at: t)?.status, customerId: state?.customerId))
+            if let check = check(s, key: key, now: now.state(at: t), arrival: arrival.state(at: t)) { out.append(check) }
         }
         return out
+    }
+
+    /// The check of statement `s` from `fold` instead of the subscription's facts, when `fold`
+    /// answers both of its questions: `fold` holds every fact of the subscription recorded up to
+    /// `s` (its own event's included) and none recorded after it, and none of them is signed
+    /// after `s`. Then "signed by then" and "recorded before it" are both every fact folded, and
+    /// the answer equals `checks(key:facts:)`'s. `.readFacts` when `fold` does not answer them
+    /// (a fact signed later, or a fold of another kind); `.checked(nil)` for a statement without
+    /// a status.
+    public static func check(_ s: Fact, foldOfEverythingUpTo fold: SubscriptionFold) -> FoldAnswer {
+        guard s.kind == .appleStatus, s.subscription == fold.key, !fold.isWeChat,
+              fold.latestSignedAt.map({ $0 <= s.signedAt }) ?? true else { return .readFacts }
+        var plain = fold
+        plain.catalogPeriods = [:]  // as `checks` folds: the catalog's periods are WeChat's
+        let state = plain.state(at: s.signedAt)
+        return .checked(check(s, key: fold.key, now: state, arrival: state))
+    }
+
+    public enum FoldAnswer: Sendable {
+        case checked(AppleStatusCheck?)
+        case readFacts
+    }
+
+    /// Apple's status in statement `s` (nil: it states none, and is not checked).
+    static func status(of s: Fact) -> Int? { s.details["status"]?.int64.flatMap { Int(exactly: $0) } }
+
+    /// The check of `s` given the ledger's state as of its signing: from every fact signed by then
+    /// (`now`) and from those also recorded before it (`arrival`).
+    static func check(_ s: Fact, key: SubscriptionKey, now: SubscriptionState?, arrival: SubscriptionState?) -> AppleStatusCheck? {
+        guard let status = status(of: s) else { return nil }
+        return AppleStatusCheck(
+            key: key, position: s.position, ordinal: s.ordinal, recordedAt: s.recordedAt,
+            source: s.details["source"]?.text ?? (s.origin == .appleAPI ? "api" : "notification"), message: s.message,
+            signedAt: s.signedAt, transactionId: s.transactionId, appleStatus: status, ledgerStatus: now?.status,
+            arrivalLedgerStatus: arrival?.status, customerId: now?.customerId)
     }
 
     /// Whether facts arriving after a statement can change its check: only a fact signed by the

@@ -19,24 +19,92 @@ enum AppleStatusProjection {
         """
 
     /// Checks again the subscriptions the facts at `range` touch that hold a statement.
-    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, on connection: Connection) throws {
-        let touched = try connection.query(
+    /// `snapshots`: the append's fold snapshots, which answer a new statement's check without
+    /// reading the subscription's history when they can (`checkFromSnapshots`).
+    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, snapshots: FoldSnapshots? = nil, on connection: Connection) throws {
+        var touched: [SubscriptionKey] = []
+        var stated: [SubscriptionKey] = []
+        // A subscription with a statement in the range holds one: only the others are looked up.
+        for row in try connection.query(
             """
-            SELECT DISTINCT subscription FROM public.facts
+            SELECT subscription, bool_or(kind = 'apple_status') AS stated FROM public.facts
             WHERE schema_version = $1 AND position BETWEEN $2 AND $3 AND subscription IS NOT NULL AND origin IN ('apple.v2', 'apple.api', 'apple.v1')
-            """, [.int64(Int64(FactStore.version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "apple subscriptions of positions")
-            .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
-        guard !touched.isEmpty else { return }
-        let stated = try connection.query(
-            """
-            SELECT k.sub AS subscription FROM unnest($2::text[]) AS k(sub)
-            WHERE EXISTS (
-                SELECT 1 FROM public.facts
-                WHERE schema_version = $1 AND subscription = k.sub AND kind = 'apple_status' AND position <= $3 OFFSET 0)
-            """, [.int64(Int64(FactStore.version)), .array(touched.map { .text($0.text) }, of: .text), .int64(range.upperBound)],
-            name: "subscriptions with apple statements")
-            .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
-        try recheck(stated.sorted(), range: range, next: next, on: connection)
+            GROUP BY subscription
+            """, [.int64(Int64(FactStore.version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "apple subscriptions of positions").rows {
+            guard let key = SubscriptionKey(text: try row.decode(String.self, "subscription")) else { continue }
+            if try row.decode(Bool.self, "stated") { stated.append(key) } else { touched.append(key) }
+        }
+        if !touched.isEmpty {
+            stated += try connection.query(
+                """
+                SELECT k.sub AS subscription FROM unnest($2::text[]) AS k(sub)
+                WHERE EXISTS (
+                    SELECT 1 FROM public.facts
+                    WHERE schema_version = $1 AND subscription = k.sub AND kind = 'apple_status' AND position <= $3 OFFSET 0)
+                """, [.int64(Int64(FactStore.version)), .array(touched.map { .text($0.text) }, of: .text), .int64(range.upperBound)],
+                name: "subscriptions with apple statements")
+                .rows.compactMap { SubscriptionKey(text: try $0.decode(String.self, "subscription")) }
+        }
+        guard !stated.isEmpty else { return }
+        var rest = stated
+        if let snapshots, !next {
+            rest = try checkFromSnapshots(stated, range: range, snapshots: snapshots, on: connection)
+        }
+        try recheck(rest.sorted(), range: range, next: next, on: connection)
+    }
+
+    /// Checks the one new statement of each of `keys` from the append's snapshot of its fold
+    /// instead of its whole history, where that is the same answer; returns the keys it could
+    /// not (they are read whole). The usual case — a notification that carries Apple's status and
+    /// is signed after everything the subscription knew — qualifies when:
+    /// - the snapshot, with the subscription's facts after it up to the range's end, is the fold
+    ///   of every fact up to there (a snapshot past the range's end only when no fact lies between:
+    ///   the reports' rule, ReportProjection.contributions);
+    /// - the range brings one statement, at the subscription's last position, and no fact signed
+    ///   after it (`AppleStatusCheck.check(_:foldOfEverythingUpTo:)`);
+    /// - no earlier statement's check can change: every fact the range brings is signed after the
+    ///   latest earlier statement in the table (`AppleStatusCheck.mayChange`).
+    static func checkFromSnapshots(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, snapshots: FoldSnapshots,
+                                   on connection: Connection) throws -> [SubscriptionKey] {
+        var entries = snapshots.peek(keys)
+        guard !entries.isEmpty else { return keys }
+        let started = entries.keys.sorted()
+        let newer = try FactStore.facts(
+            after: Dictionary(uniqueKeysWithValues: started.map { key in
+                (key, (after: min(entries[key]!.position, range.lowerBound - 1), through: max(entries[key]!.position, range.upperBound)))
+            }), name: "apple facts after snapshots", on: connection)
+        var earlier: [String: EpochMillis] = [:]
+        for row in try connection.query(
+            "SELECT subscription, max(signed_at) AS t FROM \(table(next: false)) WHERE subscription = ANY($1) AND position < $2 GROUP BY subscription",
+            [.array(started.map { .text($0.text) }, of: .text), .int64(range.lowerBound)], name: "latest earlier apple statements").rows {
+            earlier[try row.decode(String.self, "subscription")] = try row.decode(Int64.self, "t")
+        }
+        var rest = Set(keys)
+        var checks: [AppleStatusCheck] = []
+        for key in started {
+            let facts = newer[key] ?? []
+            let arrived = facts.filter { range.contains($0.position) }
+            let statements = arrived.filter { $0.kind == .appleStatus }
+            guard statements.count == 1, let s = statements.first, s.position == facts.last?.position,
+                  !facts.contains(where: { $0.position > range.upperBound || $0.origin == .wechat || $0.kind == .orderAlias }),
+                  !(earlier[key.text].map { AppleStatusCheck.mayChange(statementSignedAt: $0, arrived: arrived) } ?? false),
+                  var entry = entries.removeValue(forKey: key) else { continue }
+            for fact in facts where fact.position > entry.position { entry.fold.apply(fact) }
+            guard case .checked(let check) = AppleStatusCheck.check(s, foldOfEverythingUpTo: entry.fold) else { continue }
+            rest.remove(key)
+            if let check { checks.append(check) }
+        }
+        snapshots.countStatusChecks(snapshot: keys.count - rest.count, full: rest.count)
+        if !checks.isEmpty {
+            try connection.query(
+                """
+                DELETE FROM \(table(next: false)) c USING unnest($1::text[], $2::bigint[], $3::integer[]) AS r(subscription, position, ordinal)
+                WHERE c.subscription = r.subscription AND c.position = r.position AND c.ordinal = r.ordinal
+                """, [.array(checks.map { .text($0.key.text) }, of: .text), .array(checks.map { .int64($0.position) }, of: .int8),
+                      .array(checks.map { .int32(Int32(clamping: $0.ordinal)) }, of: .int4)], name: "clear changed apple status checks")
+            try insert(checks, next: false, on: connection)
+        }
+        return rest.sorted()
     }
 
     /// Checks the statements of `keys` the facts at `range` bring, and those of earlier statements
@@ -123,13 +191,15 @@ enum AppleStatusProjection {
 /// The Apple status check as a registered projection (Projection.swift): kept by the catch-up
 /// only (`isLive` false), rebuilt through the one rebuild path.
 struct AppleStatusChecksProjection: Projection {
+    /// The append's fold snapshots of this process (nil: every check reads the facts).
+    var snapshots: FoldSnapshots? = nil
     var names: [ProjectionName] { [.appleStatus] }
     var isLive: Bool { false }
 
     func tables(of name: ProjectionName) -> [ProjectionTable] { name == .appleStatus ? [.appleStatusChecks] : [] }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try AppleStatusProjection.apply(range, next: next, on: connection)
+        try AppleStatusProjection.apply(range, next: next, snapshots: snapshots, on: connection)
         return 0
     }
 

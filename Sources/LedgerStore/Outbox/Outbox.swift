@@ -259,7 +259,8 @@ struct OutboxDerivation: Sendable {
     /// Sets the row from one event; `last_position < position` makes applying it twice a no-op.
     static func update(consumer: String, id: String, status: OutboxItemStatus, attempts: Int?, generation: Int?, nextAttemptAt: EpochMillis?,
                        error: String?, answerPosition: Int64?, position: Int64, clearAnswer: Bool = false, on connection: Connection) throws {
-        try connection.query(
+        // Prepared: one per attempt recorded, and planning it cost as much as running it.
+        try connection.queryPrepared(
             """
             UPDATE outbox_items SET status = $3, attempts = coalesce($4, attempts), generation = coalesce($5, generation),
                    next_attempt_at = coalesce($6, next_attempt_at), last_error = $7,

@@ -36,6 +36,10 @@ public struct LiveFoldStatistics: Sendable, Equatable {
     /// Subscriptions the reports' catch-up folded onto a live snapshot / read from all their facts.
     public var reportSnapshotFolds: Int = 0
     public var reportFullFolds: Int = 0
+    /// Subscriptions whose new Apple statement the status checks' catch-up checked on a live
+    /// snapshot / from all their facts.
+    public var statusSnapshotChecks: Int = 0
+    public var statusFullChecks: Int = 0
 }
 
 final class FoldSnapshots: Sendable {
@@ -62,6 +66,9 @@ final class FoldSnapshots: Sendable {
         /// Subscriptions the reports' catch-up folded onto a snapshot / read whole.
         var peeked = 0
         var peekMissed = 0
+        /// Subscriptions whose new Apple statement was checked on a snapshot / from all their facts.
+        var statusFromSnapshot = 0
+        var statusRead = 0
     }
 
     private struct State: ~Copyable {
@@ -119,6 +126,13 @@ final class FoldSnapshots: Sendable {
         state.withLock {
             $0.counters.peeked += snapshot
             $0.counters.peekMissed += full
+        }
+    }
+
+    func countStatusChecks(snapshot: Int, full: Int) {
+        state.withLock {
+            $0.counters.statusFromSnapshot += snapshot
+            $0.counters.statusRead += full
         }
     }
 

@@ -105,12 +105,13 @@ enum Projections {
     }()
 
     /// Every projection the ledger keeps, in the order the worker passes them.
-    /// `snapshots`: the append's fold snapshots, which the reports' passes of this process fold onto.
+    /// `snapshots`: the append's fold snapshots, which the reports' and the Apple status checks'
+    /// passes of this process fold onto.
     static func registered(projector: Projector, snapshots: FoldSnapshots? = nil) -> [any Projection] {
         [SubscriptionCutsProjection(projector: projector), RefundCasesProjection(),
          WeChatContractsProjection(catalogPeriods: projector.catalogPeriods),
          ReportsProjection(catalogPeriods: projector.catalogPeriods, snapshots: snapshots),
-         AppleStatusChecksProjection(), WebhookEventsProjection(projector: projector)]
+         AppleStatusChecksProjection(snapshots: snapshots), WebhookEventsProjection(projector: projector)]
     }
 }
 

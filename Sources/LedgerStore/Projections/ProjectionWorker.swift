@@ -188,7 +188,9 @@ enum CatchUp {
         // append's NOTIFY wakes this worker. Taking the checkpoint row FOR UPDATE just to find
         // nothing to do made each append batch's hook wait for this transaction (measured: 5
         // events per batch and 1.2k notifications/s instead of full batches).
-        let peek = try connection.query(
+        // Prepared, as the two below: every append wakes every lane, and planning these took
+        // longer than running them.
+        let peek = try connection.queryPrepared(
             "SELECT c.position, \(lane.bound) AS head FROM projection_checkpoints c WHERE c.projection = $1",
             [.text(lane.checkpoint)], name: "checkpoint behind its bound?")
         guard let peeked = peek.first else { return .idle }
@@ -196,12 +198,12 @@ enum CatchUp {
         if try peeked.decode(Int64.self, "position") >= bound { return .idle }
         return try connection.transaction { connection -> ProjectionPass.Outcome in
             try connection.asProjector()
-            let locked = try connection.query(
+            let locked = try connection.queryPrepared(
                 "SELECT position FROM projection_checkpoints WHERE projection = $1 FOR UPDATE SKIP LOCKED",
                 [.text(lane.checkpoint)], name: "lock checkpoint")
             guard let row = locked.first else { return .busy }
             let checkpoint = try row.decode(Int64.self, "position")
-            let events = try connection.query(
+            let events = try connection.queryPrepared(
                 "SELECT position FROM events WHERE position > $1 AND position <= $3 ORDER BY position LIMIT $2",
                 [.int64(checkpoint), .int64(Int64(batchSize)), .int64(bound)], name: "events after checkpoint")
             let batch = try events.rows.map { try $0.decode(Int64.self, "position") }

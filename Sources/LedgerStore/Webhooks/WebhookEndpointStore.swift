@@ -102,10 +102,11 @@ public struct WebhookEndpointStore: Sendable {
         return try JSONDecoder().decode([String].self, from: Data(text.utf8))
     }
 
+    /// Prepared (both texts are fixed): every delivery attempt reads its endpoint.
     private func rows(_ sql: String, _ parameters: [PostgresValue]) async throws(StoreError) -> [WebhookEndpointRecord] {
         do {
             return try await pool.withConnection { connection in
-                try connection.query(sql, parameters, name: "webhook endpoints").rows.map { row in
+                try connection.queryPrepared(sql, parameters, name: "webhook endpoints").rows.map { row in
                     WebhookEndpointRecord(
                         name: try row.decode(String.self, "name"), url: try row.decode(String.self, "url"),
                         eventTypes: try Self.list(try row.decode(String?.self, "event_types")),

@@ -493,7 +493,7 @@ public struct WebhookEventStore: Sendable {
             """,
             [.text(a.endpoint), .text(a.eventId), .int32(Int32(clamping: a.generation)), .int32(Int32(clamping: a.attempt)), .int64(a.at),
              a.status.map { .int32(Int32(clamping: $0)) } ?? .null, .int64(a.latencyMillis), .text(a.delivered ? "delivered" : "failed"),
-             .optional(a.excerpt)]) { _ in 1 }
+             .optional(a.excerpt)], prepared: true) { _ in 1 }
     }
 
     /// When `endpoint` last had a 2xx (nil: never), and its first attempt since then.
@@ -536,10 +536,13 @@ public struct WebhookEventStore: Sendable {
         }
     }
 
-    private func query<T: Sendable>(_ sql: String, _ parameters: [PostgresValue], _ map: @escaping @Sendable (Row) throws -> T) async throws(StoreError) -> [T] {
+    /// `prepared`: for SQL fixed in the source that runs per delivery attempt.
+    private func query<T: Sendable>(_ sql: String, _ parameters: [PostgresValue], prepared: Bool = false,
+                                    _ map: @escaping @Sendable (Row) throws -> T) async throws(StoreError) -> [T] {
         do {
             return try await pool.withConnection { connection in
-                try connection.query(sql, parameters, name: "webhook events").rows.map(map)
+                try (prepared ? connection.queryPrepared(sql, parameters, name: "webhook events")
+                     : connection.query(sql, parameters, name: "webhook events")).rows.map(map)
             }
         } catch {
             throw StoreError(error)
