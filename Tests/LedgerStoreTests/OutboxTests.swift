@@ -301,6 +301,42 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(statuses.first?.counts, [.done: 11, .exhausted: 1])
     }
 
+    /// The loop frees a slot when the attempt returns and records it apart: an ordered key's next
+    /// item is still never sent before its previous attempt's record committed (the item stays
+    /// pending until then), and each key's items go in cause order.
+    func testAnOrderedKeysNextItemWaitsForThePreviousRecordWhileSlotsMoveOn() async throws {
+        try open(ordered: true)
+        _ = try await store.events.append((0..<5).flatMap { i in [cause("a\(i)", key: "A"), cause("b\(i)", key: "B"), cause("c\(i)", key: "C")] })
+        let seen = Mutex<[String]>([])
+        let violations = Mutex<[String]>([])
+        let outbox = store.outbox
+        let consumer = self.consumer
+        let running = Task {
+            await outbox.run(consumer, concurrency: 4, pollInterval: .milliseconds(20), clock: { 1_800_000_000_000 }) { item in
+                seen.withLock { $0.append(item.id) }
+                if let n = Int(item.id.dropFirst()), n > 0 {
+                    let previous = "\(item.id.first!)\(n - 1)"
+                    let status = try? await outbox.item("test.consumer", id: previous)?.status
+                    if status != .done { violations.withLock { $0.append("\(item.id) sent while \(previous) was \(String(describing: status))") } }
+                }
+                return .delivered(answer: .null)
+            }
+        }
+        for _ in 0..<300 {
+            if try await store.outbox.items("test.consumer", status: .pending).isEmpty { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        running.cancel()
+        await running.value
+        XCTAssertEqual(violations.withLock { $0 }, [])
+        let order = seen.withLock { $0 }
+        for key in ["a", "b", "c"] {
+            XCTAssertEqual(order.filter { $0.hasPrefix(key) }, (0..<5).map { "\(key)\($0)" }, "each key in cause order, each item once")
+        }
+        let statuses = try await store.outbox.statuses(now: now)
+        XCTAssertEqual(statuses.first?.counts, [.done: 15])
+    }
+
     /// A partition (`<endpoint>|…`) whose attempts hang holds at most `perPartition` slots, and the
     /// others' items keep flowing through the rest: each slot is refilled as its attempt finishes,
     /// never after the slowest attempt claimed with it.
