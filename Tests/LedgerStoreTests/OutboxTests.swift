@@ -194,6 +194,16 @@ final class OutboxTests: XCTestCase {
 
     // MARK: - Schedule, events, replay
 
+    /// Waits (up to 5 s) until `test.consumer` has no pending item, then stops the run loop.
+    func stopWhenNothingPending(_ running: Task<Void, Never>) async throws {
+        for _ in 0..<250 {
+            if try await store.outbox.items("test.consumer", status: .pending).isEmpty { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        running.cancel()
+        await running.value
+    }
+
     func testFailedAttemptsFollowTheScheduleAreRecordedAsEventsAndTheLastExhaustsTheItem() async throws {
         try open(delays: [1_000, 5_000])
         _ = try await store.events.append(cause("s"))
@@ -290,15 +300,39 @@ final class OutboxTests: XCTestCase {
                 return item.id == "w0" ? .gaveUp(error: "no") : .delivered(answer: .null)
             }
         }
-        for _ in 0..<200 {
-            if try await store.outbox.items("test.consumer", status: .pending).isEmpty { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        running.cancel()
-        await running.value
+        try await stopWhenNothingPending(running)
         XCTAssertEqual(seen.withLock { $0 }.sorted(), (0..<12).map { "w\($0)" }.sorted(), "each worked once")
         let statuses = try await store.outbox.statuses(now: now)
         XCTAssertEqual(statuses.first?.counts, [.done: 11, .exhausted: 1])
+    }
+
+    /// An attempt that returns after the loop was told to stop is still recorded (its record no
+    /// longer runs in the attempt's own task): the delivered item is done, never sent again.
+    func testAnAttemptThatReturnsWhileTheLoopStopsIsStillRecorded() async throws {
+        try open()
+        _ = try await store.events.append([cause("late")])
+        let started = Mutex(false)
+        let outbox = store.outbox
+        let consumer = self.consumer
+        let running = Task {
+            await outbox.run(consumer, concurrency: 2, pollInterval: .milliseconds(20), clock: { 1_800_000_000_000 }) { _ in
+                started.withLock { $0 = true }
+                // A receiver that answers 100 ms after the stop (a wait the cancellation does not
+                // cut short), by when the loop has stopped taking wakes.
+                for _ in 0..<1000 {
+                    if Task.isCancelled { break }
+                    try? await Task.sleep(for: .milliseconds(5))
+                }
+                await Task.detached { try? await Task.sleep(for: .milliseconds(100)) }.value
+                return .delivered(answer: .null)
+            }
+        }
+        for _ in 0..<250 where !started.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        XCTAssertTrue(started.withLock { $0 })
+        running.cancel()
+        await running.value
+        let item = try await store.outbox.item("test.consumer", id: "late")
+        XCTAssertEqual(item?.status, .done, "the attempt's answer was recorded before the loop returned")
     }
 
     /// The loop frees a slot when the attempt returns and records it apart: an ordered key's next
@@ -322,12 +356,7 @@ final class OutboxTests: XCTestCase {
                 return .delivered(answer: .null)
             }
         }
-        for _ in 0..<300 {
-            if try await store.outbox.items("test.consumer", status: .pending).isEmpty { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        running.cancel()
-        await running.value
+        try await stopWhenNothingPending(running)
         XCTAssertEqual(violations.withLock { $0 }, [])
         let order = seen.withLock { $0 }
         for key in ["a", "b", "c"] {
@@ -375,12 +404,7 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(gate.fastDone.withLock { $0 }, 30, "the healthy partition was held up by the hanging one")
         XCTAssertEqual(gate.slowStarted.withLock { $0 }, 2, "the hanging partition holds its share of the slots, no more")
         gate.open.withLock { $0 = true }
-        for _ in 0..<500 {
-            if try await store.outbox.items("test.consumer", status: .pending).isEmpty { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        running.cancel()
-        await running.value
+        try await stopWhenNothingPending(running)
         XCTAssertEqual(gate.slowStarted.withLock { $0 }, 6)
         XCTAssertLessThanOrEqual(gate.slowInFlightMax.withLock { $0 }, 2)
         let statuses = try await store.outbox.statuses(now: now)

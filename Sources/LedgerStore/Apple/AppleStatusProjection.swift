@@ -95,15 +95,7 @@ enum AppleStatusProjection {
             if let check { checks.append(check) }
         }
         snapshots.countStatusChecks(snapshot: keys.count - rest.count, full: rest.count)
-        if !checks.isEmpty {
-            try connection.query(
-                """
-                DELETE FROM \(table(next: false)) c USING unnest($1::text[], $2::bigint[], $3::integer[]) AS r(subscription, position, ordinal)
-                WHERE c.subscription = r.subscription AND c.position = r.position AND c.ordinal = r.ordinal
-                """, [.array(checks.map { .text($0.key.text) }, of: .text), .array(checks.map { .int64($0.position) }, of: .int8),
-                      .array(checks.map { .int32(Int32(clamping: $0.ordinal)) }, of: .int4)], name: "clear changed apple status checks")
-            try insert(checks, next: false, on: connection)
-        }
+        try replace(checks, next: false, on: connection)
         return rest.sorted()
     }
 
@@ -118,25 +110,28 @@ enum AppleStatusProjection {
             let slice = Array(keys[chunk..<min(chunk + recheckChunk, keys.count)])
             let (attached, _) = try FactStore.facts(of: slice, upTo: range.upperBound, on: connection)
             var checks: [AppleStatusCheck] = []
-            var replaced: [(String, Int64, Int32)] = []
             for key in slice {
                 let facts = attached[key] ?? []
                 let arrived = facts.filter { range.contains($0.position) }
                 let found = AppleStatusCheck.checks(key: key, facts: facts) { s in
                     range.contains(s.position) || AppleStatusCheck.mayChange(statementSignedAt: s.signedAt, arrived: arrived)
                 }
-                for c in found { replaced.append((key.text, c.position, Int32(clamping: c.ordinal))) }
                 checks += found
             }
-            guard !replaced.isEmpty else { continue }
-            try connection.query(
-                """
-                DELETE FROM \(table(next: next)) c USING unnest($1::text[], $2::bigint[], $3::integer[]) AS r(subscription, position, ordinal)
-                WHERE c.subscription = r.subscription AND c.position = r.position AND c.ordinal = r.ordinal
-                """, [.array(replaced.map { .text($0.0) }, of: .text), .array(replaced.map { .int64($0.1) }, of: .int8),
-                      .array(replaced.map { .int32($0.2) }, of: .int4)], name: "clear changed apple status checks")
-            try insert(checks, next: next, on: connection)
+            try replace(checks, next: next, on: connection)
         }
+    }
+
+    /// Writes `checks` in place of the rows of the same statements.
+    static func replace(_ checks: [AppleStatusCheck], next: Bool, on connection: Connection) throws {
+        guard !checks.isEmpty else { return }
+        try connection.query(
+            """
+            DELETE FROM \(table(next: next)) c USING unnest($1::text[], $2::bigint[], $3::integer[]) AS r(subscription, position, ordinal)
+            WHERE c.subscription = r.subscription AND c.position = r.position AND c.ordinal = r.ordinal
+            """, [.array(checks.map { .text($0.key.text) }, of: .text), .array(checks.map { .int64($0.position) }, of: .int8),
+                  .array(checks.map { .int32(Int32(clamping: $0.ordinal)) }, of: .int4)], name: "clear changed apple status checks")
+        try insert(checks, next: next, on: connection)
     }
 
     /// Subscriptions whose facts a recheck holds at once. A pass reads every fact of each (the

@@ -700,7 +700,14 @@ public struct Outbox: Sendable {
                     ticking = false
                 }
             }
+            // Stopping: an attempt that returns from here on is still recorded, as when the
+            // record ran in the attempt's own task (otherwise a delivered event would be sent
+            // again once its lease ran out).
             group.cancelAll()
+            while let wake = await group.next() {
+                guard case .sent(let item, let result) = wake else { continue }
+                do { try await record(item, result, now: clock()) } catch { onError(StoreError(error)) }
+            }
         }
     }
 
