@@ -258,6 +258,7 @@ extension LedgerApp {
         services.append(StartupJob(name: "record-catalog", log: log) { [self] in try await recordCatalogIfChanged() })
         services.append(StartupJob(name: "record-webhook-endpoints", log: log) { [self] in try await webhookEndpoints.syncConfigured() })
         services.append(webhookDeliveryService())
+        services.append(ProcessMemoryService())
         if configuration.wechat.isConfigured {
             services.append(StartupJob(name: "record-wechat-config", log: log) { [self] in try await wechatConfig.recordIfChanged() })
         }

@@ -1,26 +1,19 @@
 import Foundation
+internal import Postgres
 
 /// Reads rows of `COPY … TO STDOUT` in text format in place: fields are tab-separated, `\N` is
 /// NULL, and backslash escapes appear only in text that holds tabs, newlines or backslashes.
 ///
 /// Made for the rebuild's scan of every fact, where parsing rows was the largest client cost: one
 /// reader is reused for every row (`split` finds the tabs eight bytes at a time; no per-row
-/// allocation), and each column remembers its last text value and hands the same String out again
-/// when the bytes repeat (product, bundle, currency, customer, message repeat from row to row of
-/// one subscription), so a repeated value costs a compare instead of an allocation. Its storage is
-/// reached through `let` pointers: no exclusivity or uniqueness checks on the hot path. Not
-/// thread-safe: one reader per scan.
+/// allocation), and a repeated text value costs a compare instead of an allocation
+/// (`RepeatedText`). Its storage is reached through `let` pointers: no exclusivity or uniqueness
+/// checks on the hot path. Not thread-safe: one reader per scan.
 final class CopyRowReader {
-    /// Values longer than this are not remembered (none of the facts' repeated columns comes near).
-    static let cacheSlot = 128
-
     let capacity: Int
     private let starts: UnsafeMutablePointer<Int>
     private let ends: UnsafeMutablePointer<Int>
-    private let cachedBytes: UnsafeMutablePointer<UInt8>
-    /// Length of each column's remembered bytes; -1 when nothing is remembered.
-    private let cachedCounts: UnsafeMutablePointer<Int>
-    private let cachedValues: UnsafeMutablePointer<String>
+    private let text: RepeatedText
     private var base: UnsafeRawPointer?
     /// Fields of the current row (more than `capacity` are counted, not kept).
     private(set) var count = 0
@@ -30,20 +23,12 @@ final class CopyRowReader {
         capacity = columns
         starts = .allocate(capacity: columns)
         ends = .allocate(capacity: columns)
-        cachedBytes = .allocate(capacity: columns * Self.cacheSlot)
-        cachedCounts = .allocate(capacity: columns)
-        cachedCounts.initialize(repeating: -1, count: columns)
-        cachedValues = .allocate(capacity: columns)
-        cachedValues.initialize(repeating: "", count: columns)
+        text = RepeatedText(columns: columns)
     }
 
     deinit {
         starts.deallocate()
         ends.deallocate()
-        cachedBytes.deallocate()
-        cachedCounts.deallocate()
-        cachedValues.deinitialize(count: capacity)
-        cachedValues.deallocate()
     }
 
     /// Splits one row (a trailing newline is ignored) and returns its field count. The bytes must
@@ -112,16 +97,7 @@ final class CopyRowReader {
     /// give the same String back.
     func string(_ i: Int) -> String? {
         guard let f = field(i) else { return nil }
-        guard i < capacity, f.count <= Self.cacheSlot else { return Self.unescaped(f) }
-        let slot = cachedBytes + i * Self.cacheSlot
-        if cachedCounts[i] == f.count && (f.isEmpty || memcmp(slot, f.baseAddress!, f.count) == 0) {
-            return cachedValues[i]
-        }
-        let value = Self.unescaped(f)
-        if !f.isEmpty { slot.update(from: f.baseAddress!.assumingMemoryBound(to: UInt8.self), count: f.count) }
-        cachedCounts[i] = f.count
-        cachedValues[i] = value
-        return value
+        return text.string(i, f, decode: Self.unescaped)
     }
 
     static func unescaped(_ slice: UnsafeRawBufferPointer) -> String {

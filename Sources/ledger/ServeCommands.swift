@@ -20,7 +20,7 @@ enum ServeCommand {
 
     static func run(_ raw: [String]) async throws {
         _ = try parse(raw, command: "serve", help: help)
-        limitMallocArenas()
+        ProcessMemory.limitArenas()
         let configuration = try loadConfiguration()
         let app: LedgerApp
         do { app = try LedgerApp(configuration: configuration) } catch {
@@ -83,21 +83,3 @@ func loadConfiguration() throws -> LedgerConfiguration {
         throw CommandFailure(message: "configuration: \(error)", exitCode: 2)
     }
 }
-
-/// glibc gives each thread that allocates under contention its own arena, up to 8 per core, and an
-/// arena keeps what it once held: the HTTP threads, the pool and the blocking-work threads of
-/// `ledger serve` each grew one, and its peak RSS during `ledger-dev bench ingest` was 974 MB
-/// (491 MB with two arenas, the same rate). An operator's MALLOC_ARENA_MAX still wins.
-func limitMallocArenas() {
-    #if os(Linux)
-    guard ProcessInfo.processInfo.environment["MALLOC_ARENA_MAX"] == nil else { return }
-    _ = glibcMallopt(glibcMArenaMax, 2)
-    #endif
-}
-
-#if os(Linux)
-// `int mallopt(int, int)` of glibc's <malloc.h>, which the toolchain's Glibc module does not
-// import; M_ARENA_MAX is -8 there.
-@_silgen_name("mallopt") private func glibcMallopt(_ parameter: Int32, _ value: Int32) -> Int32
-private let glibcMArenaMax: Int32 = -8
-#endif

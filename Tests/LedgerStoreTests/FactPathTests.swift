@@ -124,7 +124,7 @@ final class FactPathTests: XCTestCase {
     private func allFacts() throws -> [Fact] {
         try database.connect().query(
             "SELECT \(FactRows.columns) FROM facts WHERE schema_version = $1 ORDER BY position, ordinal",
-            [.int64(Int64(FactDecoder.schemaVersion))]).rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            [.int64(Int64(FactDecoder.schemaVersion))]).facts()
     }
 }
 

@@ -45,6 +45,31 @@ final class PostgresTests: XCTestCase {
         XCTAssertEqual(try row.decode(Double.self, "d"), 1.5)
     }
 
+    func testRepeatedTextIsOneStringAndEveryValueStaysItself() throws {
+        let connection = try connect()
+        let rows = try connection.query(
+            """
+            SELECT v, n FROM (VALUES (1, 'com.example.premium.monthly', 7), (2, 'com.example.premium.monthly', 7),
+                                     (3, NULL, 8), (4, 'com.example.premium.monthly', 9), (5, 'com.example.premium.yearly', 9),
+                                     (6, '', 9), (7, '', 9), (8, repeat('x', 200), 9), (9, repeat('x', 200), 9)) AS t(k, v, n)
+            ORDER BY k
+            """).rows
+        let text = RepeatedText(columns: 2)
+        let values = try rows.map { try $0.string(at: 0, repeating: text) }
+        XCTAssertEqual(values, ["com.example.premium.monthly", "com.example.premium.monthly", nil, "com.example.premium.monthly",
+                                "com.example.premium.yearly", "", "", String(repeating: "x", count: 200), String(repeating: "x", count: 200)])
+        func storage(_ s: String?) -> UnsafePointer<UInt8>? { s?.utf8.withContiguousStorageIfAvailable { $0.baseAddress } ?? nil }
+        // A repeat right after its first reading is the same String.
+        XCTAssertEqual(storage(values[0]), storage(values[1]))
+        // A NULL between two repeats does not forget the value; another value replaces it.
+        XCTAssertEqual(storage(values[0]), storage(values[3]))
+        XCTAssertNotEqual(storage(values[3]), storage(values[4]))
+        // A value longer than the slot is never remembered: decoded each time.
+        XCTAssertNotEqual(storage(values[7]), storage(values[8]))
+        // A column that is not text decodes as before (int as a String is refused as it was).
+        XCTAssertThrowsError(try rows[0].string(at: 1, repeating: text))
+    }
+
     func testTimestampsBeforeEpochAndAroundPostgresEpoch() throws {
         let connection = try connect()
         for millis: Int64 in [-1, -1_001, 0, 946_684_799_999, 946_684_800_000, 946_684_800_001, 4_102_444_800_000] {

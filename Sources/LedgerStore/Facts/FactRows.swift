@@ -148,7 +148,7 @@ enum FactRows {
         }
         var subscription: SubscriptionKey? = knownSubscription
         if knownSubscription == nil, let s = r.string(.subscription) {
-            guard let key = SubscriptionKey(text: s) else { throw ProjectionError.corrupt("fact subscription '\(s)' is not <environment>:<id>") }
+            guard let key = r.subscription(s) else { throw ProjectionError.corrupt("fact subscription '\(s)' is not <environment>:<id>") }
             subscription = key
         }
         var transaction: TransactionFact?
@@ -212,19 +212,40 @@ protocol FactFields {
     /// A bigint/smallint column.
     func integer(at index: Int) -> Int64?
     func bool(at index: Int) -> Bool?
+    /// The key of a `subscription` column's text.
+    func subscription(_ text: String) -> SubscriptionKey?
 }
 
 extension FactFields {
+    func subscription(_ text: String) -> SubscriptionKey? { SubscriptionKey(text: text) }
     func string(_ c: FactColumn) -> String? { string(at: c.rawValue) }
     func integer(_ c: FactColumn) -> Int64? { integer(at: c.rawValue) }
     func bool(_ c: FactColumn) -> Bool? { bool(at: c.rawValue) }
     func int(_ c: FactColumn) -> Int? { integer(c).map { Int(truncatingIfNeeded: $0) } }
 }
 
-/// A row of a binary query result whose columns are `FactRows.columns` in order.
+/// What the rows of one result share while they are read: a subscription's facts repeat its
+/// stream, subscription, product, bundle and customer row after row, and each fact kept (a fold
+/// snapshot holds hundreds of thousands) would otherwise hold copies of its own.
+final class FactReading {
+    let text = RepeatedText(columns: FactRows.columnCount)
+    private var last: (text: String, key: SubscriptionKey)?
+
+    func subscription(_ text: String) -> SubscriptionKey? {
+        if let last, last.text == text { return last.key }
+        guard let key = SubscriptionKey(text: text) else { return nil }
+        last = (text, key)
+        return key
+    }
+}
+
+/// A row of a binary query result whose columns are `FactRows.columns` in order, read with the
+/// other rows of its result (`FactReading`).
 struct FactQueryRow: FactFields {
     let row: Row
-    func string(at index: Int) -> String? { try? row.decode(String?.self, at: index) }
+    let reading: FactReading
+    func string(at index: Int) -> String? { try? row.string(at: index, repeating: reading.text) }
+    func subscription(_ text: String) -> SubscriptionKey? { reading.subscription(text) }
     func integer(at index: Int) -> Int64? { try? row.decode(Int64?.self, at: index) }
     func bool(at index: Int) -> Bool? { try? row.decode(Bool?.self, at: index) }
 }
@@ -235,4 +256,12 @@ extension CopyRowReader: FactFields {
     func string(at index: Int) -> String? { string(index) }
     func integer(at index: Int) -> Int64? { integer(index) }
     func bool(at index: Int) -> Bool? { bool(index) }
+}
+
+extension QueryResult {
+    /// The facts of a result whose columns are `FactRows.columns` in order, in row order.
+    func facts() throws -> [Fact] {
+        let reading = FactReading()
+        return try rows.map { try FactRows.fact(FactQueryRow(row: $0, reading: reading)) }
+    }
 }

@@ -83,7 +83,7 @@ enum FactStore {
             SELECT \(FactRows.columns) FROM public.facts
             WHERE schema_version = $1 AND position >= $2 AND position <= $3 ORDER BY position, ordinal
             """, [.int64(Int64(version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "facts in range")
-            .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            .facts()
     }
 
     /// Every fact of an event (timeline and evidence views), in ordinal order.
@@ -92,7 +92,7 @@ enum FactStore {
         return try connection.query(
             "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND position = ANY($2) ORDER BY position, ordinal",
             [.int64(Int64(version)), .array(positions.map { .int64($0) }, of: .int8)], name: "facts of events")
-            .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            .facts()
     }
 
     /// Each subscription's own facts in `after+1 … through` (nil: to the end), by subscription in
@@ -114,8 +114,7 @@ enum FactStore {
              .array(keys.map { .int64(ranges[$0]!.through ?? Int64.max) }, of: .int8)],
             name: name)
         var out: [SubscriptionKey: [Fact]] = [:]
-        for row in rows.rows {
-            let fact = try FactRows.fact(FactQueryRow(row: row))
+        for fact in try rows.facts() {
             if let key = fact.subscription { out[key, default: []].append(fact) }
         }
         return out
@@ -153,8 +152,7 @@ enum FactStore {
             : try connection.query(sql, parameters, name: "facts of subscriptions")
         var attached: [SubscriptionKey: [Fact]] = [:]
         var ids = Set<String>()
-        for row in rows.rows {
-            let fact = try FactRows.fact(FactQueryRow(row: row))
+        for fact in try rows.facts() {
             guard let key = fact.subscription else { continue }
             attached[key, default: []].append(fact)
             if fact.origin == .wechat || fact.kind == .orderAlias {
@@ -182,8 +180,7 @@ enum FactStore {
                 """, [.int64(Int64(version)), .array(frontier.map { .text($0) }, of: .text), .int64(upTo)],
                 name: "order facts without subscription")
             frontier = []
-            for row in rows.rows {
-                let fact = try FactRows.fact(FactQueryRow(row: row))
+            for fact in try rows.facts() {
                 found[fact.position, default: [:]][fact.ordinal] = fact
                 for id in [fact.transactionId, fact.orderAlias].compactMap({ $0 }) where ids.insert(id).inserted {
                     frontier.append(id)
@@ -236,7 +233,7 @@ enum FactStore {
             SELECT \(FactRows.columns) FROM public.facts
             WHERE schema_version = $1 AND position BETWEEN $2 AND $3 AND (subscription IS NOT NULL OR transaction_id IS NOT NULL)
             """, [.int64(Int64(version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "facts of positions")
-        let facts = try rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+        let facts = try rows.facts()
         return try subscriptions(touchedBy: ignoring.isEmpty ? facts : facts.filter { !ignoring.contains($0.kind) }, on: connection)
     }
 }

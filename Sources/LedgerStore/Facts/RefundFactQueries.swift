@@ -44,7 +44,7 @@ public struct RefundFactQueries: Sendable {
                            WHERE r.schema_version = $1 AND r.kind = 'revocation' AND r.origin IN ('apple.v2', 'apple.api'))))
                 ORDER BY position, ordinal
                 """, [.int64(Int64(FactStore.version))], name: "refund case facts")
-                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts()
             return try Self.withContext(own, on: connection)
         }
     }
@@ -67,7 +67,7 @@ public struct RefundFactQueries: Sendable {
                   AND transaction_id = $2
                 ORDER BY position, ordinal
                 """, [.int64(Int64(FactStore.version)), .text(tx)], name: "apple refund case facts")
-                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts()
         }
     }
 
@@ -93,7 +93,7 @@ public struct RefundFactQueries: Sendable {
                 ORDER BY position, ordinal
                 """, [.int64(Int64(FactStore.version)), .array(keys.map { .text($0.text) }, of: .text)],
                 name: "wechat facts of subscriptions")
-                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts()
             return try Self.withContext(own, loaded: Set(keys), on: connection)
         }
     }
@@ -108,7 +108,7 @@ public struct RefundFactQueries: Sendable {
                 WHERE schema_version = $1 AND origin = 'ledger' AND kind = 'refund_answer' AND transaction_id = $2
                 ORDER BY position, ordinal
                 """, [.int64(Int64(FactStore.version)), .text(payOrderId)], name: "refund answers of order")
-                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts()
         }
     }
 
@@ -141,8 +141,7 @@ public struct RefundFactQueries: Sendable {
                 """, [.int64(Int64(FactStore.version)), .array(frontier.map { .text($0) }, of: .text)],
                 name: "facts of orders")
             frontier = []
-            for row in rows.rows {
-                let fact = try FactRows.fact(FactQueryRow(row: row))
+            for fact in try rows.facts() {
                 found[FactPlace(fact)] = fact
                 for id in orderIds(of: fact) where ids.insert(id).inserted { frontier.append(id) }
             }
@@ -158,8 +157,7 @@ public struct RefundFactQueries: Sendable {
                 WHERE schema_version = $1 AND subscription = ANY($2) AND origin = 'wechat' AND kind IN ('transaction', 'renewal')
                 """, [.int64(Int64(FactStore.version)), .array(missing.map { .text($0.text) }, of: .text)],
                 name: "wechat facts of order subscriptions")
-            for row in rows.rows {
-                let fact = try FactRows.fact(FactQueryRow(row: row))
+            for fact in try rows.facts() {
                 found[FactPlace(fact)] = fact
             }
         }

@@ -94,7 +94,7 @@ public struct ProjectionQueries: Sendable {
             let rescinded = try connection.queryPrepared(
                 "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' AND signed_at <= $2",
                 [.int64(Int64(FactStore.version)), .int64(now)], name: "consent rescissions")
-                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts()
             if rescinded.isEmpty { return [] }
             let ids = try connection.query(
                 """
@@ -113,7 +113,7 @@ public struct ProjectionQueries: Sendable {
             try connection.query(
                 "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' ORDER BY position",
                 [.int64(Int64(FactStore.version))], name: "consent rescission facts")
-                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts()
         }
     }
 
@@ -143,7 +143,7 @@ public struct ProjectionQueries: Sendable {
                 WHERE schema_version = $1 AND subscription = $2 AND kind = 'customer_tie'
                 ORDER BY recorded_at DESC, position DESC LIMIT 1
                 """, [.int64(Int64(FactStore.version)), .text(key.text)], name: "latest tie of subscription")
-                .rows.first.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts().first
             let recent = try connection.query(
                 """
                 SELECT recorded_at FROM public.facts
@@ -187,7 +187,7 @@ public struct ProjectionQueries: Sendable {
         try await read { connection in
             try connection.query(
                 "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'catalog' ORDER BY position",
-                [.int64(Int64(FactStore.version))], name: "recorded catalogs").rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                [.int64(Int64(FactStore.version))], name: "recorded catalogs").facts()
         }
     }
 

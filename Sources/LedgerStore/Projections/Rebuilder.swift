@@ -453,7 +453,7 @@ public struct Rebuilder: Sendable {
               AND transaction_id IS NOT NULL AND kind NOT IN ('purchase', 'refund_inquiry', 'refund_answer')
             ORDER BY position, ordinal
             """, [.int64(Int64(FactStore.version)), .int64(head)], name: "order facts")
-        return OrderFacts(try rows.rows.map { try FactRows.fact(FactQueryRow(row: $0)) })
+        return OrderFacts(try rows.facts())
     }
 
     /// The rebuild's read of one partition.

@@ -89,7 +89,7 @@ extension ReconciliationStore {
                 let version = Int64(FactStore.version)
                 let summaries = try connection.query(
                     "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'extension_summary' ORDER BY position",
-                    [.int64(version)], name: "extension summaries").rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                    [.int64(version)], name: "extension summaries").facts()
                 guard !summaries.isEmpty else { return [] }
                 // Only the products and times the summaries ask about (facts_renewal_extended).
                 let products = Set(summaries.compactMap { $0.details["productId"]?.text })
@@ -103,7 +103,7 @@ extension ReconciliationStore {
                     """,
                     [.int64(version), products.isEmpty || summaries.contains(where: { $0.details["productId"]?.text == nil }) ? .null
                         : .array(products.sorted().map { .text($0) }, of: .text), .int64(from), .int64(to)],
-                    name: "renewal extended of summaries").rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                    name: "renewal extended of summaries").facts()
                 return ExtensionSummaryCheck.checks(summaries: summaries, extended: extended)
             }
         } catch {

@@ -259,7 +259,7 @@ public struct ReconciliationStore: Sendable {
                     SELECT \(FactRows.columns) FROM public.facts
                     WHERE schema_version = $1 AND kind = 'consent' AND customer_id = $2 ORDER BY position
                     """, [.int64(Int64(FactStore.version)), .text(customerId)], name: "consent of customer")
-                    .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                    .facts()
             }
         } catch {
             throw StoreError(error)
@@ -318,7 +318,7 @@ public struct ReconciliationStore: Sendable {
                       AND NOT EXISTS (SELECT 1 FROM outbox_items o WHERE o.consumer = $3 AND o.cause_position = f.position)
                     ORDER BY f.position
                     """, [.int64(Int64(FactStore.version)), .int64(since), .text(ConsumptionOutbox.name)],
-                    name: "consumption requests not in the outbox").rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                    name: "consumption requests not in the outbox").facts()
                 // The same drafts the append derives, but aged from now (they are taken up now).
                 let drafts = facts.compactMap { f -> OutboxItemDraft? in
                     guard let key = f.subscription, let tx = f.transactionId else { return nil }
@@ -355,7 +355,7 @@ public struct ReconciliationStore: Sendable {
                     SELECT \(FactRows.columns) FROM public.facts
                     WHERE schema_version = $1 AND position = $2 AND kind = 'consumption_request' ORDER BY ordinal LIMIT 1
                     """, [.int64(Int64(FactStore.version)), .int64(position)], name: "consumption request fact")
-                    .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }.first
+                    .facts().first
             }
         } catch {
             throw StoreError(error)

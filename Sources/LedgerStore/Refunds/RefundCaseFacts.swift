@@ -28,8 +28,7 @@ enum RefundCaseFacts {
                     SELECT r.transaction_id FROM public.facts r
                     WHERE r.schema_version = $1 AND r.position <= $2 AND r.kind = 'revocation' AND r.origin IN ('apple.v2', 'apple.api'))))
             """, [.int64(version), .int64(upTo)], name: "refund case facts up to")
-        for row in own.rows {
-            let fact = try FactRows.fact(FactQueryRow(row: row))
+        for fact in try own.facts() {
             found[FactPlace(fact)] = fact
         }
         try addSubscriptionContext(to: &found, loaded: [], upTo: upTo, on: connection)
@@ -54,8 +53,7 @@ enum RefundCaseFacts {
                 """, [.int64(version), .array(frontier.map { .text($0) }, of: .text), .int64(upTo)],
                 name: "facts of orders up to")
             frontier = []
-            for row in rows.rows {
-                let fact = try FactRows.fact(FactQueryRow(row: row))
+            for fact in try rows.facts() {
                 found[FactPlace(fact)] = fact
                 for id in RefundFactQueries.orderIds(of: fact) where reached.insert(id).inserted { frontier.append(id) }
             }
@@ -77,7 +75,7 @@ enum RefundCaseFacts {
             ORDER BY position, ordinal
             """, [.int64(version), .array(transactionIds.sorted().map { .text($0) }, of: .text), .int64(upTo)],
             name: "apple refund case facts up to")
-            .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            .facts()
     }
 
     /// The facts at positions `range` (what a batch of the worker brings).
@@ -100,8 +98,7 @@ enum RefundCaseFacts {
               AND kind IN ('transaction', 'renewal')
             """, [.int64(version), .array(named.map { .text($0.text) }, of: .text), .int64(upTo)],
             name: "wechat facts of order subscriptions up to")
-        for row in rows.rows {
-            let fact = try FactRows.fact(FactQueryRow(row: row))
+        for fact in try rows.facts() {
             found[FactPlace(fact)] = fact
         }
     }

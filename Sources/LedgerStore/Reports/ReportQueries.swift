@@ -222,8 +222,7 @@ public struct ReportQueries: Sendable {
             var latest: EpochMillis?
             // As the projection: a subscription of ties alone has no contribution.
             var reported: Set<SubscriptionKey> = []
-            for row in rows.rows {
-                let fact = try FactRows.fact(FactQueryRow(row: row))
+            for fact in try rows.facts() {
                 if let key = fact.subscription, let t = ReportProjection.reportedTime(fact) {
                     reported.insert(key)
                     if latest.map({ t > $0 }) ?? true { latest = t }

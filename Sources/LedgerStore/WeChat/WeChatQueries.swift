@@ -186,12 +186,11 @@ public struct WeChatQueries: Sendable {
         let group = try orderGroup(naming: [payOrderId], on: connection)
         var found: [FactPlace: Fact] = [:]
         if !group.ids.isEmpty {
-            for row in try connection.query(
+            for f in try connection.query(
                 """
                 SELECT \(FactRows.columns) FROM public.facts
                 WHERE schema_version = $1 AND origin IN ('wechat', 'ledger') AND (transaction_id = ANY($2) OR order_alias = ANY($2))
-                """, [.int64(version), .array(group.ids.map { .text($0) }, of: .text)], name: "facts of the order").rows {
-                let f = try FactRows.fact(FactQueryRow(row: row))
+                """, [.int64(version), .array(group.ids.map { .text($0) }, of: .text)], name: "facts of the order").facts() {
                 found[FactPlace(f)] = f
             }
         }
@@ -334,7 +333,7 @@ public struct WeChatQueries: Sendable {
                 WHERE schema_version = $1 AND origin IN ('wechat', 'ledger') AND (transaction_id = ANY($2) OR order_alias = ANY($2))
                 ORDER BY position, ordinal
                 """, [.int64(Int64(FactStore.version)), .array(group.ids.map { .text($0) }, of: .text)], name: "facts of an order")
-                .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+                .facts()
             let positions = Array(Set(facts.map(\.position))).sorted()
             let events = positions.isEmpty ? [] : try connection.query(
                 "SELECT \(EventStore.columns) FROM events WHERE position = ANY($1) ORDER BY position",

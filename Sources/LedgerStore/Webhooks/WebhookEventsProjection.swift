@@ -155,7 +155,7 @@ struct WebhookEventsProjection: Projection {
             WHERE schema_version = $1 AND position BETWEEN $2 AND $3 AND origin = 'ledger' AND kind IN ('refund_answer', 'consumption_answer')
             ORDER BY position, ordinal
             """, [.int64(Int64(FactStore.version)), .int64(range.lowerBound), .int64(range.upperBound)], name: "refund answers in range")
-            .rows.map { try FactRows.fact(FactQueryRow(row: $0)) }
+            .facts()
         return answers.flatMap { derivation.decisions(in: [$0], subscription: nil, state: nil) }
     }
 
