@@ -53,25 +53,25 @@ public struct Row {
     }
 
     public func decode<T: PostgresDecodable>(_ type: T.Type = T.self, at column: Int) throws(PostgresError) -> T {
-        guard column >= 0, column < result.columnNames.count else {
-            throw PostgresError(.decoding, "column index \(column) is out of range (the result has \(result.columnNames.count) columns)", statement: result.statement)
-        }
-        let name = result.columnNames[column]
-        let res = result.result
-        if PQgetisnull(res, Int32(index), Int32(column)) == 1 {
-            return try T.decodeNull(column: name)
-        }
-        let length = Int(PQgetlength(res, Int32(index), Int32(column)))
-        guard let pointer = PQgetvalue(res, Int32(index), Int32(column)) else {
-            return try T.decodeNull(column: name)
-        }
-        let bytes = UnsafeRawBufferPointer(start: UnsafeRawPointer(pointer), count: length)
+        guard let cell = try cell(at: column) else { return try T.decodeNull(column: result.columnNames[column]) }
         do {
-            return try T.decode(PostgresCell(bytes: bytes, type: result.columnTypes[column], column: name))
+            return try T.decode(cell)
         } catch var error {
             error.statement = error.statement ?? result.statement
             throw error
         }
+    }
+
+    /// The value at `column` as it came off the wire; nil for NULL.
+    func cell(at column: Int) throws(PostgresError) -> PostgresCell? {
+        guard column >= 0, column < result.columnNames.count else {
+            throw PostgresError(.decoding, "column index \(column) is out of range (the result has \(result.columnNames.count) columns)", statement: result.statement)
+        }
+        let res = result.result
+        if PQgetisnull(res, Int32(index), Int32(column)) == 1 { return nil }
+        guard let pointer = PQgetvalue(res, Int32(index), Int32(column)) else { return nil }
+        let bytes = UnsafeRawBufferPointer(start: UnsafeRawPointer(pointer), count: Int(PQgetlength(res, Int32(index), Int32(column))))
+        return PostgresCell(bytes: bytes, type: result.columnTypes[column], column: result.columnNames[column])
     }
 }
 
@@ -92,6 +92,11 @@ public struct PostgresCell {
     }
 
     func utf8String() -> String { String(decoding: bytes, as: UTF8.self) }
+}
+
+extension PostgresType {
+    /// Types whose binary value is their UTF-8 text as it is.
+    var isPlainText: Bool { self == .text || self == .varchar || self == .bpchar || self == .name || self == .json || self == .unknown }
 }
 
 /// A Swift type that can be read from a binary-format PostgreSQL value.
@@ -167,7 +172,7 @@ extension String: PostgresDecodable {
     /// Text-like columns, json/jsonb as their JSON text, and uuid in its canonical form.
     public static func decode(_ cell: PostgresCell) throws(PostgresError) -> String {
         switch cell.type {
-        case .text, .varchar, .bpchar, .name, .json, .unknown:
+        case _ where cell.type.isPlainText:
             return cell.utf8String()
         case .jsonb:
             guard cell.bytes.first == 1 else { throw cell.mismatch("String (unknown jsonb version)") }

@@ -1,4 +1,3 @@
-internal import CLibPQ
 import Foundation
 
 /// Hands the same String out again when a column's bytes repeat from one row to the next.
@@ -55,16 +54,8 @@ extension Row {
     /// A text column (nil for NULL), the same String as the previous row's when the bytes repeat.
     /// Other types decode as `decode(String?.self, at:)` does.
     public func string(at column: Int, repeating text: RepeatedText) throws(PostgresError) -> String? {
-        guard column >= 0, column < result.columnNames.count else { return try decode(String?.self, at: column) }
-        switch result.columnTypes[column] {
-        case .text, .varchar, .bpchar, .name, .unknown:
-            let res = result.result
-            if PQgetisnull(res, Int32(index), Int32(column)) == 1 { return nil }
-            guard let pointer = PQgetvalue(res, Int32(index), Int32(column)) else { return nil }
-            let raw = UnsafeRawBufferPointer(start: UnsafeRawPointer(pointer), count: Int(PQgetlength(res, Int32(index), Int32(column))))
-            return text.string(column, raw) { String(decoding: $0, as: UTF8.self) }
-        default:
-            return try decode(String?.self, at: column)
-        }
+        guard let cell = try cell(at: column) else { return nil }
+        guard cell.type.isPlainText else { return try decode(String.self, at: column) }
+        return text.string(column, cell.bytes) { String(decoding: $0, as: UTF8.self) }
     }
 }
