@@ -17,8 +17,8 @@ final class FoldSnapshotsCapacityTests: XCTestCase {
         for n in 0..<10 { snapshots.store([key(n): entry(n, facts: 100)], forget: []) }
         XCTAssertEqual(snapshots.counters.facts, 1_000)
         XCTAssertEqual(snapshots.positions.count, 10)
-        // Subscription 0 is appended to again (taken and stored back): it is now the most recent.
-        let taken = snapshots.take([key(0)])
+        // Subscription 0 is appended to again (read and stored back): it is now the most recent.
+        let taken = snapshots.peek([key(0)])
         XCTAssertEqual(taken.count, 1)
         snapshots.store(taken, forget: [])
         // One more goes past the capacity: the oldest (1 to 4) go, down to 750 facts or less.

@@ -119,5 +119,23 @@ final class KeyedProbeTests: XCTestCase {
         XCTAssertEqual(ids, Dictionary(uniqueKeysWithValues: keys.map { ($0.text, Set(["evt_\($0.text)_2", "evt_\($0.text)_3"])) }))
         XCTAssertEqual(webhooks.sequential, 0, "\(webhooks)")
         XCTAssertLessThanOrEqual(webhooks.fetched, 10, "fetched \(webhooks.fetched) webhook events for 10")
+
+        // One subscription holding the whole table (a customer tied and untied thousands of times
+        // on a new ledger), with statistics that say so: asking after its latest time reads none.
+        try database.adminScript("""
+            SET ROLE ledger_projector;
+            DELETE FROM projections.webhook_events;
+            INSERT INTO projections.webhook_events (id, subscription, type, environment, customer_id, effective_at, position, sequence, body)
+            SELECT 'evt_loop_' || g, '\(keys[0].text)', 'subscription.renewed', 'Production', NULL, 1000 + g, 3000 + g, 0, '{}'
+            FROM generate_series(1, 8000) g;
+            RESET ROLE;
+            ANALYZE projections.webhook_events;
+            """)
+        var none: [String: Set<String>] = [:]
+        let loop = try Self.reads(["projections.webhook_events"], on: connection) {
+            none = try WebhookEventStore.ids(of: [keys[0]: 9_000], next: false, on: connection)
+        }["projections.webhook_events"]!
+        XCTAssertEqual(none, [:])
+        XCTAssertEqual(loop.sequential, 0, "a subscription's many events were scanned to find none after its time: \(loop)")
     }
 }

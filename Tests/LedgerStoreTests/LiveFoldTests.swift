@@ -96,4 +96,62 @@ final class LiveFoldTests: XCTestCase {
             XCTAssertEqual(stored, fold.transactions, "seed \(seed): transactions of \(key)")
         }
     }
+    /// Peeks at the snapshots from inside the append transaction, after the live fold ran: what
+    /// the catch-up's passes see while an append is in flight. Essential, so `fail` fails the append.
+    final class SnapshotProbe: AppendHook, @unchecked Sendable {
+        let snapshots: FoldSnapshots
+        var fail = false
+        var seen: [SubscriptionKey: FoldSnapshots.Entry] = [:]
+        var name: String { "snapshot probe" }
+        var isEssential: Bool { true }
+        init(snapshots: FoldSnapshots) { self.snapshots = snapshots }
+        struct Refused: Error {}
+        func didAppend(_ batch: AppendedBatch, in connection: Connection) throws -> AfterCommit? {
+            seen = snapshots.peek(Array(snapshots.positions.keys))
+            if fail { throw Refused() }
+            return nil
+        }
+    }
+
+    /// An append folds its batch onto a copy of the subscription's snapshot: while it runs, the
+    /// snapshot is still there at its position with the fold it had (the catch-up's passes, which
+    /// lag the append, fold onto it instead of reading the whole history), and a batch that fails
+    /// leaves it as it was.
+    func testAnAppendFoldsOntoACopyAndLeavesTheSnapshotInPlace() async throws {
+        let clock = ProjectionFixture.start + 500 * ProjectionFixture.day
+        let projector = Projector(catalog: ProjectionFixture.catalog, clock: { clock })
+        let snapshots = FoldSnapshots()
+        let probe = SnapshotProbe(snapshots: snapshots)
+        let store = EventStore(pool: pool, hooks: [LiveProjectionHook(projector: projector, snapshots: snapshots), probe])
+        let events = try ProjectionFixture.events(customers: 1, days: 400, seed: 11)
+        let stream = try XCTUnwrap(Dictionary(grouping: events, by: \.streamId).max { $0.value.count < $1.value.count }?.value)
+        XCTAssertGreaterThan(stream.count, 6)
+        for event in stream.dropLast(2) { _ = try await store.append([event]) }
+        let before = snapshots.peek(Array(snapshots.positions.keys))
+        let key = try XCTUnwrap(before.max { $0.value.position < $1.value.position }?.key)
+        let held = try XCTUnwrap(before[key])
+
+        _ = try await store.append([stream[stream.count - 2]])
+        let during = try XCTUnwrap(probe.seen[key], "an append in flight leaves the snapshot in place")
+        XCTAssertEqual(during.position, held.position)
+        XCTAssertEqual(during.facts, held.facts)
+        XCTAssertEqual(during.fold.transactions, held.fold.transactions, "the append's fold changed a copy, not the snapshot")
+        let after = try XCTUnwrap(snapshots.peek([key])[key])
+        XCTAssertGreaterThan(after.position, held.position, "the commit stores the new snapshot")
+        XCTAssertGreaterThan(after.facts, held.facts)
+
+        probe.fail = true
+        do {
+            _ = try await store.append([stream[stream.count - 1]])
+            XCTFail("the essential probe fails the append")
+        } catch {}
+        let kept = try XCTUnwrap(snapshots.peek([key])[key], "a failed batch keeps the snapshot")
+        XCTAssertEqual(kept.position, after.position)
+        XCTAssertEqual(kept.fold.transactions, after.fold.transactions)
+        probe.fail = false
+        _ = try await store.append([stream[stream.count - 1]])
+        let oracle = try await ProjectionFixture.oracle(store)
+        XCTAssertEqual(try XCTUnwrap(snapshots.peek([key])[key]).fold.transactions, oracle.subscriptions[key]?.transactions)
+    }
 }
+

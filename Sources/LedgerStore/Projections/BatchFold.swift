@@ -113,7 +113,7 @@ struct SharedFold: Sendable {
         let keys = try FactStore.subscriptions(touchedBy: facts, on: connection)
         if keys.isEmpty { return (out, {}) }
         let sorted = keys.sorted()
-        var cached = snapshots.take(sorted)
+        var cached = snapshots.peek(sorted)
         // Every fact after each subscription's snapshot: usually just this batch's, which are
         // already in the table (recorded earlier in this transaction). One index probe per
         // subscription (FactStore's note on keyed batch reads).
@@ -130,8 +130,8 @@ struct SharedFold: Sendable {
             }
             let snapshotFacts = cached[key]?.facts
             if snapshotFacts != nil { hits += 1 }
-            // Moved out of `cached`, so applying facts mutates the snapshot in place instead of
-            // copying its dictionaries.
+            // Moved out of `cached`: the fold below is then shared only with the snapshot left in
+            // place, and its first change copies it once.
             var entry = cached.removeValue(forKey: key)
             var walks = entry.flatMap { e in e.walks?.position == e.position ? e.walks : nil }
             var fold = entry?.fold ?? SubscriptionFold(key: key)

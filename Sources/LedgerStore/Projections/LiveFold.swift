@@ -97,24 +97,13 @@ final class FoldSnapshots: Sendable {
         }
     }
 
-    /// Removes and returns the snapshots of `keys`: the caller owns them (folding into a
-    /// uniquely held snapshot mutates it in place, no copy of its dictionaries) and `store`s the
-    /// new ones after its commit. A batch that fails loses them: the next append reads all facts.
-    func take(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
-        state.withLock { s in
-            var found: [SubscriptionKey: Entry] = [:]
-            for key in keys {
-                guard let entry = s.entries.removeValue(forKey: key) else { continue }
-                s.facts -= entry.facts
-                found[key] = entry
-            }
-            return found
-        }
-    }
-
-    /// Copies of the snapshots of `keys`, left in place (a reader after the commit: the reports'
-    /// catch-up). The append that next takes one of them copies its dictionaries once if this copy
-    /// is still held; a miss costs the full read.
+    /// Copies of the snapshots of `keys`, left in place. The append folds its batch onto its copy
+    /// (copying the fold's dictionaries on the first change, a few microseconds even for thousands
+    /// of facts) and `store`s the new one after its commit; a batch that fails leaves the old one,
+    /// which is still the fold up to its position. Left in place, a snapshot also serves the
+    /// catch-up's passes (reports, Apple status checks) while an append holds its copy: those
+    /// passes lag the append by a batch or so, and a snapshot taken out for the append's duration
+    /// made most of them read the subscription's whole history instead.
     func peek(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
         state.withLock { s in
             var found: [SubscriptionKey: Entry] = [:]
