@@ -5,8 +5,9 @@ import Foundation
 /// A read of many rows of one subscription repeats its stream, subscription, product, bundle,
 /// currency, customer and message row after row. Decoded afresh, each would be an allocation of
 /// its own that lives as long as the value read, and a fold snapshot holds hundreds of thousands
-/// of facts. Remembered per column, a repeat costs a compare and shares one String. Used by a result's rows
-/// (`Row.string(at:repeating:)`) and by the rebuild's COPY reader. Not thread-safe: one per read.
+/// of facts. Remembered per column, a repeat costs a compare and shares one String. Used by a
+/// result's rows (`Row.string(at:repeating:)`) and by the rebuild's COPY reader. Not thread-safe:
+/// one per read.
 public final class RepeatedText {
     /// Values longer than this are not remembered (none of the repeated columns comes near).
     public static let slot = 128
