@@ -22,11 +22,15 @@ public enum FoldBenchmark {
         public var decodedPerSecond: Double
         /// Facts the decoding produced per second (the fold's unit).
         public var decodedFactsPerSecond: Double = 0
+        /// Each subscription's report contribution (`SubscriptionRollup.contribution`, what the
+        /// reports' pass computes per touched subscription), per second.
+        public var contributionsPerSecond: Double = 0
 
         public var description: String {
             "folded \(facts) facts of \(subscriptions) subscriptions: \(Int(factsPerSecond)) facts/s, "
                 + "\(Int(statesPerSecond)) states/s; "
-                + "JSON payload → fact: \(Int(decodedPerSecond)) events/s"
+                + "JSON payload → fact: \(Int(decodedPerSecond)) events/s; "
+                + "report contributions: \(Int(contributionsPerSecond))/s"
         }
     }
 
@@ -42,7 +46,8 @@ public enum FoldBenchmark {
             name: "fold", command: "ledger-dev bench fold --events \(events)", unit: "facts/s",
             ledgerLabel: "SubscriptionProjection folding stored facts", ledger: results.map(\.factsPerSecond),
             baselineLabel: "FactDecoder deriving facts from the JSON payloads", baseline: results.map(\.decodedFactsPerSecond),
-            details: ["states/s": BenchSummary.Figure(results.map(\.statesPerSecond)).median])
+            details: ["states/s": BenchSummary.Figure(results.map(\.statesPerSecond)).median,
+                      "report contributions/s": BenchSummary.Figure(results.map(\.contributionsPerSecond)).median])
         return (results[results.count / 2], summary)
     }
 
@@ -72,6 +77,10 @@ public enum FoldBenchmark {
                 entitled += 1
             }
         }
+        var figures = 0
+        let contributionTime = clock.measure {
+            for fold in projection.subscriptions.values { figures &+= SubscriptionRollup.contribution(of: fold).series.count }
+        }
         let sample = Array(notifications.prefix(decodeSample)).enumerated().compactMap { i, n in
             try? n.recordedEvent(position: Int64(i + 1), recordedAt: n.deliveredAt)
         }
@@ -92,7 +101,8 @@ public enum FoldBenchmark {
             evaluateSeconds: evaluateSeconds,
             statesPerSecond: Double(projection.subscriptions.count) / max(evaluateSeconds, 1e-9),
             decodeSeconds: decodeSeconds, decodedPerSecond: Double(decoded) / max(decodeSeconds, 1e-9),
-            decodedFactsPerSecond: Double(decodedFacts) / max(decodeSeconds, 1e-9))
+            decodedFactsPerSecond: Double(decodedFacts) / max(decodeSeconds, 1e-9),
+            contributionsPerSecond: figures > 0 ? Double(projection.subscriptions.count) / max(seconds(contributionTime), 1e-9) : 0)
     }
 
     private static func seconds(_ d: Duration) -> Double {

@@ -73,13 +73,41 @@ final class ReportRollupTests: XCTestCase {
 
     // MARK: Tables
 
+    /// A series' figures against a dictionary of the same adds: in and out of day order, ranges
+    /// over figures already there, and sums that come back to zero (no zero figure is kept).
+    func testAFiguresSeriesIsTheSumOfItsAddsInAnyOrder() {
+        for seed in UInt64(1)...40 {
+            var rng = SplitMix64(seed: seed)
+            var figures = ReportFigures()
+            var model: [Int64: Int64] = [:]
+            for _ in 0..<200 {
+                let day = Int64(rng.next() % 60), value = Int64(rng.next() % 5) - 2
+                if rng.next() % 4 == 0 {
+                    let end = day + Int64(rng.next() % 20)
+                    figures.add(value, on: day..<end)
+                    for d in day..<end { model[d, default: 0] += value }
+                } else {
+                    figures.add(value, on: day)
+                    model[day, default: 0] += value
+                }
+            }
+            model = model.filter { $0.value != 0 }
+            XCTAssertEqual(figures.days, model.keys.sorted(), "seed \(seed)")
+            XCTAssertEqual(figures.values, model.keys.sorted().map { model[$0]! }, "seed \(seed)")
+            for day in Int64(-1)...80 {
+                XCTAssertEqual(figures[day], model[day])
+                XCTAssertEqual(figures.hasFigure(in: day...(day + 3)), (day...(day + 3)).contains { model[$0] != nil })
+            }
+        }
+    }
+
     func testTablesSumFlowsAndReadLevelsOnThePeriodsLastDay() throws {
         var c = SubscriptionContribution()
         let dims = ReportDimensions(environment: "Production", source: .apple, product: "p", currency: "USD")
         let jan1 = try XCTUnwrap(ReportDay(text: "2026-01-01"))
         for i in 0..<40 {
-            c.cells[ReportCell(day: jan1.adding(days: Int64(i)), dimensions: dims), default: ReportValues()][.active] = Int64(i)
-            c.cells[ReportCell(day: jan1.adding(days: Int64(i)), dimensions: dims), default: ReportValues()][.new] = 1
+            c.add(.active, Int64(i), on: jan1.adding(days: Int64(i)), dims)
+            c.add(.new, 1, on: jan1.adding(days: Int64(i)), dims)
         }
         var rollup = ReportRollup()
         rollup.add(c)

@@ -319,6 +319,44 @@ final class ReportProjectionTests: XCTestCase {
         XCTAssertEqual(columns, ["day", "dimensions"] + ReportMetric.allCases.map(\.rawValue))
     }
 
+    /// A pass changes the rollups by the stored runs' difference with the refold's: the old rollup
+    /// plus that difference must be the new one, for a history grown by more facts, for two
+    /// unrelated subscriptions (other dimensions, other days) and for nothing on either side.
+    func testTheDifferenceOfTwoContributionsRunsIsTheDifferenceOfTheirRollups() throws {
+        let generator = LifecycleGenerator(customers: 16, days: 500, start: ProjectionFixture.start, seed: 43, environment: "Production")
+        var facts: [Fact] = []
+        for (i, n) in generator.lifecycles().flatMap(\.notifications).enumerated() { facts += try n.facts(position: Int64(i + 1), recordedAt: n.deliveredAt) }
+        let whole = SubscriptionProjection(facts: facts).subscriptions.mapValues(SubscriptionRollup.contribution(of:))
+        let early = SubscriptionProjection(facts: facts.prefix(facts.count / 2)).subscriptions.mapValues(SubscriptionRollup.contribution(of:))
+        let keys = whole.keys.sorted()
+        var pairs: [(SubscriptionContribution, SubscriptionContribution)] = keys.map { (early[$0] ?? SubscriptionContribution(), whole[$0]!) }
+        pairs += zip(keys, keys.dropFirst()).map { (whole[$0.0]!, whole[$0.1]!) }
+        pairs += [(SubscriptionContribution(), whole[keys[0]]!), (whole[keys[0]]!, SubscriptionContribution())]
+        var changed = 0
+        for (old, new) in pairs {
+            var delta = ReportRollup()
+            ReportRows.addDifference(from: ReportRows.runs(of: old), to: ReportRows.runs(of: new), into: &delta)
+            ReportProjection.addDifference(from: old.cohorts, to: new.cohorts, into: &delta)
+            var rollup = ReportRollup()
+            rollup.add(old)
+            for (cell, v) in delta.cells {
+                for metric in ReportMetric.allCases { rollup.add(metric, v[metric], on: cell.day, cell.dimensions) }
+            }
+            for (k, v) in delta.cohorts { rollup.add(k, v) }
+            var expected = ReportRollup()
+            expected.add(new)
+            XCTAssertEqual(rollup, expected)
+            // Only the days whose figures differ are in the difference.
+            let (a, b) = (old.cells, new.cells)
+            XCTAssertEqual(Set(delta.cells.keys), Set(a.keys).union(b.keys).filter { a[$0] != b[$0] })
+            if old != new { changed += 1 }
+            var none = ReportRollup()
+            ReportRows.addDifference(from: ReportRows.runs(of: new), to: ReportRows.runs(of: new), into: &none)
+            XCTAssertEqual(none, ReportRollup())
+        }
+        XCTAssertGreaterThan(changed, keys.count)
+    }
+
     func testAContributionRoundTripsThroughItsStoredForm() throws {
         let generator = LifecycleGenerator(customers: 12, days: 500, start: ProjectionFixture.start, seed: 41, environment: "Production")
         var facts: [Fact] = []

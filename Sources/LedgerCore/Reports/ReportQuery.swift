@@ -276,9 +276,9 @@ extension ReportQuery {
                         metric: ReportMetric) -> [SubscriptionKey] {
         let (start, last) = span(of: period)
         return contributions.compactMap { key, c -> SubscriptionKey? in
-            for (cell, v) in c.cells where cell.day >= start && cell.day <= last && filter.matches(cell.dimensions) {
-                if metric.isLevel && cell.day != last { continue }
-                if v[metric] != 0 { return key }
+            for (series, figures) in c.series where series.metric == metric && filter.matches(series.dimensions) {
+                // Figures are never zero.
+                if figures.hasFigure(in: (metric.isLevel ? last.index : start.index)...last.index) { return key }
             }
             return nil
         }.sorted()

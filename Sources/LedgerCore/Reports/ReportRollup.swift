@@ -17,30 +17,31 @@ public struct ReportRollup: Sendable, Equatable {
         self.init(folds: SubscriptionProjection(facts: facts).subscriptions)
     }
 
-    public mutating func add(_ c: SubscriptionContribution) {
-        for (cell, v) in c.cells {
-            cells[cell, default: ReportValues()].add(v)
-            if cells[cell]!.isZero { cells[cell] = nil }
+    public mutating func add(_ c: SubscriptionContribution) { add(c, sign: 1) }
+
+    public mutating func subtract(_ c: SubscriptionContribution) { add(c, sign: -1) }
+
+    private mutating func add(_ c: SubscriptionContribution, sign: Int64) {
+        for (series, figures) in c.series {
+            for (day, value) in figures { add(series.metric, sign &* value, on: ReportDay(index: day), series.dimensions) }
         }
-        for (k, v) in c.cohorts {
-            var count = cohorts[k] ?? CohortCount()
-            count.members += v.members
-            count.retained += v.retained
-            cohorts[k] = count.members == 0 && count.retained == 0 ? nil : count
-        }
+        for (k, v) in c.cohorts { add(k, CohortCount(members: sign &* v.members, retained: sign &* v.retained)) }
     }
 
-    public mutating func subtract(_ c: SubscriptionContribution) {
-        for (cell, v) in c.cells {
-            cells[cell, default: ReportValues()].subtract(v)
-            if cells[cell]!.isZero { cells[cell] = nil }
-        }
-        for (k, v) in c.cohorts {
-            var count = cohorts[k] ?? CohortCount()
-            count.members -= v.members
-            count.retained -= v.retained
-            cohorts[k] = count.members == 0 && count.retained == 0 ? nil : count
-        }
+    /// Adds one figure; a cell whose figures all become zero is dropped.
+    public mutating func add(_ metric: ReportMetric, _ value: Int64, on day: ReportDay, _ dims: ReportDimensions) {
+        guard value != 0 else { return }
+        let cell = ReportCell(day: day, dimensions: dims)
+        var values = cells.removeValue(forKey: cell) ?? ReportValues()
+        values[metric] &+= value
+        if !values.isZero { cells[cell] = values }
+    }
+
+    public mutating func add(_ key: CohortKey, _ v: CohortCount) {
+        var count = cohorts[key] ?? CohortCount()
+        count.members &+= v.members
+        count.retained &+= v.retained
+        cohorts[key] = count.members == 0 && count.retained == 0 ? nil : count
     }
 
     /// The first and last day any figure is kept for (nil when empty).

@@ -8,16 +8,132 @@
 /// recognition) come from the merged transactions. Only auto-renewable subscriptions (Apple) and
 /// WeChat xpay Apple subscriptions count: one-time purchases are not subscriptions.
 public struct SubscriptionContribution: Sendable, Hashable {
-    public var cells: [ReportCell: ReportValues] = [:]
+    /// Each series' non-zero figures, by day (`ReportDay.index`). Kept per series rather than per
+    /// (day, dimensions) cell: a contribution has figures on most days of a subscription's life,
+    /// and a cell keyed by four strings and a day, holding a slot for every metric, cost a hash of
+    /// the strings and an allocation per day — most of the reports' pass over long histories.
+    public var series: [ReportSeries: ReportFigures] = [:]
     public var cohorts: [CohortKey: CohortCount] = [:]
 
     public init() {}
 
-    public var isEmpty: Bool { cells.isEmpty && cohorts.isEmpty }
+    public var isEmpty: Bool { series.isEmpty && cohorts.isEmpty }
 
-    mutating func add(_ metric: ReportMetric, _ value: Int64, on day: ReportDay, _ dims: ReportDimensions) {
+    /// The same figures by (day, dimensions), as the rollups hold them.
+    public var cells: [ReportCell: ReportValues] {
+        var out: [ReportCell: ReportValues] = [:]
+        for (s, figures) in series {
+            for (day, value) in figures { out[ReportCell(day: ReportDay(index: day), dimensions: s.dimensions), default: ReportValues()][s.metric] += value }
+        }
+        return out
+    }
+
+    public mutating func add(_ metric: ReportMetric, _ value: Int64, on day: ReportDay, _ dims: ReportDimensions) {
         guard value != 0 else { return }
-        cells[ReportCell(day: day, dimensions: dims), default: ReportValues()][metric] += value
+        series[ReportSeries(dimensions: dims, metric: metric), default: ReportFigures()].add(value, on: day.index)
+    }
+
+    /// `value` on every day of `days` (a level held over a stretch): the series is found once.
+    public mutating func add(_ metric: ReportMetric, _ value: Int64, on days: Range<ReportDay>, _ dims: ReportDimensions) {
+        guard value != 0, !days.isEmpty else { return }
+        series[ReportSeries(dimensions: dims, metric: metric), default: ReportFigures()].add(value, on: days.lowerBound.index..<days.upperBound.index)
+    }
+
+    /// Drops the series left without a figure (their figures summed to zero): equal contributions
+    /// are then equal values.
+    mutating func dropEmptySeries() {
+        if series.values.contains(where: \.isEmpty) { series = series.filter { !$0.value.isEmpty } }
+    }
+}
+
+/// One series of figures: a metric under one set of dimensions. Ordered by dimensions, then
+/// metric name (the order of a stored contribution's runs).
+public struct ReportSeries: Sendable, Hashable, Comparable {
+    public var dimensions: ReportDimensions
+    public var metric: ReportMetric
+
+    public init(dimensions: ReportDimensions, metric: ReportMetric) {
+        self.dimensions = dimensions
+        self.metric = metric
+    }
+
+    public static func < (a: ReportSeries, b: ReportSeries) -> Bool {
+        a.dimensions != b.dimensions ? a.dimensions < b.dimensions : a.metric.rawValue < b.metric.rawValue
+    }
+}
+
+/// One series' figures: its non-zero values by day (`ReportDay.index`), days strictly increasing.
+/// A contribution adds its figures mostly in day order (the walk goes forward, a period's revenue
+/// day after day), so an add is usually an append; one before the last day is found by halving.
+public struct ReportFigures: Sendable, Hashable, Sequence {
+    public private(set) var days: [Int64] = []
+    public private(set) var values: [Int64] = []
+
+    public init() {}
+
+    public var isEmpty: Bool { days.isEmpty }
+    public var count: Int { days.count }
+
+    /// Adds `value` on `day`, keeping no zero figure.
+    public mutating func add(_ value: Int64, on day: Int64) {
+        guard value != 0 else { return }
+        guard let last = days.last, day <= last else {
+            days.append(day)
+            values.append(value)
+            return
+        }
+        let i = index(of: day)
+        if i < days.count, days[i] == day {
+            values[i] &+= value
+            if values[i] == 0 {
+                days.remove(at: i)
+                values.remove(at: i)
+            }
+        } else {
+            days.insert(day, at: i)
+            values.insert(value, at: i)
+        }
+    }
+
+    /// `value` on every day of `range`.
+    public mutating func add(_ value: Int64, on range: Range<Int64>) {
+        guard value != 0, !range.isEmpty else { return }
+        if days.last.map({ $0 < range.lowerBound }) ?? true {
+            days.append(contentsOf: range)
+            values.append(contentsOf: repeatElement(value, count: range.count))
+        } else {
+            for day in range { add(value, on: day) }
+        }
+    }
+
+    public mutating func add(_ figures: some Sequence<(ReportDay, Int64)>) {
+        for (day, value) in figures { add(value, on: day.index) }
+    }
+
+    /// The figure on `day` (nil: none, as no figure is zero).
+    public subscript(day: Int64) -> Int64? {
+        let i = index(of: day)
+        return i < days.count && days[i] == day ? values[i] : nil
+    }
+
+    /// Whether any figure falls on a day of `range`.
+    public func hasFigure(in range: ClosedRange<Int64>) -> Bool {
+        let i = index(of: range.lowerBound)
+        return i < days.count && days[i] <= range.upperBound
+    }
+
+    /// The first place whose day is not before `day`.
+    func index(of day: Int64) -> Int {
+        var lo = 0, hi = days.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if days[mid] < day { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    public func makeIterator() -> some IteratorProtocol<(day: Int64, value: Int64)> {
+        zip(days, values).lazy.map { (day: $0, value: $1) }.makeIterator()
     }
 }
 
@@ -128,13 +244,11 @@ public enum SubscriptionRollup {
                     out.add(.churned, 1, on: day, from)
                     out.add(reason, 1, on: day, from)
                 }
-                var d = day
-                while d < nextDay {
-                    if paid { out.add(.active, 1, on: d, dims) }
-                    if trial { out.add(.trial, 1, on: d, dims) }
-                    if paid && state.status == .gracePeriod { out.add(.grace, 1, on: d, dims) }
-                    if state.status == .billingRetry { out.add(.billingRetry, 1, on: d, dims) }
-                    d = d.adding(days: 1)
+                if day < nextDay {
+                    if paid { out.add(.active, 1, on: day..<nextDay, dims) }
+                    if trial { out.add(.trial, 1, on: day..<nextDay, dims) }
+                    if paid && state.status == .gracePeriod { out.add(.grace, 1, on: day..<nextDay, dims) }
+                    if state.status == .billingRetry { out.add(.billingRetry, 1, on: day..<nextDay, dims) }
                 }
                 if paid || !entitled { prevPaid = paid }
                 prevDims = paid ? dims : prevDims
@@ -174,11 +288,11 @@ public enum SubscriptionRollup {
             }
             if paidPeriod, let end = tx.expiresDate {
                 let replacedAt = i + 1 < txs.count && isUpgrade(from: tx, to: txs[i + 1]) ? txs[i + 1].purchaseDate : nil
-                for d in RevenueRecognition.schedule(price: price, start: tx.purchaseDate!, end: end, refundedAt: tx.revocationDate,
-                                                     refundShare: tx.revocationPercentage.map(Int64.init), replacedAt: replacedAt) {
-                    out.add(.recognisedRevenue, d.recognised, on: d.day, dims)
-                    out.add(.deferredRevenue, d.deferred, on: d.day, dims)
-                }
+                let schedule = RevenueRecognition.schedule(price: price, start: tx.purchaseDate!, end: end, refundedAt: tx.revocationDate,
+                                                           refundShare: tx.revocationPercentage.map(Int64.init), replacedAt: replacedAt)
+                // Each series found once per period, not once per day.
+                out.series[ReportSeries(dimensions: dims, metric: .recognisedRevenue), default: ReportFigures()].add(schedule.lazy.map { ($0.day, $0.recognised) })
+                out.series[ReportSeries(dimensions: dims, metric: .deferredRevenue), default: ReportFigures()].add(schedule.lazy.map { ($0.day, $0.deferred) })
             }
         }
 
@@ -193,6 +307,7 @@ public enum SubscriptionRollup {
                     CohortCount(members: 1, retained: retained ? 1 : 0)
             }
         }
+        out.dropEmptySeries()
         return out
     }
 }

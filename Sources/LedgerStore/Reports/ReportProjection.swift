@@ -166,9 +166,9 @@ enum ReportProjection {
         Folded(key: key, latest: latest, contribution: SubscriptionRollup.contribution(of: fold))
     }
 
-    /// Replaces the contributions of `keys` with their folds up to `upTo`: subtracts what each
-    /// added before (its stored body) from the rollups and adds the new contribution. Of the
-    /// drill-down rows only those that changed are written: a renewal extends a run or two and
+    /// Replaces the contributions of `keys` with their folds up to `upTo`: the rollups change by
+    /// the difference between what each added before (its stored body) and its new contribution,
+    /// day by day where they differ. Of the drill-down rows only those that changed are written: a renewal extends a run or two and
     /// adds a day's, while a long subscription has hundreds (deleting and re-inserting them all
     /// on every pass made the reports' cost grow with the history).
     static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, next: Bool, catalogPeriods: [String: EpochMillis],
@@ -194,11 +194,13 @@ enum ReportProjection {
                                pass: PassFolds?, into delta: inout ReportRollup, on connection: Connection) throws {
         let ids = PostgresValue.array(keys.sorted().map { .text($0.text) }, of: .text)
         var storedLatest: [String: EpochMillis] = [:]
+        var storedRuns: [String: (runs: [ReportRows.Run], cohorts: [CohortKey: CohortCount])] = [:]
         for row in try connection.query(
             "DELETE FROM \(tables.subscriptions) WHERE subscription = ANY($1) RETURNING subscription, latest_signed_at, body", [ids],
             name: "clear report contributions").rows {
-            delta.subtract(try ReportRows.decode(try row.decode(Data.self, "body")))
-            storedLatest[try row.decode(String.self, "subscription")] = try row.decode(Int64.self, "latest_signed_at")
+            let subscription = try row.decode(String.self, "subscription")
+            storedRuns[subscription] = try ReportRows.decodeRuns(try row.decode(Data.self, "body"))
+            storedLatest[subscription] = try row.decode(Int64.self, "latest_signed_at")
         }
         let folded = try contributions(of: keys, upTo: upTo, catalogPeriods: catalogPeriods, pass: pass,
                                        storedLatest: storedLatest, on: connection)
@@ -220,8 +222,18 @@ enum ReportProjection {
                              dimensions: try row.decode(Int32.self, "dimensions"), first: try row.decode(Int32.self, "first_day"),
                              last: try row.decode(Int32.self, "last_day")), default: []].append(try row.decode(String.self, "place"))
         }
-        for f in folded { delta.add(f.contribution) }
-        let members = try insert(folded, into: tables, on: connection)
+        // The rollups change by the days whose figures differ between each stored contribution and its refold.
+        let runs = folded.map { ReportRows.runs(of: $0.contribution) }
+        for (f, new) in zip(folded, runs) {
+            let old = storedRuns.removeValue(forKey: f.key.text)
+            ReportRows.addDifference(from: old?.runs ?? [], to: new, into: &delta)
+            addDifference(from: old?.cohorts ?? [:], to: f.contribution.cohorts, into: &delta)
+        }
+        for old in storedRuns.values {
+            ReportRows.addDifference(from: old.runs, to: [], into: &delta)
+            addDifference(from: old.cohorts, to: [:], into: &delta)
+        }
+        let members = try insert(folded, runs: runs, into: tables, on: connection)
         try write(members: members, replacing: stored, into: tables, on: connection)
     }
 
@@ -236,15 +248,21 @@ enum ReportProjection {
 
     // MARK: writing
 
-    /// Stores each subscription's contribution; returns its drill-down rows.
-    static func insert(_ folded: [Folded], into tables: Tables, on connection: Connection) throws -> Set<MemberRow> {
+    static func addDifference(from old: [CohortKey: CohortCount], to new: [CohortKey: CohortCount], into delta: inout ReportRollup) {
+        guard old != new else { return }
+        for (k, v) in old where new[k] != v { delta.add(k, CohortCount(members: 0 &- v.members, retained: 0 &- v.retained)) }
+        for (k, v) in new where old[k] != v { delta.add(k, v) }
+    }
+
+    /// Stores each subscription's contribution (`runs`: each one's `ReportRows.runs(of:)`); returns
+    /// their drill-down rows.
+    static func insert(_ folded: [Folded], runs ofEach: [[ReportRows.Run]], into tables: Tables, on connection: Connection) throws -> Set<MemberRow> {
         guard !folded.isEmpty else { return [] }
         var bodies: [PostgresValue] = [], latest: [PostgresValue] = [], keys: [PostgresValue] = []
         var runs: [(String, ReportRows.Run)] = []
-        for f in folded {
+        for (f, own) in zip(folded, ofEach) {
             keys.append(.text(f.key.text))
             latest.append(.int64(f.latest))
-            let own = ReportRows.runs(of: f.contribution)
             bodies.append(.bytea(ReportRows.encode(f.contribution, runs: own)))
             for run in own { runs.append((f.key.text, run)) }
         }

@@ -23,35 +23,89 @@ enum ReportRows {
         var first: ReportDay
         var values: [Int64]
         var last: ReportDay { first.adding(days: Int64(values.count - 1)) }
+        var series: ReportSeries { ReportSeries(dimensions: dimensions, metric: metric) }
     }
 
-    /// The contribution's non-zero figures as runs, ordered by dimensions, metric name, day.
-    /// Cells are grouped by their dimensions once (a contribution has a cell per day, and hashing
-    /// the dimensions' four strings per cell and metric was most of a report pass), then each
-    /// metric's slot is walked over the sorted days.
+    /// The contribution's figures as runs, ordered by dimensions, metric name, day.
     static func runs(of c: SubscriptionContribution) -> [Run] {
-        var byDimensions: [ReportDimensions: [(day: ReportDay, values: ReportValues)]] = [:]
-        for (cell, values) in c.cells { byDimensions[cell.dimensions, default: []].append((cell.day, values)) }
         var out: [Run] = []
-        for dims in byDimensions.keys.sorted() {
-            let days = byDimensions[dims]!.sorted { $0.day < $1.day }
-            for metric in metricsByName {
-                let slot = metric.slot
-                var run: Run?
-                for (day, values) in days {
-                    let value = values.values[slot]
-                    guard value != 0 else { continue }
-                    if run != nil, run!.last.adding(days: 1) == day {
-                        run!.values.append(value)
-                    } else {
-                        if let r = run { out.append(r) }
-                        run = Run(dimensions: dims, metric: metric, first: day, values: [value])
-                    }
+        for series in c.series.keys.sorted() {
+            var run: Run?
+            for (day, value) in c.series[series]! {
+                if run != nil, run!.first.index &+ Int64(run!.values.count) == day {
+                    run!.values.append(value)
+                } else {
+                    if let r = run { out.append(r) }
+                    run = Run(dimensions: series.dimensions, metric: series.metric, first: ReportDay(index: day), values: [value])
                 }
-                if let r = run { out.append(r) }
             }
+            if let r = run { out.append(r) }
         }
         return out
+    }
+
+    /// Adds to `delta` what replacing the runs `old` by `new` (each as `runs(of:)` orders them)
+    /// changes: only the days whose figure differs. A renewal extends a run or two and adds a
+    /// period's; adding the whole new contribution and subtracting the whole old one cost a cell
+    /// update per day of the subscription's life, on every pass.
+    static func addDifference(from old: [Run], to new: [Run], into delta: inout ReportRollup) {
+        var i = 0, j = 0
+        while i < old.count || j < new.count {
+            // The next series in order, and the runs each side has of it.
+            let series: ReportSeries
+            if i < old.count, j < new.count {
+                series = min(old[i].series, new[j].series)
+            } else {
+                series = i < old.count ? old[i].series : new[j].series
+            }
+            var oi = i, nj = j
+            while oi < old.count, old[oi].series == series { oi += 1 }
+            while nj < new.count, new[nj].series == series { nj += 1 }
+            let before = old[i..<oi], after = new[j..<nj]
+            if !before.elementsEqual(after) {
+                var a = Figures(before), b = Figures(after)
+                var x = a.next(), y = b.next()
+                while x != nil || y != nil {
+                    if let fx = x, y == nil || fx.day < y!.day {
+                        delta.add(series.metric, 0 &- fx.value, on: ReportDay(index: fx.day), series.dimensions)
+                        x = a.next()
+                    } else if let fy = y, x == nil || fy.day < x!.day {
+                        delta.add(series.metric, fy.value, on: ReportDay(index: fy.day), series.dimensions)
+                        y = b.next()
+                    } else {
+                        delta.add(series.metric, y!.value &- x!.value, on: ReportDay(index: x!.day), series.dimensions)
+                        x = a.next()
+                        y = b.next()
+                    }
+                }
+            }
+            (i, j) = (oi, nj)
+        }
+    }
+
+    /// The figures of one series' runs, day by day in order.
+    struct Figures {
+        let runs: ArraySlice<Run>
+        var run: Int
+        var offset = 0
+
+        init(_ runs: ArraySlice<Run>) {
+            self.runs = runs
+            run = runs.startIndex
+        }
+
+        mutating func next() -> (day: Int64, value: Int64)? {
+            while run < runs.endIndex {
+                let r = runs[run]
+                if offset < r.values.count {
+                    defer { offset += 1 }
+                    return (r.first.index &+ Int64(offset), r.values[offset])
+                }
+                run += 1
+                offset = 0
+            }
+            return nil
+        }
     }
 
     /// Every metric, in name order (the order of a body's and the members' runs).
@@ -107,6 +161,19 @@ enum ReportRows {
     }
 
     static func decode(_ data: Data) throws -> SubscriptionContribution {
+        let (runs, cohorts) = try decodeRuns(data)
+        var c = SubscriptionContribution()
+        for r in runs {
+            var figures = c.series.removeValue(forKey: r.series) ?? ReportFigures()
+            for (i, value) in r.values.enumerated() { figures.add(value, on: r.first.index &+ Int64(i)) }
+            c.series[r.series] = figures
+        }
+        c.cohorts = cohorts
+        return c
+    }
+
+    /// A stored contribution as its runs (ordered as `runs(of:)` orders them) and cohorts.
+    static func decodeRuns(_ data: Data) throws -> (runs: [Run], cohorts: [CohortKey: CohortCount]) {
         var r = Reader(bytes: [UInt8](data))
         guard try r.byte() == version else { throw r.corrupt("unknown version") }
         var dims: [ReportDimensions] = []
@@ -121,35 +188,42 @@ enum ReportRows {
             guard let m = ReportMetric(rawValue: name) else { throw r.corrupt("unknown metric \(name)") }
             metrics.append(m)
         }
-        var c = SubscriptionContribution()
+        var runs: [Run] = []
         for _ in 0..<(try r.count()) {
             let d = try r.index(dims), m = try r.index(metrics)
             let first = try r.signed()
             let length = try r.count()
+            guard length > 0 else { throw r.corrupt("an empty run") }
+            var values: [Int64] = []
             var value: Int64 = 0
-            var i = 0
-            while i < length {
+            while values.count < length {
                 let delta = try r.signed()
                 if delta == 0 {
                     let zeros = try r.count()
-                    guard zeros > 0, i + zeros <= length else { throw r.corrupt("a run of \(zeros) days overflows") }
-                    for k in 0..<zeros { c.cells[ReportCell(day: ReportDay(index: first + Int64(i + k)), dimensions: d), default: ReportValues()][m] = value }
-                    i += zeros
+                    guard zeros > 0, values.count + zeros <= length else { throw r.corrupt("a run of \(zeros) days overflows") }
+                    values.append(contentsOf: repeatElement(value, count: zeros))
                     continue
                 }
                 value &+= delta
-                c.cells[ReportCell(day: ReportDay(index: first + Int64(i)), dimensions: d), default: ReportValues()][m] = value
-                i += 1
+                values.append(value)
             }
+            guard values.allSatisfy({ $0 != 0 }) else { throw r.corrupt("a zero figure") }
+            // `addDifference` walks each series' days in order.
+            let series = ReportSeries(dimensions: d, metric: m)
+            if let last = runs.last, last.series > series || last.series == series && last.last.index >= first {
+                throw r.corrupt("runs out of order")
+            }
+            runs.append(Run(dimensions: d, metric: m, first: ReportDay(index: first), values: values))
         }
+        var cohorts: [CohortKey: CohortCount] = [:]
         for _ in 0..<(try r.count()) {
             let d = try r.index(dims)
             let cohort = try r.signed(), months = try r.count(), members = try r.signed(), retained = try r.signed()
-            c.cohorts[CohortKey(cohort: ReportDay(index: cohort), dimensions: d, monthsLater: months)] =
+            cohorts[CohortKey(cohort: ReportDay(index: cohort), dimensions: d, monthsLater: months)] =
                 CohortCount(members: members, retained: retained)
         }
         guard r.offset == r.bytes.count else { throw r.corrupt("\(r.bytes.count - r.offset) bytes after the end") }
-        return c
+        return (runs, cohorts)
     }
 
     struct Writer {

@@ -115,7 +115,11 @@ public enum ReportModel {
         guard let env = notes.first?.environment else { return ([:], [:]) }
         var history: [String: [Snapshot]] = [:]
         for n in notes { history[n.transaction.transactionId!, default: []].append(Snapshot(signed: n.signedDate, tx: n.transaction)) }
-        let finals = history.values.map { $0.last!.tx }.sorted { $0.purchaseDate!.millis < $1.purchaseDate!.millis }
+        // Same purchase instant: Apple's transaction ids are increasing numbers, so the shorter is the
+        // earlier. Left to the dictionary's order, the model's answer changed from process to process.
+        let finals = history.values.map { $0.last!.tx }.sorted {
+            ($0.purchaseDate!.millis, $0.transactionId!.count, $0.transactionId!) < ($1.purchaseDate!.millis, $1.transactionId!.count, $1.transactionId!)
+        }
         var out: [ReportCell: ReportValues] = [:]
         func dims(_ product: String?, _ tx: AppleTransaction) -> ReportDimensions {
             ReportDimensions(environment: env, source: .apple, product: product ?? "unknown",
