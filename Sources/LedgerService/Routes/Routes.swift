@@ -134,10 +134,9 @@ extension LedgerApp {
             let customer = CustomerId.normalised(request.pathParameters["customerId"] ?? "")
             let environment = try request.environment()
             let moment = try request.moment()
-            let grants = try await queries.entitlements(customer: customer, environment: environment, at: moment)
-            let rescinded = try await queries.consentRescissions(customer: customer, environment: environment, at: moment)
-            return .json(200, Representation.entitlementsJSON(customerId: customer, environment: environment, asOf: moment.at, grants: grants,
-                                                              consentRescinded: rescinded))
+            let answer = try await queries.customerAnswer(customer: customer, environment: environment, at: moment)
+            return .json(200, Representation.entitlementsJSON(customerId: customer, environment: environment, asOf: moment.at, grants: answer.grants,
+                                                              consentRescinded: answer.consentRescinded))
         }
         group.add("POST", "/v1/customers/{customerId}/subscriptions") { [self] request in
             let customer = try request.customerId()

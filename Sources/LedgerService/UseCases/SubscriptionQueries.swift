@@ -81,6 +81,19 @@ struct SubscriptionQueries: Sendable {
         }
     }
 
+    /// What the entitlements route answers: the grants and the consent rescissions in force at
+    /// `moment`, from one read (now: one round trip in the usual case).
+    func customerAnswer(customer: String, environment: String, at moment: Moment) async throws
+        -> (grants: [EntitlementGrant], consentRescinded: [ConsentRescission]) {
+        if moment.isNow {
+            return try await store.read(atLeast: moment.minPosition) { reads in
+                try await reads.projections.customerAnswer(customerId: customer, environment: environment, now: moment.at)
+            }
+        }
+        return (try await entitlements(customer: customer, environment: environment, at: moment),
+                try await consentRescissions(customer: customer, environment: environment, at: moment))
+    }
+
     /// The entitlements `customer` holds in `environment` at `moment`, under the catalog in force
     /// then (as recorded by the time the question is about).
     func entitlements(customer: String, environment: String, at moment: Moment) async throws -> [EntitlementGrant] {

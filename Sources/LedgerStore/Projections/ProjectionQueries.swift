@@ -42,16 +42,48 @@ public struct ProjectionQueries: Sendable {
 
     /// The customer's entitlements in force at `now` (one environment), in `EntitlementGrant.ordered` order.
     public func entitlements(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [EntitlementGrant] {
+        try await customerAnswer(customerId: customerId, environment: environment, now: now).grants
+    }
+
+    /// Apple RESCIND_CONSENT statements in force at `now` for the customer's purchases in
+    /// `environment` (`ConsentRescission`). One indexed probe when no customer ever rescinded
+    /// (the usual case); the customer's appTransactionIds are read only when some did.
+    public func consentRescissions(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [ConsentRescission] {
+        try await read { connection in
+            try Self.consentRescissions(customerId: customerId, environment: environment, now: now, on: connection)
+        }
+    }
+
+    /// What the entitlements route answers: the grants and the consent rescissions, in one round
+    /// trip in the usual case. The round trips, not the queries (each a few µs), were most of the
+    /// database's work per answer: three of them made this read half as fast as a subscription's.
+    /// The grants' query also says whether the customer has a subscription without a row and
+    /// whether anyone rescinded consent; only then is either read.
+    public func customerAnswer(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError)
+        -> (grants: [EntitlementGrant], consentRescinded: [ConsentRescission]) {
         try await read { connection in
             let rows = try connection.queryPrepared(
                 """
-                SELECT e.entitlement, e.product_id AS grant_product_id, \(SubscriptionRow.columns)
-                FROM projections.entitlements e JOIN projections.subscriptions s ON s.subscription = e.subscription
-                WHERE e.customer_id = $1 AND e.environment = $2
-                """, [.text(customerId), .text(environment)], name: "entitlements of customer")
+                SELECT g.*,
+                  EXISTS (SELECT 1 FROM projections.customer_subscriptions cs
+                          WHERE cs.customer_id = $1
+                            AND NOT EXISTS (SELECT 1 FROM projections.subscriptions s WHERE s.subscription = cs.subscription)) AS any_not_begun,
+                  EXISTS (SELECT 1 FROM public.facts
+                          WHERE schema_version = $3 AND kind = 'consent_rescinded' AND signed_at <= $4) AS any_rescinded
+                FROM (VALUES (1)) AS one(x)
+                LEFT JOIN LATERAL (
+                  SELECT e.entitlement, e.product_id AS grant_product_id, \(SubscriptionRow.columns)
+                  FROM projections.entitlements e JOIN projections.subscriptions s ON s.subscription = e.subscription
+                  WHERE e.customer_id = $1 AND e.environment = $2) g ON true
+                """, [.text(customerId), .text(environment), .int64(Int64(FactStore.version)), .int64(now)], name: "entitlements of customer")
             var grants: [EntitlementGrant] = []
             var stale = Set<SubscriptionKey>()
+            var anyNotBegun = false, anyRescinded = false
             for row in rows.rows {
+                anyNotBegun = try row.decode(Bool.self, "any_not_begun")
+                anyRescinded = try row.decode(Bool.self, "any_rescinded")
+                // The one row of a customer without grants.
+                guard let entitlement = try row.decode(String?.self, "entitlement") else { continue }
                 let stored = try SubscriptionRow.decode(row)
                 if stored.needsRefold(at: now) {
                     stale.insert(SubscriptionKey(environment: environment, originalTransactionId: stored.originalTransactionId))
@@ -60,20 +92,22 @@ public struct ProjectionQueries: Sendable {
                 let state = stored.reevaluated(at: now)
                 guard let (status, until) = EntitlementGrant.entitlement(of: state, catalog: catalog) else { continue }
                 grants.append(EntitlementGrant(
-                    customerId: customerId, environment: environment, entitlement: try row.decode(String.self, "entitlement"),
+                    customerId: customerId, environment: environment, entitlement: entitlement,
                     productId: try row.decode(String.self, "grant_product_id"),
                     originalTransactionId: state.originalTransactionId, expiresDate: until, status: status))
             }
             // Subscriptions of the customer without a row (nothing had begun when last folded)
             // are folded at `now` like stale ones.
-            for row in try connection.queryPrepared(
-                """
-                SELECT cs.subscription FROM projections.customer_subscriptions cs
-                WHERE cs.customer_id = $1
-                  AND NOT EXISTS (SELECT 1 FROM projections.subscriptions s WHERE s.subscription = cs.subscription)
-                """, [.text(customerId)], name: "not yet begun subscriptions of customer").rows {
-                if let key = SubscriptionKey(text: try row.decode(String.self, "subscription")), key.environment == environment {
-                    stale.insert(key)
+            if anyNotBegun {
+                for row in try connection.queryPrepared(
+                    """
+                    SELECT cs.subscription FROM projections.customer_subscriptions cs
+                    WHERE cs.customer_id = $1
+                      AND NOT EXISTS (SELECT 1 FROM projections.subscriptions s WHERE s.subscription = cs.subscription)
+                    """, [.text(customerId)], name: "not yet begun subscriptions of customer").rows {
+                    if let key = SubscriptionKey(text: try row.decode(String.self, "subscription")), key.environment == environment {
+                        stale.insert(key)
+                    }
                 }
             }
             if !stale.isEmpty {
@@ -82,29 +116,25 @@ public struct ProjectionQueries: Sendable {
                     grants += EntitlementGrant.grants(of: state, catalog: catalog)
                 }
             }
-            return grants.sorted(by: EntitlementGrant.ordered)
+            let rescinded = anyRescinded ? try Self.consentRescissions(customerId: customerId, environment: environment, now: now, on: connection) : []
+            return (grants.sorted(by: EntitlementGrant.ordered), rescinded)
         }
     }
 
-    /// Apple RESCIND_CONSENT statements in force at `now` for the customer's purchases in
-    /// `environment` (`ConsentRescission`). One indexed probe when no customer ever rescinded
-    /// (the usual case); the customer's appTransactionIds are read only when some did.
-    public func consentRescissions(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [ConsentRescission] {
-        try await read { connection in
-            let rescinded = try connection.queryPrepared(
-                "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' AND signed_at <= $2",
-                [.int64(Int64(FactStore.version)), .int64(now)], name: "consent rescissions")
-                .facts()
-            if rescinded.isEmpty { return [] }
-            let ids = try connection.query(
-                """
-                SELECT DISTINCT t.app_transaction_id FROM projections.transactions t
-                JOIN projections.customer_subscriptions cs ON cs.subscription = t.subscription
-                WHERE cs.customer_id = $1 AND t.environment = $2 AND t.app_transaction_id IS NOT NULL
-                """, [.text(customerId), .text(environment)], name: "app transactions of customer")
-                .rows.map { try $0.decode(String.self, "app_transaction_id") }
-            return ConsentRescission.inForce(rescinded, appTransactionIds: Set(ids), environment: environment, at: now)
-        }
+    static func consentRescissions(customerId: String, environment: String, now: EpochMillis, on connection: Connection) throws -> [ConsentRescission] {
+        let rescinded = try connection.queryPrepared(
+            "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' AND signed_at <= $2",
+            [.int64(Int64(FactStore.version)), .int64(now)], name: "consent rescissions")
+            .facts()
+        if rescinded.isEmpty { return [] }
+        let ids = try connection.query(
+            """
+            SELECT DISTINCT t.app_transaction_id FROM projections.transactions t
+            JOIN projections.customer_subscriptions cs ON cs.subscription = t.subscription
+            WHERE cs.customer_id = $1 AND t.environment = $2 AND t.app_transaction_id IS NOT NULL
+            """, [.text(customerId), .text(environment)], name: "app transactions of customer")
+            .rows.map { try $0.decode(String.self, "app_transaction_id") }
+        return ConsentRescission.inForce(rescinded, appTransactionIds: Set(ids), environment: environment, at: now)
     }
 
     /// The `consent_rescinded` facts (RESCIND_CONSENT), for time travel.
