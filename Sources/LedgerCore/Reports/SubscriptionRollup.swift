@@ -72,7 +72,6 @@ public struct ReportFigures: Sendable, Hashable, Sequence {
     public init() {}
 
     public var isEmpty: Bool { days.isEmpty }
-    public var count: Int { days.count }
 
     /// Adds `value` on `day`, keeping no zero figure.
     public mutating func add(_ value: Int64, on day: Int64) {

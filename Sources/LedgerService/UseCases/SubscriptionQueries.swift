@@ -64,48 +64,27 @@ struct SubscriptionQueries: Sendable {
         }
     }
 
-    /// Apple RESCIND_CONSENT statements in force at `moment` for the customer's purchases in
-    /// `environment` (issue 20: recorded, shown beside the grants; the app decides).
-    func consentRescissions(customer: String, environment: String, at moment: Moment) async throws -> [ConsentRescission] {
-        try await store.read(atLeast: moment.minPosition) { reads in
-            if moment.isNow {
-                return try await reads.projections.consentRescissions(customerId: customer, environment: environment, now: moment.at)
-            }
-            let rescinded = try await reads.projections.consentRescissionFacts()
-            if rescinded.isEmpty { return [] }
-            let keys = try await reads.projections.subscriptions(customerId: customer).filter { $0.environment == environment }
-            var facts = try await reads.projections.facts(of: keys)
-            if let recorded = moment.recordedBy { facts = facts.filter { $0.recordedAt <= recorded } }
-            return ConsentRescission.inForce(rescinded, appTransactionIds: ConsentRescission.appTransactionIds(in: facts),
-                                             environment: environment, at: moment.at, recordedBy: moment.recordedBy)
-        }
-    }
-
-    /// What the entitlements route answers: the grants and the consent rescissions in force at
-    /// `moment`, from one read (now: one round trip in the usual case).
+    /// What the entitlements route answers: the grants `customer` holds in `environment` at
+    /// `moment`, and Apple's RESCIND_CONSENT statements in force then for the customer's purchases
+    /// (recorded, shown beside the grants; the app decides). Now: the projection's one round trip
+    /// in the usual case. Another moment: the customer's facts read once and folded as of it, under
+    /// the catalog in force then (as recorded by the time the question is about).
     func customerAnswer(customer: String, environment: String, at moment: Moment) async throws
         -> (grants: [EntitlementGrant], consentRescinded: [ConsentRescission]) {
-        if moment.isNow {
-            return try await store.read(atLeast: moment.minPosition) { reads in
-                try await reads.projections.customerAnswer(customerId: customer, environment: environment, now: moment.at)
-            }
-        }
-        return (try await entitlements(customer: customer, environment: environment, at: moment),
-                try await consentRescissions(customer: customer, environment: environment, at: moment))
-    }
-
-    /// The entitlements `customer` holds in `environment` at `moment`, under the catalog in force
-    /// then (as recorded by the time the question is about).
-    func entitlements(customer: String, environment: String, at moment: Moment) async throws -> [EntitlementGrant] {
         try await store.read(atLeast: moment.minPosition) { reads in
             if moment.isNow {
-                return try await reads.projections.entitlements(customerId: customer, environment: environment, now: moment.at)
+                return try await reads.projections.customerAnswer(customerId: customer, environment: environment, now: moment.at)
             }
             let keys = try await reads.projections.subscriptions(customerId: customer).filter { $0.environment == environment }
             let facts = try await reads.projections.facts(of: keys)
             let catalog = try await catalog(recordedBy: moment.recordedBy, reads: reads)
-            return SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts, catalogPeriods: catalog.periods)
+            let grants = SubscriptionProjection.view(at: moment.at, recordedBy: moment.recordedBy, facts: facts, catalogPeriods: catalog.periods)
                 .entitlements(catalog: catalog, customerId: customer, environment: environment)
+            let rescinded = try await reads.projections.consentRescissionFacts()
+            if rescinded.isEmpty { return (grants, []) }
+            let known = moment.recordedBy.map { recorded in facts.filter { $0.recordedAt <= recorded } } ?? facts
+            return (grants, ConsentRescission.inForce(rescinded, appTransactionIds: ConsentRescission.appTransactionIds(in: known),
+                                                      environment: environment, at: moment.at, recordedBy: moment.recordedBy))
         }
     }
 

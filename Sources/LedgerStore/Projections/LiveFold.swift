@@ -103,10 +103,10 @@ final class FoldSnapshots: Sendable {
     /// Copies of the snapshots of `keys`, left in place. The append folds its batch onto its copy
     /// (its first change copies the fold's dictionaries and arrays, which hold references to the
     /// facts, not the facts) and `store`s the new one after its commit; a batch that fails leaves
-    /// the old one, which is still the fold up to its position. Left in place, a snapshot also serves the
-    /// catch-up's passes (reports, Apple status checks) while an append holds its copy: those
-    /// passes lag the append by a batch or so, and a snapshot taken out for the append's duration
-    /// made most of them read the subscription's whole history instead.
+    /// the old one, which is still the fold up to its position. Left in place, a snapshot also
+    /// serves the catch-up's passes (reports, Apple status checks) while an append holds its
+    /// copy: those passes lag the append by a batch or so, and a snapshot taken out for the
+    /// append's duration made most of them read the subscription's whole history instead.
     func peek(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
         state.withLock { s in
             var found: [SubscriptionKey: Entry] = [:]

@@ -45,15 +45,6 @@ public struct ProjectionQueries: Sendable {
         try await customerAnswer(customerId: customerId, environment: environment, now: now).grants
     }
 
-    /// Apple RESCIND_CONSENT statements in force at `now` for the customer's purchases in
-    /// `environment` (`ConsentRescission`). One indexed probe when no customer ever rescinded
-    /// (the usual case); the customer's appTransactionIds are read only when some did.
-    public func consentRescissions(customerId: String, environment: String, now: EpochMillis) async throws(ProjectionError) -> [ConsentRescission] {
-        try await read { connection in
-            try Self.consentRescissions(customerId: customerId, environment: environment, now: now, on: connection)
-        }
-    }
-
     /// What the entitlements route answers: the grants and the consent rescissions, in one round
     /// trip in the usual case. The round trips, not the queries (each a few µs), were most of the
     /// database's work per answer: three of them made this read half as fast as a subscription's.
@@ -65,11 +56,8 @@ public struct ProjectionQueries: Sendable {
             let rows = try connection.queryPrepared(
                 """
                 SELECT g.*,
-                  EXISTS (SELECT 1 FROM projections.customer_subscriptions cs
-                          WHERE cs.customer_id = $1
-                            AND NOT EXISTS (SELECT 1 FROM projections.subscriptions s WHERE s.subscription = cs.subscription)) AS any_not_begun,
-                  EXISTS (SELECT 1 FROM public.facts
-                          WHERE schema_version = $3 AND kind = 'consent_rescinded' AND signed_at <= $4) AS any_rescinded
+                  EXISTS (SELECT 1 \(Self.notBegun)) AS any_not_begun,
+                  EXISTS (SELECT 1 FROM public.facts WHERE \(Self.rescindedBy(version: "$3", now: "$4"))) AS any_rescinded
                 FROM (VALUES (1)) AS one(x)
                 LEFT JOIN LATERAL (
                   SELECT e.entitlement, e.product_id AS grant_product_id, \(SubscriptionRow.columns)
@@ -100,11 +88,7 @@ public struct ProjectionQueries: Sendable {
             // are folded at `now` like stale ones.
             if anyNotBegun {
                 for row in try connection.queryPrepared(
-                    """
-                    SELECT cs.subscription FROM projections.customer_subscriptions cs
-                    WHERE cs.customer_id = $1
-                      AND NOT EXISTS (SELECT 1 FROM projections.subscriptions s WHERE s.subscription = cs.subscription)
-                    """, [.text(customerId)], name: "not yet begun subscriptions of customer").rows {
+                    "SELECT cs.subscription \(Self.notBegun)", [.text(customerId)], name: "not yet begun subscriptions of customer").rows {
                     if let key = SubscriptionKey(text: try row.decode(String.self, "subscription")), key.environment == environment {
                         stale.insert(key)
                     }
@@ -121,9 +105,23 @@ public struct ProjectionQueries: Sendable {
         }
     }
 
+    /// The customer's (`$1`) subscriptions without a row: nothing of them had begun when last folded.
+    static let notBegun = """
+        FROM projections.customer_subscriptions cs
+        WHERE cs.customer_id = $1 AND NOT EXISTS (SELECT 1 FROM projections.subscriptions s WHERE s.subscription = cs.subscription)
+        """
+
+    /// The RESCIND_CONSENT facts (of fact schema `version`) signed by `now`.
+    static func rescindedBy(version: String, now: String) -> String {
+        "schema_version = \(version) AND kind = 'consent_rescinded' AND signed_at <= \(now)"
+    }
+
+    /// Apple RESCIND_CONSENT statements in force at `now` for the customer's purchases in
+    /// `environment` (`ConsentRescission`); the customer's appTransactionIds are read only when
+    /// someone rescinded.
     static func consentRescissions(customerId: String, environment: String, now: EpochMillis, on connection: Connection) throws -> [ConsentRescission] {
         let rescinded = try connection.queryPrepared(
-            "SELECT \(FactRows.columns) FROM public.facts WHERE schema_version = $1 AND kind = 'consent_rescinded' AND signed_at <= $2",
+            "SELECT \(FactRows.columns) FROM public.facts WHERE \(rescindedBy(version: "$1", now: "$2"))",
             [.int64(Int64(FactStore.version)), .int64(now)], name: "consent rescissions")
             .facts()
         if rescinded.isEmpty { return [] }

@@ -168,9 +168,10 @@ enum ReportProjection {
 
     /// Replaces the contributions of `keys` with their folds up to `upTo`: the rollups change by
     /// the difference between what each added before (its stored body) and its new contribution,
-    /// day by day where they differ. Of the drill-down rows only those that changed are written: a renewal extends a run or two and
-    /// adds a day's, while a long subscription has hundreds (deleting and re-inserting them all
-    /// on every pass made the reports' cost grow with the history).
+    /// on the days where they differ. Of the drill-down rows only those that changed are written:
+    /// a renewal extends a run or two and adds a day's, while a long subscription has hundreds
+    /// (deleting and re-inserting them all on every pass made the reports' cost grow with the
+    /// history).
     static func refold(_ keys: Set<SubscriptionKey>, upTo: Int64, next: Bool, catalogPeriods: [String: EpochMillis],
                        pass: PassFolds? = nil, on connection: Connection) throws {
         guard !keys.isEmpty else { return }
@@ -248,6 +249,7 @@ enum ReportProjection {
 
     // MARK: writing
 
+    /// Adds to `delta` what replacing a subscription's cohort counts `old` by `new` changes.
     static func addDifference(from old: [CohortKey: CohortCount], to new: [CohortKey: CohortCount], into delta: inout ReportRollup) {
         guard old != new else { return }
         for (k, v) in old where new[k] != v { delta.add(k, CohortCount(members: 0 &- v.members, retained: 0 &- v.retained)) }

@@ -108,9 +108,6 @@ enum ReportRows {
         }
     }
 
-    /// Every metric, in name order (the order of a body's and the members' runs).
-    static let metricsByName = ReportMetric.allCases.sorted { $0.rawValue < $1.rawValue }
-
     static func encode(_ c: SubscriptionContribution) -> Data { encode(c, runs: runs(of: c)) }
 
     /// The body of `c` whose runs (`runs(of: c)`) the caller already has: the projection writes
