@@ -25,12 +25,18 @@ public enum FoldBenchmark {
         /// Each subscription's report contribution (`SubscriptionRollup.contribution`, what the
         /// reports' pass computes per touched subscription), per second.
         public var contributionsPerSecond: Double = 0
+        /// Facts per second taken as the append takes them: each subscription's facts one
+        /// position at a time onto its fold, the webhook walk resumed from where the last stopped
+        /// (`WebhookDerivation.events(of:now:position:log:)`). Its cost must not grow with the
+        /// history a fact lands on.
+        public var webhookFactsPerSecond: Double = 0
 
         public var description: String {
             "folded \(facts) facts of \(subscriptions) subscriptions: \(Int(factsPerSecond)) facts/s, "
                 + "\(Int(statesPerSecond)) states/s; "
                 + "JSON payload → fact: \(Int(decodedPerSecond)) events/s; "
-                + "report contributions: \(Int(contributionsPerSecond))/s"
+                + "report contributions: \(Int(contributionsPerSecond))/s; "
+                + "webhook derivation, one position at a time: \(Int(webhookFactsPerSecond)) facts/s"
         }
     }
 
@@ -47,7 +53,8 @@ public enum FoldBenchmark {
             ledgerLabel: "SubscriptionProjection folding stored facts", ledger: results.map(\.factsPerSecond),
             baselineLabel: "FactDecoder deriving facts from the JSON payloads", baseline: results.map(\.decodedFactsPerSecond),
             details: ["states/s": BenchSummary.Figure(results.map(\.statesPerSecond)).median,
-                      "report contributions/s": BenchSummary.Figure(results.map(\.contributionsPerSecond)).median])
+                      "report contributions/s": BenchSummary.Figure(results.map(\.contributionsPerSecond)).median,
+                      "webhook derivation facts/s": BenchSummary.Figure(results.map(\.webhookFactsPerSecond)).median])
         return (results[results.count / 2], summary)
     }
 
@@ -78,9 +85,11 @@ public enum FoldBenchmark {
             }
         }
         var figures = 0
+        var webhookEvents = 0
         let contributionTime = clock.measure {
             for fold in projection.subscriptions.values { figures &+= SubscriptionRollup.contribution(of: fold).series.count }
         }
+        let webhookTime = clock.measure { webhookEvents = deriveOneAtATime(facts) }
         let sample = Array(notifications.prefix(decodeSample)).enumerated().compactMap { i, n in
             try? n.recordedEvent(position: Int64(i + 1), recordedAt: n.deliveredAt)
         }
@@ -102,7 +111,40 @@ public enum FoldBenchmark {
             statesPerSecond: Double(projection.subscriptions.count) / max(evaluateSeconds, 1e-9),
             decodeSeconds: decodeSeconds, decodedPerSecond: Double(decoded) / max(decodeSeconds, 1e-9),
             decodedFactsPerSecond: Double(decodedFacts) / max(decodeSeconds, 1e-9),
-            contributionsPerSecond: figures > 0 ? Double(projection.subscriptions.count) / max(seconds(contributionTime), 1e-9) : 0)
+            contributionsPerSecond: figures > 0 ? Double(projection.subscriptions.count) / max(seconds(contributionTime), 1e-9) : 0,
+            webhookFactsPerSecond: webhookEvents > 0 ? Double(facts.count) / max(seconds(webhookTime), 1e-9) : 0)
+    }
+
+    /// What the append does per subscription and position: folds the position's facts, forgets
+    /// the walks they can change and derives from where the last standing walk stopped. Returns
+    /// the events derived (a sanity figure: none would mean nothing was walked).
+    static func deriveOneAtATime(_ facts: [Fact]) -> Int {
+        let derivation = WebhookDerivation(catalog: RebuildBenchmark.catalog, makeId: { $0 })
+        var folds: [SubscriptionKey: (fold: SubscriptionFold, log: WebhookWalkLog)] = [:]
+        var events = 0
+        var i = 0
+        while i < facts.count {
+            // One position's facts, as one append brings them.
+            var j = i
+            while j < facts.count, facts[j].position == facts[i].position { j += 1 }
+            var touched: [SubscriptionKey] = []
+            for fact in facts[i..<j] {
+                guard let key = fact.subscription else { continue }
+                var entry = folds.removeValue(forKey: key) ?? (SubscriptionFold(key: key), WebhookWalkLog(position: 0))
+                if let effect = entry.fold.earliestEffect(of: fact) { entry.log.forget(from: effect) }
+                entry.fold.apply(fact)
+                folds[key] = entry
+                if !touched.contains(key) { touched.append(key) }
+            }
+            for key in touched {
+                var entry = folds.removeValue(forKey: key)!
+                entry.log.position = facts[i].position
+                events += derivation.events(of: entry.fold, now: facts[i].recordedAt, position: facts[i].position, log: &entry.log).count
+                folds[key] = entry
+            }
+            i = j
+        }
+        return events
     }
 
     private static func seconds(_ d: Duration) -> Double {

@@ -832,6 +832,12 @@ public struct SubscriptionFold: Sendable {
             }
     }
 
+    /// The transactions a revocation may name (by their id or, WeChat, an alias of their order):
+    /// none while no revocation is known, which is most subscriptions.
+    public var revocableTransactionIds: [String] {
+        revocations.isEmpty ? [] : Array(slots.keys)
+    }
+
     public func transaction(_ transactionId: String) -> TransactionRecord? {
         let starts = isWeChat ? WeChatTimeline(self).startByOrder : [:]
         return slots[transactionId].map { record(of: $0, start: starts[transactionId]) }

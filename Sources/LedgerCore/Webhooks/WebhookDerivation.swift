@@ -89,8 +89,10 @@ public struct WebhookDerivation: Sendable {
     private func walk(_ fold: SubscriptionFold, from w: inout WebhookWalk, now: EpochMillis, position: Int64) -> [WebhookEvent] {
         let key = fold.key
         let source = fold.isWeChat ? "wechat" : "apple"
-        let transactionIds = fold.transactions.map(\.transactionId)
-        let prices = Dictionary(fold.transactions.map { ($0.transactionId, $0) }, uniquingKeysWith: { a, _ in a })
+        // Only a transaction some revocation names can be revoked, and a record is built only for
+        // an event that names one: listing every transaction's record on each walk (sorted, with
+        // its refunds) cost a resumed walk of a long history as much as walking it.
+        let revocable = fold.revocableTransactionIds
         var out: [WebhookEvent] = []
 
         func emit(_ type: WebhookEventType, _ discriminator: String, at t: EpochMillis, state: SubscriptionState?,
@@ -121,7 +123,7 @@ public struct WebhookDerivation: Sendable {
                     state = by
                 }
             }
-            let revoked = Set(transactionIds.filter { fold.revocationInForce(of: $0, at: t) != nil })
+            let revoked = Set(revocable.filter { fold.revocationInForce(of: $0, at: t) != nil })
             var grants: [GrantKey: EntitlementGrant] = [:]
             for g in state.map({ EntitlementGrant.grants(of: $0, catalog: catalog) }) ?? [] { grants[GrantKey(g)] = g }
 
@@ -133,7 +135,7 @@ public struct WebhookDerivation: Sendable {
                              ["transactionId": .string(tx), "productId": .optional(s.productId)])
                         w.started = true
                     } else if let from = w.lastPeriodProduct, let to = s.productId, from != to {
-                        let kind = Self.changeKind(from: w.lastPeriodTransaction.flatMap { prices[$0] }, to: prices[tx])
+                        let kind = Self.changeKind(from: w.lastPeriodTransaction.flatMap(fold.transaction), to: fold.transaction(tx))
                         emit(.subscriptionProductChanged, tx, at: t, state: s,
                              ["transactionId": .string(tx), "from": .string(from), "to": .string(to), "kind": .string(kind)])
                     } else {
@@ -179,7 +181,7 @@ public struct WebhookDerivation: Sendable {
             // Refunds and reversals, per transaction.
             for tx in revoked.subtracting(w.previousRevoked).sorted() {
                 w.refundCounts[tx, default: 0] += 1
-                let record = prices[tx]
+                let record = fold.transaction(tx)
                 emit(.subscriptionRefunded, tx + "|" + String(w.refundCounts[tx]!), at: t, state: state,
                      ["transactionId": .string(tx), "periodInEffect": .bool(state?.latestTransactionId == tx),
                       "productId": .optional(record?.productId), "revocationDate": .integer(t),
@@ -189,7 +191,7 @@ public struct WebhookDerivation: Sendable {
                 w.reversalCounts[tx, default: 0] += 1
                 emit(.subscriptionRefundReversed, tx + "|" + String(w.reversalCounts[tx]!), at: t, state: state,
                      ["transactionId": .string(tx), "periodInEffect": .bool(state?.latestTransactionId == tx),
-                      "productId": .optional(prices[tx]?.productId)])
+                      "productId": .optional(fold.transaction(tx)?.productId)])
             }
             // Entitlements, per customer and name.
             for g in grants.keys.filter({ w.previousGrants[$0] == nil }).sorted() {
