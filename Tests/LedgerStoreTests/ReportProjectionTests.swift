@@ -290,6 +290,41 @@ final class ReportProjectionTests: XCTestCase {
                              "subscriptions with facts after the pass's end are read up to it")
     }
 
+    /// A pass folds onto the append's snapshots as they stood when it began (`Projection.forPass`,
+    /// taken before it reads how far it may go): appends made while it runs move the snapshots of
+    /// the subscriptions they touch past the pass's end, and a pass peeking them then would read
+    /// those subscriptions' whole histories. The tables are still the fold at the pass's end.
+    func testAPassFoldsOntoTheSnapshotsAsTheyStoodWhenItBegan() async throws {
+        let events = try Self.population(seed: 0x2027).filter { $0.source == .apple }
+        let third = events.count / 3
+        let (first, second, last) = (Array(events[..<third]), Array(events[third..<(2 * third)]), Array(events[(2 * third)...]))
+        let overlap = Set(second.map(\.streamId)).intersection(last.map(\.streamId))
+        XCTAssertGreaterThan(overlap.count, 5, "the appends during the pass touch subscriptions of its range")
+        try await ProjectionFixture.append(first, to: store.events, chunk: 9)
+        _ = try await reportsWorker(batchSize: 100_000).catchUp()
+        try await ProjectionFixture.append(second, to: store.events, chunk: 9)
+        let end = try await store.events.headPosition()
+        let from = try checkpoint() + 1
+        let lane = CatchUp.Lane.projection(.reports, of: ReportsProjection(catalogPeriods: store.projector.catalogPeriods,
+                                                                            snapshots: store.foldSnapshots))
+        try await store.pool.withConnection { connection in try lane.prepare(connection) }
+        try await ProjectionFixture.append(last, to: store.events, chunk: 9)
+        let moved = store.foldSnapshots.positions.filter { overlap.contains($0.key.originalTransactionId) && $0.value > end }
+        XCTAssertGreaterThan(moved.count, 5, "snapshots of the range's subscriptions moved past its end")
+        let before = store.liveFoldStatistics
+        try await store.pool.withConnection { connection in
+            try connection.transaction { connection in
+                try connection.asProjector()
+                try lane.apply(from...end, connection)
+                try CatchUp.record(ProjectionName.reports.rawValue, position: end, failure: nil, failedAt: nil, on: connection)
+            }
+        }
+        let statistics = store.liveFoldStatistics
+        XCTAssertEqual(statistics.reportFullFolds - before.reportFullFolds, 0, "every subscription folds onto its pinned snapshot")
+        XCTAssertGreaterThan(statistics.reportSnapshotFolds - before.reportSnapshotFolds, 10)
+        try await assertTablesEqualTheFold(at: end, everyQuery: false)
+    }
+
     func testAStoppedProjectionIsNotServedStaleAndAPositionBeyondTheLogIsRefused() async throws {
         try await ProjectionFixture.append(try Self.population(seed: 7).prefix(60).map { $0 }, to: store.events)
         let head = try await store.events.headPosition()

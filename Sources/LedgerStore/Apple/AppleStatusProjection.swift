@@ -21,7 +21,7 @@ enum AppleStatusProjection {
     /// Checks again the subscriptions the facts at `range` touch that hold a statement.
     /// `snapshots`: the append's fold snapshots, which answer a new statement's check without
     /// reading the subscription's history when they can (`checkFromSnapshots`).
-    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, snapshots: FoldSnapshots? = nil, on connection: Connection) throws {
+    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, snapshots: FoldSnapshots.Pinned? = nil, on connection: Connection) throws {
         var touched: [SubscriptionKey] = []
         var stated: [SubscriptionKey] = []
         // A subscription with a statement in the range holds one: only the others are looked up.
@@ -64,7 +64,7 @@ enum AppleStatusProjection {
     ///   after it (`AppleStatusCheck.check(_:foldOfEverythingUpTo:)`);
     /// - no earlier statement's check can change: every fact the range brings is signed after the
     ///   latest earlier statement in the table (`AppleStatusCheck.mayChange`).
-    static func checkFromSnapshots(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, snapshots: FoldSnapshots,
+    static func checkFromSnapshots(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, snapshots: FoldSnapshots.Pinned,
                                    on connection: Connection) throws -> [SubscriptionKey] {
         var entries = snapshots.peek(keys)
         guard !entries.isEmpty else { return keys }
@@ -94,7 +94,7 @@ enum AppleStatusProjection {
             rest.remove(key)
             if let check { checks.append(check) }
         }
-        snapshots.countStatusChecks(snapshot: keys.count - rest.count, full: rest.count)
+        snapshots.owner.countStatusChecks(snapshot: keys.count - rest.count, full: rest.count)
         try replace(checks, next: false, on: connection)
         return rest.sorted()
     }
@@ -188,14 +188,22 @@ enum AppleStatusProjection {
 struct AppleStatusChecksProjection: Projection {
     /// The append's fold snapshots of this process (nil: every check reads the facts).
     var snapshots: FoldSnapshots? = nil
+    /// The snapshots as they stood when this pass began (`forPass`).
+    var pinned: FoldSnapshots.Pinned? = nil
     var names: [ProjectionName] { [.appleStatus] }
     var isLive: Bool { false }
 
     func tables(of name: ProjectionName) -> [ProjectionTable] { name == .appleStatus ? [.appleStatusChecks] : [] }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try AppleStatusProjection.apply(range, next: next, snapshots: snapshots, on: connection)
+        try AppleStatusProjection.apply(range, next: next, snapshots: pinned ?? snapshots?.pin(), on: connection)
         return 0
+    }
+
+    func forPass() -> any Projection {
+        var pass = self
+        pass.pinned = snapshots?.pin()
+        return pass
     }
 
     /// Every stated subscription checked from the facts up to the snapshot's head, 500 at a time.

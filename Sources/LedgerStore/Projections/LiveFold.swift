@@ -118,6 +118,28 @@ final class FoldSnapshots: Sendable {
         }
     }
 
+    /// The snapshots as they stand now, for one catch-up pass: taken before the pass reads how far
+    /// it may go, every one is at or before that bound (a snapshot is stored after its batch
+    /// committed). Peeking the live table key by key instead, a pass over a long range found many
+    /// of its subscriptions' snapshots already moved past the range by appends made while it ran,
+    /// and read those subscriptions' whole histories. Costs a reference to the table: the next
+    /// `store` copies it once while the pass holds it.
+    func pin() -> Pinned {
+        Pinned(entries: state.withLock { $0.entries }, owner: self)
+    }
+
+    struct Pinned: Sendable {
+        fileprivate let entries: [SubscriptionKey: Entry]
+        /// Where the passes count what they folded from snapshots.
+        let owner: FoldSnapshots
+
+        func peek(_ keys: [SubscriptionKey]) -> [SubscriptionKey: Entry] {
+            var found: [SubscriptionKey: Entry] = [:]
+            for key in keys { if let entry = entries[key] { found[key] = entry } }
+            return found
+        }
+    }
+
     func countReportFolds(snapshot: Int, full: Int) {
         state.withLock {
             $0.counters.peeked += snapshot

@@ -50,10 +50,16 @@ protocol Projection: Sendable {
     /// The rebuild's bulk pass: every row of the tables of `names` as of `load.head`, read in
     /// `load`'s snapshot and handed to the tables' writers with `load.send` (COPY text, `CopyText`).
     func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts
+    /// What one catch-up pass applies with, taken right before the pass reads how far it may go:
+    /// the projection itself, or (one that folds onto the append's snapshots) a copy holding the
+    /// snapshots as they stand then (`FoldSnapshots.pin`).
+    func forPass() -> any Projection
 }
 
 extension Projection {
     var name: String { names.map(\.rawValue).joined(separator: "+") }
+
+    func forPass() -> any Projection { self }
 
     /// The catch-up's `apply` over the batch: its facts are already in `public.facts` in this
     /// transaction.

@@ -154,9 +154,21 @@ enum CatchUp {
         let apply: @Sendable (ClosedRange<Int64>, Connection) throws -> Void
 
         static func projection(_ name: ProjectionName, of owner: any Projection) -> Lane {
-            Lane(checkpoint: name.rawValue, projection: name,
-                 bound: "coalesce((SELECT position FROM projection_checkpoints WHERE projection = '\(FactStore.checkpoint)'), 0)",
-                 prepare: { _ in }, apply: { range, connection in try owner.apply(range, to: [name], next: false, on: connection) })
+            let pass = PassProjection(owner)
+            return Lane(checkpoint: name.rawValue, projection: name,
+                        bound: "coalesce((SELECT position FROM projection_checkpoints WHERE projection = '\(FactStore.checkpoint)'), 0)",
+                        prepare: { _ in pass.begin() },
+                        apply: { range, connection in try pass.current.apply(range, to: [name], next: false, on: connection) })
+        }
+
+        /// The projection a lane's pass applies with (`Projection.forPass`), taken anew by each
+        /// pass's `prepare`.
+        final class PassProjection: Sendable {
+            private let owner: any Projection
+            private let pass: Mutex<(any Projection)?> = Mutex(nil)
+            init(_ owner: any Projection) { self.owner = owner }
+            func begin() { pass.withLock { $0 = owner.forPass() } }
+            var current: any Projection { pass.withLock { $0 } ?? owner }
         }
 
         /// The facts of this build's schema version: derived from the stored events with the

@@ -15,6 +15,8 @@ struct ReportsProjection: Projection {
     /// The append's fold snapshots, when this process appends: a pass folds onto them instead of
     /// reading each touched subscription's whole history (nil: it always reads it).
     var snapshots: FoldSnapshots? = nil
+    /// The snapshots as they stood when this pass began (`forPass`).
+    var pinned: FoldSnapshots.Pinned? = nil
     var names: [ProjectionName] { [.reports] }
     /// A contribution walks a subscription's whole history day by day: kept by the catch-up, never
     /// in the append transaction.
@@ -25,7 +27,14 @@ struct ReportsProjection: Projection {
     }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try ReportProjection.apply(range, next: next, catalogPeriods: catalogPeriods, snapshots: next ? nil : snapshots, on: connection)
+        try ReportProjection.apply(range, next: next, catalogPeriods: catalogPeriods, snapshots: next ? nil : pinned ?? snapshots?.pin(),
+                                   on: connection)
+    }
+
+    func forPass() -> any Projection {
+        var pass = self
+        pass.pinned = snapshots?.pin()
+        return pass
     }
 
     func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
@@ -90,7 +99,7 @@ enum ReportProjection {
     /// how many.
     @discardableResult
     static func apply(_ range: ClosedRange<Int64>, next: Bool = false, catalogPeriods: [String: EpochMillis],
-                      snapshots: FoldSnapshots? = nil, on connection: Connection) throws -> Int {
+                      snapshots: FoldSnapshots.Pinned? = nil, on connection: Connection) throws -> Int {
         // A tie names who holds a subscription, which no figure is split by: a subscription only
         // tied or untied in the range has the contribution it had.
         let keys = try FactStore.subscriptions(touchedByPositions: range, ignoring: [.customerTie], on: connection)
@@ -104,7 +113,7 @@ enum ReportProjection {
     /// that is the full fold), and where the pass's range starts (the tables hold every
     /// contribution as of the position before).
     struct PassFolds {
-        let snapshots: FoldSnapshots
+        let snapshots: FoldSnapshots.Pinned
         let from: Int64
     }
 
@@ -144,7 +153,7 @@ enum ReportProjection {
                 let latest = ([storedLatest[key.text]] + facts.map(Self.reportedTime)).compactMap { $0 }.max()
                 if let latest { out.append(folded(key, latest: latest, entry.fold)) }
             }
-            pass.snapshots.countReportFolds(snapshot: keys.count - rest.count, full: rest.count)
+            pass.snapshots.owner.countReportFolds(snapshot: keys.count - rest.count, full: rest.count)
         }
         let sorted = rest.sorted()
         let (attached, candidates) = try FactStore.facts(of: sorted, upTo: upTo, on: connection)
