@@ -63,6 +63,12 @@ public struct SubscriptionFold: Sendable {
     }
 
     private var slots: [String: Slot] = [:]
+    /// Every slot's (purchaseDate, transactionId), in the order of `purchasePrecedes`: the
+    /// transaction in effect at T and the next purchase after T are found by halving, so a walk
+    /// over a long history's states (reports, webhooks) does not scan every transaction per state.
+    private var slotOrder: [SlotPlace] = []
+    /// Some transaction folded states an appAccountToken (else no slot can give one).
+    private var anyToken = false
     /// Some transaction is upgraded or an upgrade: only then is `supersession` worked out.
     private var hasUpgrades = false
     /// The latest purchaseDate of a transaction Apple signed (V2 notification, App Store API): a
@@ -70,6 +76,8 @@ public struct SubscriptionFold: Sendable {
     private var latestSignedPurchase: EpochMillis?
     private var revocations: [Fact] = []
     private var reversals: [Fact] = []
+    /// In signedAt order (equal times as they arrived): the renewal state in effect at T and the
+    /// next one after it are found by halving.
     private var renewals: [Fact] = []
     /// In (recordedAt, position) order: the tie in effect and the next one are found by halving,
     /// so a subscription tied and untied thousands of times folds as fast as one tied once.
@@ -117,12 +125,27 @@ public struct SubscriptionFold: Sendable {
         case .transaction:
             guard let tx = fact.transaction else { return }
             let statedUpgrade = fact.message == Self.upgradeMessage
+            if tx.appAccountToken != nil { anyToken = true }
             if let i = slots.index(forKey: tx.transactionId) {
-                if Self.snapshotPrecedes(slots.values[i].snapshot, fact) { slots.values[i].snapshot = fact }
+                if Self.snapshotPrecedes(slots.values[i].snapshot, fact) {
+                    let was = slots.values[i].purchaseDate
+                    slots.values[i].snapshot = fact
+                    if was != fact.effectiveAt {
+                        slotOrder.remove(at: place(of: SlotPlace(purchaseDate: was, transactionId: tx.transactionId)))
+                        slotOrder.insert(SlotPlace(purchaseDate: fact.effectiveAt, transactionId: tx.transactionId),
+                                         at: place(of: SlotPlace(purchaseDate: fact.effectiveAt, transactionId: tx.transactionId)))
+                    }
+                }
                 if tx.isUpgraded { slots.values[i].upgraded = true }
                 if statedUpgrade { slots.values[i].statedUpgrade = true }
             } else {
                 slots[tx.transactionId] = Slot(snapshot: fact, upgraded: tx.isUpgraded, statedUpgrade: statedUpgrade)
+                let new = SlotPlace(purchaseDate: fact.effectiveAt, transactionId: tx.transactionId)
+                if let last = slotOrder.last, !last.precedes(new) {
+                    slotOrder.insert(new, at: place(of: new))
+                } else {
+                    slotOrder.append(new)
+                }
             }
             if tx.isUpgraded || statedUpgrade { hasUpgrades = true }
             if fact.origin == .appleV2 || fact.origin == .appleAPI {
@@ -134,7 +157,11 @@ public struct SubscriptionFold: Sendable {
         case .reversal:
             reversals.append(fact)
         case .renewal:
-            renewals.append(fact)
+            if let last = renewals.last, last.signedAt > fact.signedAt {
+                renewals.insert(fact, at: renewalsSigned(by: fact.signedAt))
+            } else {
+                renewals.append(fact)
+            }
         case .customerTie:
             ties.append(fact)
             var i = ties.count - 1
@@ -156,6 +183,48 @@ public struct SubscriptionFold: Sendable {
             // An ordinary purchase belongs to no subscription: nothing to fold.
             return
         }
+    }
+
+    /// A slot's key in `slotOrder`.
+    struct SlotPlace: Sendable {
+        var purchaseDate: EpochMillis
+        var transactionId: String
+
+        /// `purchasePrecedes`.
+        func precedes(_ other: SlotPlace) -> Bool {
+            if purchaseDate != other.purchaseDate { return purchaseDate < other.purchaseDate }
+            return TransactionIdOrder.precedes(transactionId, other.transactionId)
+        }
+    }
+
+    /// The index of `p` in `slotOrder`, or where it goes.
+    private func place(of p: SlotPlace) -> Int {
+        var low = 0, high = slotOrder.count
+        while low < high {
+            let mid = (low + high) / 2
+            if slotOrder[mid].precedes(p) { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
+    /// How many slots were purchased by `asOf` (the first `slotOrder` index after it).
+    private func slotsPurchased(by asOf: EpochMillis) -> Int {
+        var low = 0, high = slotOrder.count
+        while low < high {
+            let mid = (low + high) / 2
+            if slotOrder[mid].purchaseDate <= asOf { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
+    /// How many renewal states were signed by `asOf` (the first `renewals` index after it).
+    private func renewalsSigned(by asOf: EpochMillis) -> Int {
+        var low = 0, high = renewals.count
+        while low < high {
+            let mid = (low + high) / 2
+            if renewals[mid].signedAt <= asOf { low = mid + 1 } else { high = mid }
+        }
+        return low
     }
 
     private mutating func link(_ a: String?, _ b: String?) {
@@ -274,11 +343,11 @@ public struct SubscriptionFold: Sendable {
     /// The appAccountToken of the latest-purchased transaction bought by T that states one: one
     /// pass (sorting every transaction per evaluation made a walk over a long history quadratic).
     func latestToken(at asOf: EpochMillis) -> String? {
-        var best: Slot?
-        for slot in slots.values where slot.purchaseDate <= asOf && slot.transaction.appAccountToken != nil {
-            if best == nil || Self.purchasePrecedes(best!, slot) { best = slot }
+        guard anyToken else { return nil }
+        for place in slotOrder[..<slotsPurchased(by: asOf)].reversed() {
+            if let token = slots[place.transactionId]?.transaction.appAccountToken { return token }
         }
-        return best?.transaction.appAccountToken
+        return nil
     }
 
     /// The period in effect at T: a transaction, or (WeChat) a signing no delivery has paid yet, or
@@ -293,6 +362,16 @@ public struct SubscriptionFold: Sendable {
 
     func periodInEffect(at asOf: EpochMillis, _ timeline: WeChatTimeline? = nil) -> Period? {
         if let timeline { return timeline.period(at: asOf) }
+        if !hasUpgrades {
+            // Nothing superseded: the latest purchased by T that may be in effect (a V1-only
+            // transaction after Apple's latest signed purchase may not).
+            for place in slotOrder[..<slotsPurchased(by: asOf)].reversed() {
+                guard let slot = slots[place.transactionId] else { continue }
+                if slot.snapshot.origin == .appleV1, let signed = latestSignedPurchase, slot.purchaseDate > signed { continue }
+                return Period(slot: slot, start: slot.purchaseDate, end: slot.transaction.expiresDate)
+            }
+            return nil
+        }
         var best: Slot?
         var fallback: Slot?
         let superseded = hasUpgrades ? supersession() : [:]
@@ -349,15 +428,20 @@ public struct SubscriptionFold: Sendable {
     /// The renewal state in effect at T: Apple's signed last; WeChat's by `WeChatTimeline.renewal`.
     func renewalInEffect(at asOf: EpochMillis, _ timeline: WeChatTimeline? = nil) -> Fact? {
         if let timeline { return timeline.renewal(at: asOf) }
-        var best: Fact?
-        var v1: Fact?
-        for f in renewals where f.signedAt <= asOf {
-            // V1 (unsigned) renewal state counts only while Apple signed none by T.
-            if f.origin == .appleV1 {
-                if v1 == nil || Self.renewalPrecedes(v1!, f) { v1 = f }
-            } else if best == nil || Self.renewalPrecedes(best!, f) { best = f }
+        // Apple's signed: of those signed last by T, the one `renewalPrecedes` puts last.
+        let signedBy = renewalsSigned(by: asOf)
+        var latest: Fact?
+        for f in renewals[..<signedBy].reversed() {
+            if let l = latest, f.signedAt < l.signedAt { break }
+            if f.origin != .appleV1, latest == nil || Self.renewalPrecedes(latest!, f) { latest = f }
         }
-        return best ?? v1
+        if let latest { return latest }
+        // V1 (unsigned) renewal state counts only while Apple signed none by T.
+        var v1: Fact?
+        for f in renewals[..<signedBy] where f.origin == .appleV1 {
+            if v1 == nil || Self.renewalPrecedes(v1!, f) { v1 = f }
+        }
+        return v1
     }
 
     func tieInEffect(at asOf: EpochMillis) -> Fact? {
@@ -439,11 +523,13 @@ public struct SubscriptionFold: Sendable {
         if let timeline {
             for t in timeline.changeTimes { consider(t) }
         } else {
-            for s in slots.values { consider(s.purchaseDate) }
+            let purchased = slotsPurchased(by: asOf)
+            if purchased < slotOrder.count { consider(slotOrder[purchased].purchaseDate) }
         }
         for f in revocations { consider(f.effectiveAt) }
         for f in reversals { consider(f.signedAt) }
-        for f in renewals { consider(f.signedAt) }
+        let signed = renewalsSigned(by: asOf)
+        if signed < renewals.count { consider(renewals[signed].signedAt) }
         let tie = firstTie(after: asOf)
         if tie < ties.count { consider(ties[tie].recordedAt) }
         return next
