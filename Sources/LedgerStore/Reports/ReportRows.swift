@@ -29,17 +29,18 @@ enum ReportRows {
     /// The contribution's figures as runs, ordered by dimensions, metric name, day.
     static func runs(of c: SubscriptionContribution) -> [Run] {
         var out: [Run] = []
-        for series in c.series.keys.sorted() {
-            var run: Run?
-            for (day, value) in c.series[series]! {
-                if run != nil, run!.first.index &+ Int64(run!.values.count) == day {
-                    run!.values.append(value)
-                } else {
-                    if let r = run { out.append(r) }
-                    run = Run(dimensions: series.dimensions, metric: series.metric, first: ReportDay(index: day), values: [value])
-                }
+        // Each run's values copied from the series in one slice (appending them one by one, through
+        // an optional run and the figures' iterator, was most of this).
+        for (series, figures) in c.series.sorted(by: { $0.key < $1.key }) {
+            let days = figures.days, values = figures.values
+            var start = 0
+            while start < days.count {
+                var end = start + 1
+                while end < days.count, days[end] == days[end - 1] &+ 1 { end += 1 }
+                out.append(Run(dimensions: series.dimensions, metric: series.metric, first: ReportDay(index: days[start]),
+                               values: Array(values[start..<end])))
+                start = end
             }
-            if let r = run { out.append(r) }
         }
         return out
     }
