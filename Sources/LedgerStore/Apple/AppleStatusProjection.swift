@@ -185,7 +185,7 @@ enum AppleStatusProjection {
 
 /// The Apple status check as a registered projection (Projection.swift): kept by the catch-up
 /// only (`isLive` false), rebuilt through the one rebuild path.
-struct AppleStatusChecksProjection: Projection {
+struct AppleStatusChecksProjection: FoldsOntoSnapshots {
     /// The append's fold snapshots of this process (nil: every check reads the facts).
     var snapshots: FoldSnapshots? = nil
     /// The snapshots as they stood when this pass began (`forPass`).
@@ -196,14 +196,8 @@ struct AppleStatusChecksProjection: Projection {
     func tables(of name: ProjectionName) -> [ProjectionTable] { name == .appleStatus ? [.appleStatusChecks] : [] }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try AppleStatusProjection.apply(range, next: next, snapshots: pinned ?? snapshots?.pin(), on: connection)
+        try AppleStatusProjection.apply(range, next: next, snapshots: passSnapshots, on: connection)
         return 0
-    }
-
-    func forPass() -> any Projection {
-        var pass = self
-        pass.pinned = snapshots?.pin()
-        return pass
     }
 
     /// Every stated subscription checked from the facts up to the snapshot's head, 500 at a time.

@@ -70,6 +70,27 @@ extension Projection {
     }
 }
 
+/// A catch-up projection that folds onto the append's snapshots instead of reading histories
+/// (the reports, the Apple status checks): each pass pins them as they stand when it begins.
+protocol FoldsOntoSnapshots: Projection {
+    /// The append's fold snapshots of this process (nil: every pass reads the facts).
+    var snapshots: FoldSnapshots? { get }
+    /// The snapshots as they stood when this pass began (`forPass`).
+    var pinned: FoldSnapshots.Pinned? { get set }
+}
+
+extension FoldsOntoSnapshots {
+    func forPass() -> any Projection {
+        var pass = self
+        pass.pinned = snapshots?.pin()
+        return pass
+    }
+
+    /// What this pass folds onto: the snapshots pinned when it began, else (applied outside a
+    /// lane's pass) as they stand now.
+    var passSnapshots: FoldSnapshots.Pinned? { pinned ?? snapshots?.pin() }
+}
+
 /// The one live hook: joins a live projection to the append transaction (DESIGN §Projections),
 /// so a 200 means the event's effect on its tables is committed with it. It runs only when the
 /// batch's facts were recorded in the same transaction; it advances the projection's checkpoints

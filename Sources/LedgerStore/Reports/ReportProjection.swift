@@ -9,7 +9,7 @@ internal import Postgres
 /// day, too much to add to every append. The catch-up worker applies each committed range after
 /// the commit (checkpoint row locked, gap check, a failing event stops it with the error recorded),
 /// and the reports name the position they were read at (`ReportQueries`).
-struct ReportsProjection: Projection {
+struct ReportsProjection: FoldsOntoSnapshots {
     /// The catalog's periods (`SubscriptionFold.catalogPeriods`), as every fold of the ledger has them.
     let catalogPeriods: [String: EpochMillis]
     /// The append's fold snapshots, when this process appends: a pass folds onto them instead of
@@ -27,14 +27,7 @@ struct ReportsProjection: Projection {
     }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try ReportProjection.apply(range, next: next, catalogPeriods: catalogPeriods, snapshots: next ? nil : pinned ?? snapshots?.pin(),
-                                   on: connection)
-    }
-
-    func forPass() -> any Projection {
-        var pass = self
-        pass.pinned = snapshots?.pin()
-        return pass
+        try ReportProjection.apply(range, next: next, catalogPeriods: catalogPeriods, snapshots: next ? nil : passSnapshots, on: connection)
     }
 
     func load(_ names: Set<ProjectionName>, into load: BulkLoad) throws -> BulkLoad.Counts {
