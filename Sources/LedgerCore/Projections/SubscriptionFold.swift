@@ -197,35 +197,24 @@ public struct SubscriptionFold: Sendable {
         }
     }
 
-    /// The index of `p` in `slotOrder`, or where it goes.
-    private func place(of p: SlotPlace) -> Int {
-        var low = 0, high = slotOrder.count
+    /// The first index of `ordered` whose element is not `before` (every one before it is).
+    private static func partition<T>(_ ordered: [T], _ before: (T) -> Bool) -> Int {
+        var low = 0, high = ordered.count
         while low < high {
             let mid = (low + high) / 2
-            if slotOrder[mid].precedes(p) { low = mid + 1 } else { high = mid }
+            if before(ordered[mid]) { low = mid + 1 } else { high = mid }
         }
         return low
     }
+
+    /// The index of `p` in `slotOrder`, or where it goes.
+    private func place(of p: SlotPlace) -> Int { Self.partition(slotOrder) { $0.precedes(p) } }
 
     /// How many slots were purchased by `asOf` (the first `slotOrder` index after it).
-    private func slotsPurchased(by asOf: EpochMillis) -> Int {
-        var low = 0, high = slotOrder.count
-        while low < high {
-            let mid = (low + high) / 2
-            if slotOrder[mid].purchaseDate <= asOf { low = mid + 1 } else { high = mid }
-        }
-        return low
-    }
+    private func slotsPurchased(by asOf: EpochMillis) -> Int { Self.partition(slotOrder) { $0.purchaseDate <= asOf } }
 
     /// How many renewal states were signed by `asOf` (the first `renewals` index after it).
-    private func renewalsSigned(by asOf: EpochMillis) -> Int {
-        var low = 0, high = renewals.count
-        while low < high {
-            let mid = (low + high) / 2
-            if renewals[mid].signedAt <= asOf { low = mid + 1 } else { high = mid }
-        }
-        return low
-    }
+    private func renewalsSigned(by asOf: EpochMillis) -> Int { Self.partition(renewals) { $0.signedAt <= asOf } }
 
     private mutating func link(_ a: String?, _ b: String?) {
         guard let a, let b, a != b else { return }
@@ -452,14 +441,7 @@ public struct SubscriptionFold: Sendable {
     static func tiePrecedes(_ a: Fact, _ b: Fact) -> Bool { (a.recordedAt, a.position) < (b.recordedAt, b.position) }
 
     /// The index of the first tie recorded after `asOf` (`ties.count`: none).
-    private func firstTie(after asOf: EpochMillis) -> Int {
-        var low = 0, high = ties.count
-        while low < high {
-            let mid = (low + high) / 2
-            if ties[mid].recordedAt <= asOf { low = mid + 1 } else { high = mid }
-        }
-        return low
-    }
+    private func firstTie(after asOf: EpochMillis) -> Int { Self.partition(ties) { $0.recordedAt <= asOf } }
 
     /// The earliest business time at which folding `fact` can change what `state(at:)` answers
     /// (nil: at no time). Before it every state — and every time at which the state can change —
