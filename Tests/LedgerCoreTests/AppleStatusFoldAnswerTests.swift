@@ -43,4 +43,79 @@ final class AppleStatusFoldAnswerTests: XCTestCase {
         XCTAssertGreaterThan(answered, 1_000)
         XCTAssertGreaterThan(declined, 100, "shuffled deliveries fold facts signed after a statement")
     }
+    /// `checks(of:onto:foldPosition:facts:)`: a pass's range brings several statements of one
+    /// subscription; from a fold up to some position (before the range, inside it or at its end)
+    /// each is answered by folding forward. Where it answers, every answer must be the oracle's
+    /// over the facts known at the range's end; it must decline where it cannot, and both occur.
+    func testStatementsOfARangeFoldedForwardFromASnapshotEqualTheCheckOfTheFactsSignedByThen() throws {
+        let generator = LifecycleGenerator(customers: 120, days: 540, start: 1_735_689_600_000, seed: 0xF02D)
+        var answered = 0, declined = 0, several = 0, differing: [String] = []
+        for customer in 0..<generator.customers {
+            let life = generator.lifecycle(customerIndex: customer)
+            let key = SubscriptionKey(environment: generator.environment, originalTransactionId: life.originalTransactionId)
+            var delivered = life.notifications
+            var rng = SplitMix64(seed: life.seed ^ 0x5A7F)
+            if customer % 3 == 1 { delivered.shuffle(using: &rng) }
+            // Every fourth notification states no status (a V1 one, or one without renewal info):
+            // its facts follow statements without a statement of their own to decline.
+            let facts = try delivered.enumerated().flatMap { i, n in
+                try n.facts(position: Int64(i + 1), recordedAt: n.deliveredAt).filter { i % 4 != 3 || $0.kind != .appleStatus }
+            }
+            let count = Int64(delivered.count)
+            guard count >= 2 else { continue }
+            for _ in 0..<6 {
+                // A range (low…high] and a snapshot at `at`, anywhere up to the range's end.
+                let high = Int64.random(in: 1...count, using: &rng)
+                let low = Int64.random(in: 0..<high, using: &rng)
+                let at = Int64.random(in: 0...high, using: &rng)
+                let known = facts.filter { $0.position <= high }
+                let fold = SubscriptionFold(key: key, facts: known.filter { $0.position <= at },
+                                            catalogPeriods: ["com.example.monthly": 30 * 86_400_000])
+                let statements = known.filter { $0.kind == .appleStatus && $0.position > low }
+                guard !statements.isEmpty else { continue }
+                if statements.count > 1 { several += 1 }
+                let oracle = AppleStatusCheck.checks(key: key, facts: known) { $0.position > low }
+                guard let found = AppleStatusCheck.checks(of: statements, onto: fold, foldPosition: at,
+                                                          facts: known.filter { $0.position > min(at, low) }) else {
+                    declined += 1
+                    continue
+                }
+                answered += 1
+                if found != oracle { differing.append("customer \(customer) range \(low)…\(high) at \(at): \(found) vs \(oracle)") }
+            }
+        }
+        XCTAssertEqual(differing.count, 0, differing.prefix(3).joined(separator: "\n"))
+        XCTAssertGreaterThan(answered, 150)
+        XCTAssertGreaterThan(several, 150, "ranges bring several statements")
+        XCTAssertGreaterThan(declined, 50, "snapshots inside a range and shuffled deliveries must decline")
+    }
+    /// A notification delivered after the one Apple signed next, stating no status of its own:
+    /// the next one's statement must then count its facts (signed by then), which a fold up to
+    /// the statement lacks, so the forward check must decline rather than answer.
+    func testAStatementFollowedByAFactSignedBeforeItIsNotAnsweredFromTheFoldUpToIt() throws {
+        let generator = LifecycleGenerator(customers: 60, days: 540, start: 1_735_689_600_000, seed: 0xF03D)
+        var biting = 0, answered = 0, differing: [String] = []
+        for customer in 0..<generator.customers {
+            let life = generator.lifecycle(customerIndex: customer)
+            let key = SubscriptionKey(environment: generator.environment, originalTransactionId: life.originalTransactionId)
+            for late in life.notifications.indices.dropLast() {
+                var delivered = Array(life.notifications.prefix(late + 2))
+                delivered.swapAt(late, late + 1)
+                let facts = try delivered.enumerated().flatMap { i, n in
+                    try n.facts(position: Int64(i + 1), recordedAt: n.deliveredAt).filter { i != late + 1 || $0.kind != .appleStatus }
+                }
+                let before = Int64(late)
+                let fold = SubscriptionFold(key: key, facts: facts.filter { $0.position <= before })
+                let statements = facts.filter { $0.kind == .appleStatus && $0.position > before }
+                let oracle = AppleStatusCheck.checks(key: key, facts: facts) { $0.position > before }
+                if oracle.contains(where: { $0.ledgerStatus != $0.arrivalLedgerStatus }) { biting += 1 }
+                guard let found = AppleStatusCheck.checks(of: statements, onto: fold, foldPosition: before,
+                                                          facts: facts.filter { $0.position > before }) else { continue }
+                answered += 1
+                if found != oracle { differing.append("customer \(customer) late \(late): \(found) vs \(oracle)") }
+            }
+        }
+        XCTAssertEqual(differing.count, 0, differing.prefix(3).joined(separator: "\n"))
+        XCTAssertGreaterThan(biting, 5, "late facts change the status their next statement is checked against")
+    }
 }

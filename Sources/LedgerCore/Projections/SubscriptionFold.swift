@@ -892,12 +892,21 @@ public struct SubscriptionFold: Sendable {
     /// transactionId. A transaction's revocation is the one in force once every known fact has
     /// taken effect.
     public var transactions: [TransactionRecord] {
-        let starts = isWeChat ? WeChatTimeline(self).startByOrder : [:]
-        return slots.values.map { record(of: $0, start: starts[$0.transaction.transactionId]) }
-            .sorted { a, b in
-                let (pa, pb) = (a.purchaseDate ?? .min, b.purchaseDate ?? .min)
-                return pa != pb ? pa < pb : TransactionIdOrder.precedes(a.transactionId, b.transactionId)
-            }
+        guard !isWeChat else {
+            // A WeChat order's record starts where the timeline places it, which the slots do not know.
+            let starts = WeChatTimeline(self).startByOrder
+            return slots.values.map { record(of: $0, start: starts[$0.transaction.transactionId]) }.sorted(by: Self.recordPrecedes)
+        }
+        // An Apple transaction fact takes effect at its purchaseDate, which is its record's, so
+        // `slotOrder` is already the records' order: checked, not sorted.
+        var records = slotOrder.map { record(of: slots[$0.transactionId]!, start: nil) }
+        if zip(records, records.dropFirst()).contains(where: { Self.recordPrecedes($1, $0) }) { records.sort(by: Self.recordPrecedes) }
+        return records
+    }
+
+    static func recordPrecedes(_ a: TransactionRecord, _ b: TransactionRecord) -> Bool {
+        let (pa, pb) = (a.purchaseDate ?? .min, b.purchaseDate ?? .min)
+        return pa != pb ? pa < pb : TransactionIdOrder.precedes(a.transactionId, b.transactionId)
     }
 
     /// The transactions a revocation may name (by their id or, WeChat, an alias of their order):

@@ -176,11 +176,9 @@ public enum SubscriptionRollup {
         var out = SubscriptionContribution()
         let key = fold.key
         let source: ReportSource = fold.isWeChat ? .wechat : .apple
+        // In purchase order (same instant: the numeric order of transaction ids, "9" before "10"),
+        // as `transactions` lists them.
         let txs = fold.transactions.filter { isSubscription($0.type) && $0.purchaseDate != nil }
-            .sorted { a, b in
-                // Same purchase instant: the numeric order of transaction ids the folds use ("9" before "10").
-                a.purchaseDate! != b.purchaseDate! ? a.purchaseDate! < b.purchaseDate! : TransactionIdOrder.precedes(a.transactionId, b.transactionId)
-            }
         guard let firstPurchase = txs.first?.purchaseDate else { return out }
         let byId = Dictionary(txs.map { ($0.transactionId, $0) }, uniquingKeysWith: { a, _ in a })
 

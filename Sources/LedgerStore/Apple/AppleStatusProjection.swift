@@ -53,15 +53,15 @@ enum AppleStatusProjection {
         try recheck(rest.sorted(), range: range, next: next, on: connection)
     }
 
-    /// Checks the one new statement of each of `keys` from the append's snapshot of its fold
+    /// Checks the new statements of each of `keys` from the append's snapshot of its fold
     /// instead of its whole history, where that is the same answer; returns the keys it could
-    /// not (they are read whole). The usual case — a notification that carries Apple's status and
-    /// is signed after everything the subscription knew — qualifies when:
+    /// not (they are read whole). The usual case — notifications that carry Apple's status,
+    /// each signed after everything the subscription knew — qualifies when:
     /// - the snapshot, with the subscription's facts after it up to the range's end, is the fold
     ///   of every fact up to there (a snapshot past the range's end only when no fact lies between:
     ///   the reports' rule, ReportProjection.contributions);
-    /// - the range brings one statement, at the subscription's last position, and no fact signed
-    ///   after it (`AppleStatusCheck.check(_:foldOfEverythingUpTo:)`);
+    /// - each statement the range brings is answered on the fold up to it
+    ///   (`AppleStatusCheck.checks(of:onto:foldPosition:facts:)`);
     /// - no earlier statement's check can change: every fact the range brings is signed after the
     ///   latest earlier statement in the table (`AppleStatusCheck.mayChange`).
     static func checkFromSnapshots(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, snapshots: FoldSnapshots.Pinned,
@@ -85,14 +85,14 @@ enum AppleStatusProjection {
             let facts = newer[key] ?? []
             let arrived = facts.filter { range.contains($0.position) }
             let statements = arrived.filter { $0.kind == .appleStatus }
-            guard statements.count == 1, let s = statements.first, s.position == facts.last?.position,
+            guard !statements.isEmpty,
                   !facts.contains(where: { $0.position > range.upperBound || $0.origin == .wechat || $0.kind == .orderAlias }),
                   !(earlier[key.text].map { AppleStatusCheck.mayChange(statementSignedAt: $0, arrived: arrived) } ?? false),
-                  var entry = entries.removeValue(forKey: key) else { continue }
-            for fact in facts where fact.position > entry.position { entry.fold.apply(fact) }
-            guard case .checked(let check) = AppleStatusCheck.check(s, foldOfEverythingUpTo: entry.fold) else { continue }
+                  let entry = entries.removeValue(forKey: key),
+                  let found = AppleStatusCheck.checks(of: statements, onto: entry.fold, foldPosition: entry.position, facts: facts)
+            else { continue }
             rest.remove(key)
-            if let check { checks.append(check) }
+            checks += found
         }
         snapshots.owner.countStatusChecks(snapshot: keys.count - rest.count, full: rest.count)
         try replace(checks, next: false, on: connection)
