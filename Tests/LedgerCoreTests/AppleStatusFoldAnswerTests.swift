@@ -69,14 +69,20 @@ final class AppleStatusFoldAnswerTests: XCTestCase {
                 let low = Int64.random(in: 0..<high, using: &rng)
                 let at = Int64.random(in: 0...high, using: &rng)
                 let known = facts.filter { $0.position <= high }
-                let fold = SubscriptionFold(key: key, facts: known.filter { $0.position <= at },
+                var fold = SubscriptionFold(key: key, facts: known.filter { $0.position <= at },
                                             catalogPeriods: ["com.example.monthly": 30 * 86_400_000])
                 let statements = known.filter { $0.kind == .appleStatus && $0.position > low }
                 guard !statements.isEmpty else { continue }
                 if statements.count > 1 { several += 1 }
                 let oracle = AppleStatusCheck.checks(key: key, facts: known) { $0.position > low }
-                guard let found = AppleStatusCheck.checks(of: statements, onto: fold, foldPosition: at,
-                                                          facts: known.filter { $0.position > min(at, low) }) else {
+                let found = AppleStatusCheck.checks(of: statements, folding: &fold, from: at,
+                                                    through: known.filter { $0.position > min(at, low) })
+                let whole = SubscriptionFold(key: key, facts: known, catalogPeriods: ["com.example.monthly": 30 * 86_400_000])
+                let t = known.map(\.signedAt).max()! + 86_400_000
+                if fold.transactions != whole.transactions || fold.state(at: t) != whole.state(at: t) || fold.latestSignedAt != whole.latestSignedAt {
+                    differing.append("customer \(customer) range \(low)…\(high) at \(at): the fold left is not the fold of every fact")
+                }
+                guard let found else {
                     declined += 1
                     continue
                 }
@@ -105,12 +111,12 @@ final class AppleStatusFoldAnswerTests: XCTestCase {
                     try n.facts(position: Int64(i + 1), recordedAt: n.deliveredAt).filter { i != late + 1 || $0.kind != .appleStatus }
                 }
                 let before = Int64(late)
-                let fold = SubscriptionFold(key: key, facts: facts.filter { $0.position <= before })
+                var fold = SubscriptionFold(key: key, facts: facts.filter { $0.position <= before })
                 let statements = facts.filter { $0.kind == .appleStatus && $0.position > before }
                 let oracle = AppleStatusCheck.checks(key: key, facts: facts) { $0.position > before }
                 if oracle.contains(where: { $0.ledgerStatus != $0.arrivalLedgerStatus }) { biting += 1 }
-                guard let found = AppleStatusCheck.checks(of: statements, onto: fold, foldPosition: before,
-                                                          facts: facts.filter { $0.position > before }) else { continue }
+                guard let found = AppleStatusCheck.checks(of: statements, folding: &fold, from: before,
+                                                          through: facts.filter { $0.position > before }) else { continue }
                 answered += 1
                 if found != oracle { differing.append("customer \(customer) late \(late): \(found) vs \(oracle)") }
             }

@@ -20,9 +20,10 @@ final class AppleStatusProjectionTests: XCTestCase {
         try await checkKeptFromTheDelta(snapshots: false)
     }
 
-    /// The service's worker checks a new statement on the append's fold snapshot when that is the
-    /// same answer (LiveFold.swift; `AppleStatusProjection.checkFromSnapshots`): passes right
-    /// after each append, passes lagging behind it (snapshots past their range's end), facts
+    /// The service's worker checks new statements on a fold — the append's snapshot or the one
+    /// its own last pass left — when that is the same answer (LiveFold.swift;
+    /// `AppleStatusProjection.checkFromSnapshots`): passes right after each append, passes lagging
+    /// behind it (the append's snapshots past their range's end or start), facts
     /// appended by another instance (this one's snapshots lack them) and late facts signed before
     /// statements already checked. The table must still be a full check's, and both ways occur.
     func testChecksOnTheAppendsSnapshotsEqualAFullCheck() async throws {
@@ -67,7 +68,9 @@ final class AppleStatusProjectionTests: XCTestCase {
         XCTAssertGreaterThan(arrivalDisagreeing, disagreeing, "late facts made statements disagree on arrival that agree now: the order matters to this test")
         let statistics = store.liveFoldStatistics
         if snapshots {
-            XCTAssertGreaterThan(statistics.statusSnapshotChecks, events.count / 4, "in-order statements are checked on the snapshots")
+            // Lagging passes start from the folds the projection left at its last range's end (52 of
+            // 111 without them, 71 with them).
+            XCTAssertGreaterThan(statistics.statusSnapshotChecks, events.count / 2, "in-order statements are checked on a fold, lagging passes too")
             XCTAssertGreaterThan(statistics.statusFullChecks, 10, "late facts, other instances' facts and lagging passes read the facts")
         } else {
             XCTAssertEqual(statistics.statusSnapshotChecks, 0)

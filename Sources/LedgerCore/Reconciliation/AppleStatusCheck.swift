@@ -126,10 +126,12 @@ public struct AppleStatusCheck: Sendable, Hashable {
 
     /// The checks of `statements` folded forward from `fold` (every fact of the subscription up to
     /// `foldPosition`) through `facts`, instead of from the subscription's history; nil where
-    /// that is not the same answer as `checks(key:facts:)`, and the facts must be read.
-    /// - `facts`: every fact of the subscription recorded after the first statement, and those
-    ///   between it and `foldPosition`, in (position, ordinal) order; nothing recorded after the
-    ///   last of them is considered.
+    /// that is not the same answer as `checks(key:facts:)`, and the facts must be read. Either way
+    /// `fold` is left the fold of every fact through the last of `facts` (a catch-up keeps it for
+    /// its next pass).
+    /// - `facts`: every fact of the subscription recorded after `foldPosition`, and those after
+    ///   the first statement, in (position, ordinal) order; nothing recorded after the last of them
+    ///   is considered.
     /// - A statement at or before `foldPosition` is answered only when no fact lies between it
     ///   and `foldPosition` (then `fold` is the fold up to it).
     /// - Each statement is answered on the fold up to its own event when none of those facts is
@@ -137,14 +139,13 @@ public struct AppleStatusCheck: Sendable, Hashable {
     ///   (`mayChange`): then "signed by then" and "recorded by then" are the same facts.
     /// A pass over a range that brings several statements of one subscription (notifications
     /// arrive in bursts) answers each of them this way, in one walk.
-    public static func checks(of statements: [Fact], onto fold: SubscriptionFold, foldPosition: Int64,
-                              facts: [Fact]) -> [AppleStatusCheck]? {
-        var fold = fold
+    public static func checks(of statements: [Fact], folding fold: inout SubscriptionFold, from foldPosition: Int64,
+                              through facts: [Fact]) -> [AppleStatusCheck]? {
         var next = 0
-        var out: [AppleStatusCheck] = []
+        var out: [AppleStatusCheck]? = []
         for s in statements.sorted(by: { ($0.position, $0.ordinal) < ($1.position, $1.ordinal) }) {
             if s.position <= foldPosition {
-                guard !facts.contains(where: { $0.position > s.position && $0.position <= foldPosition }) else { return nil }
+                guard !facts.contains(where: { $0.position > s.position && $0.position <= foldPosition }) else { out = nil; break }
             } else {
                 while next < facts.count, facts[next].position <= s.position {
                     if facts[next].position > foldPosition { fold.apply(facts[next]) }
@@ -152,9 +153,10 @@ public struct AppleStatusCheck: Sendable, Hashable {
                 }
             }
             guard !mayChange(statementSignedAt: s.signedAt, arrived: facts.lazy.filter { $0.position > s.position }),
-                  case .checked(let check) = Self.check(s, foldOfEverythingUpTo: fold) else { return nil }
-            if let check { out.append(check) }
+                  case .checked(let check) = Self.check(s, foldOfEverythingUpTo: fold) else { out = nil; break }
+            if let check { out?.append(check) }
         }
+        for fact in facts[next...] where fact.position > foldPosition { fold.apply(fact) }
         return out
     }
 

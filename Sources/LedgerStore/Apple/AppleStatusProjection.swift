@@ -21,7 +21,9 @@ enum AppleStatusProjection {
     /// Checks again the subscriptions the facts at `range` touch that hold a statement.
     /// `snapshots`: the append's fold snapshots, which answer a new statement's check without
     /// reading the subscription's history when they can (`checkFromSnapshots`).
-    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, snapshots: FoldSnapshots.Pinned? = nil, on connection: Connection) throws {
+    /// `own`: the folds this projection's passes left at their ranges' ends (`checkFromSnapshots`).
+    static func apply(_ range: ClosedRange<Int64>, next: Bool = false, snapshots: FoldSnapshots.Pinned? = nil, own: FoldSnapshots? = nil,
+                      on connection: Connection) throws {
         var touched: [SubscriptionKey] = []
         var stated: [SubscriptionKey] = []
         // A subscription with a statement in the range holds one: only the others are looked up.
@@ -48,25 +50,33 @@ enum AppleStatusProjection {
         guard !stated.isEmpty else { return }
         var rest = stated
         if let snapshots, !next {
-            rest = try checkFromSnapshots(stated, range: range, snapshots: snapshots, on: connection)
+            rest = try checkFromSnapshots(stated, range: range, snapshots: snapshots, own: own, on: connection)
         }
-        try recheck(rest.sorted(), range: range, next: next, on: connection)
+        try recheck(rest.sorted(), range: range, next: next, keep: next ? nil : own, on: connection)
     }
 
-    /// Checks the new statements of each of `keys` from the append's snapshot of its fold
-    /// instead of its whole history, where that is the same answer; returns the keys it could
-    /// not (they are read whole). The usual case — notifications that carry Apple's status,
-    /// each signed after everything the subscription knew — qualifies when:
-    /// - the snapshot, with the subscription's facts after it up to the range's end, is the fold
-    ///   of every fact up to there (a snapshot past the range's end only when no fact lies between:
-    ///   the reports' rule, ReportProjection.contributions);
+    /// Checks the new statements of each of `keys` from a fold of its history instead of the
+    /// history, where that is the same answer; returns the keys it could not (they are read
+    /// whole). The fold is the one this projection's last pass left (`own`, at or before the
+    /// range's start) or else the append's snapshot: a pass that lags the appends finds the
+    /// append's snapshot already past statements its range still brings, and then only its own
+    /// fold answers them. The usual case — notifications that carry Apple's status, each signed
+    /// after everything the subscription knew — qualifies when:
+    /// - the fold, with the subscription's facts after it up to the range's end, is the fold of
+    ///   every fact up to there (an append's snapshot past the range's end only when no fact lies
+    ///   between: the reports' rule, ReportProjection.contributions);
     /// - each statement the range brings is answered on the fold up to it
-    ///   (`AppleStatusCheck.checks(of:onto:foldPosition:facts:)`);
+    ///   (`AppleStatusCheck.checks(of:folding:from:through:)`);
     /// - no earlier statement's check can change: every fact the range brings is signed after the
     ///   latest earlier statement in the table (`AppleStatusCheck.mayChange`).
+    /// Every fold folded to the range's end is kept in `own` for the next pass, answered or not.
     static func checkFromSnapshots(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, snapshots: FoldSnapshots.Pinned,
-                                   on connection: Connection) throws -> [SubscriptionKey] {
+                                   own: FoldSnapshots? = nil, on connection: Connection) throws -> [SubscriptionKey] {
         var entries = snapshots.peek(keys)
+        for (key, kept) in own?.peek(keys) ?? [:] where kept.position < range.lowerBound {
+            if let live = entries[key], live.position < range.lowerBound, live.position > kept.position { continue }
+            entries[key] = kept
+        }
         guard !entries.isEmpty else { return keys }
         let started = entries.keys.sorted()
         let newer = try FactStore.facts(
@@ -81,19 +91,25 @@ enum AppleStatusProjection {
         }
         var rest = Set(keys)
         var checks: [AppleStatusCheck] = []
+        var kept: [SubscriptionKey: FoldSnapshots.Entry] = [:]
         for key in started {
             let facts = newer[key] ?? []
+            guard !facts.contains(where: { $0.position > range.upperBound || $0.origin == .wechat || $0.kind == .orderAlias }),
+                  var entry = entries.removeValue(forKey: key) else { continue }
             let arrived = facts.filter { range.contains($0.position) }
             let statements = arrived.filter { $0.kind == .appleStatus }
-            guard !statements.isEmpty,
-                  !facts.contains(where: { $0.position > range.upperBound || $0.origin == .wechat || $0.kind == .orderAlias }),
-                  !(earlier[key.text].map { AppleStatusCheck.mayChange(statementSignedAt: $0, arrived: arrived) } ?? false),
-                  let entry = entries.removeValue(forKey: key),
-                  let found = AppleStatusCheck.checks(of: statements, onto: entry.fold, foldPosition: entry.position, facts: facts)
+            let from = entry.position
+            let found = AppleStatusCheck.checks(of: statements, folding: &entry.fold, from: from, through: facts)
+            entry.facts += facts.count { $0.position > from }
+            entry.position = max(from, range.upperBound)
+            entry.walks = nil
+            kept[key] = entry
+            guard let found, !(earlier[key.text].map { AppleStatusCheck.mayChange(statementSignedAt: $0, arrived: arrived) } ?? false)
             else { continue }
             rest.remove(key)
             checks += found
         }
+        own?.store(kept, forget: [])
         snapshots.owner.countStatusChecks(snapshot: keys.count - rest.count, full: rest.count)
         try replace(checks, next: false, on: connection)
         return rest.sorted()
@@ -104,20 +120,27 @@ enum AppleStatusProjection {
     /// time); the table holds the checks as of the range's start (the checkpoint). Notifications
     /// arrive mostly in the order Apple signs them, so a pass checks the new statements alone
     /// instead of every statement of a subscription again (which grew with its history squared).
-    static func recheck(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, next: Bool, on connection: Connection) throws {
+    /// `keep`: where the folds of the histories read are kept for the next pass (`checkFromSnapshots`).
+    static func recheck(_ keys: [SubscriptionKey], range: ClosedRange<Int64>, next: Bool, keep: FoldSnapshots? = nil,
+                        on connection: Connection) throws {
         guard !keys.isEmpty else { return }
         for chunk in stride(from: 0, to: keys.count, by: recheckChunk) {
             let slice = Array(keys[chunk..<min(chunk + recheckChunk, keys.count)])
             let (attached, _) = try FactStore.facts(of: slice, upTo: range.upperBound, on: connection)
             var checks: [AppleStatusCheck] = []
+            var kept: [SubscriptionKey: FoldSnapshots.Entry] = [:]
             for key in slice {
                 let facts = attached[key] ?? []
+                if keep != nil, !facts.contains(where: { $0.origin == .wechat || $0.kind == .orderAlias }) {
+                    kept[key] = FoldSnapshots.Entry(fold: SubscriptionFold(key: key, facts: facts), position: range.upperBound, facts: facts.count)
+                }
                 let arrived = facts.filter { range.contains($0.position) }
                 let found = AppleStatusCheck.checks(key: key, facts: facts) { s in
                     range.contains(s.position) || AppleStatusCheck.mayChange(statementSignedAt: s.signedAt, arrived: arrived)
                 }
                 checks += found
             }
+            keep?.store(kept, forget: [])
             try replace(checks, next: next, on: connection)
         }
     }
@@ -190,13 +213,21 @@ struct AppleStatusChecksProjection: FoldsOntoSnapshots {
     var snapshots: FoldSnapshots? = nil
     /// The snapshots as they stood when this pass began (`forPass`).
     var pinned: FoldSnapshots.Pinned? = nil
+    /// The folds this projection's passes left at their ranges' ends, which the next pass starts
+    /// from when the append's snapshots already moved past its range (with the append's).
+    let own: FoldSnapshots?
     var names: [ProjectionName] { [.appleStatus] }
+
+    init(snapshots: FoldSnapshots? = nil) {
+        self.snapshots = snapshots
+        own = snapshots.map { FoldSnapshots(capacity: $0.capacity) }
+    }
     var isLive: Bool { false }
 
     func tables(of name: ProjectionName) -> [ProjectionTable] { name == .appleStatus ? [.appleStatusChecks] : [] }
 
     func apply(_ range: ClosedRange<Int64>, to names: Set<ProjectionName>, next: Bool, on connection: Connection) throws -> Int {
-        try AppleStatusProjection.apply(range, next: next, snapshots: passSnapshots, on: connection)
+        try AppleStatusProjection.apply(range, next: next, snapshots: passSnapshots, own: own, on: connection)
         return 0
     }
 
