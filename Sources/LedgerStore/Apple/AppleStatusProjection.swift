@@ -218,9 +218,11 @@ struct AppleStatusChecksProjection: FoldsOntoSnapshots {
     let own: FoldSnapshots?
     var names: [ProjectionName] { [.appleStatus] }
 
+    /// Half the append's capacity: these folds mostly share their facts with the append's
+    /// snapshots they started from, and only subscriptions with statements in recent passes need one.
     init(snapshots: FoldSnapshots? = nil) {
         self.snapshots = snapshots
-        own = snapshots.map { FoldSnapshots(capacity: $0.capacity) }
+        own = snapshots.map { FoldSnapshots(capacity: $0.capacity / 2) }
     }
     var isLive: Bool { false }
 
