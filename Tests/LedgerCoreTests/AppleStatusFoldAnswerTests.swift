@@ -8,15 +8,22 @@ import XCTest
 /// checked on the fold of everything recorded up to it. Where it answers, the answer must be the
 /// oracle's; where a fact signed later is folded, it must decline, and both must occur.
 final class AppleStatusFoldAnswerTests: XCTestCase {
+    /// Customer `customer`'s lifecycle: its key and its notifications, shuffled (by a generator
+    /// seeded from the lifecycle and `salt`, returned for the test's own draws) when `shuffled`.
+    private func deliveries(_ generator: LifecycleGenerator, _ customer: Int, shuffled: Bool, salt: UInt64)
+        -> (key: SubscriptionKey, notifications: [SimulatedNotification], rng: SplitMix64) {
+        let life = generator.lifecycle(customerIndex: customer)
+        var delivered = life.notifications
+        var rng = SplitMix64(seed: life.seed ^ salt)
+        if shuffled { delivered.shuffle(using: &rng) }
+        return (SubscriptionKey(environment: generator.environment, originalTransactionId: life.originalTransactionId), delivered, rng)
+    }
+
     func testAnswersOnTheFoldEqualTheCheckOfTheFactsSignedByThen() throws {
         let generator = LifecycleGenerator(customers: 150, days: 540, start: 1_735_689_600_000, seed: 0xF01D)
         var answered = 0, declined = 0, differing: [String] = []
         for customer in 0..<generator.customers {
-            let life = generator.lifecycle(customerIndex: customer)
-            let key = SubscriptionKey(environment: generator.environment, originalTransactionId: life.originalTransactionId)
-            var delivered = life.notifications
-            var rng = SplitMix64(seed: life.seed ^ 0x5A7E)
-            if customer % 2 == 1 { delivered.shuffle(using: &rng) }
+            let (key, delivered, _) = deliveries(generator, customer, shuffled: customer % 2 == 1, salt: 0x5A7E)
             var facts: [Fact] = []
             var fold = SubscriptionFold(key: key, facts: [], catalogPeriods: ["com.example.monthly": 30 * 86_400_000])
             for (i, n) in delivered.enumerated() {
@@ -51,11 +58,7 @@ final class AppleStatusFoldAnswerTests: XCTestCase {
         let generator = LifecycleGenerator(customers: 120, days: 540, start: 1_735_689_600_000, seed: 0xF02D)
         var answered = 0, declined = 0, several = 0, differing: [String] = []
         for customer in 0..<generator.customers {
-            let life = generator.lifecycle(customerIndex: customer)
-            let key = SubscriptionKey(environment: generator.environment, originalTransactionId: life.originalTransactionId)
-            var delivered = life.notifications
-            var rng = SplitMix64(seed: life.seed ^ 0x5A7F)
-            if customer % 3 == 1 { delivered.shuffle(using: &rng) }
+            var (key, delivered, rng) = deliveries(generator, customer, shuffled: customer % 3 == 1, salt: 0x5A7F)
             // Every fourth notification states no status (a V1 one, or one without renewal info):
             // its facts follow statements without a statement of their own to decline.
             let facts = try delivered.enumerated().flatMap { i, n in
@@ -102,10 +105,9 @@ final class AppleStatusFoldAnswerTests: XCTestCase {
         let generator = LifecycleGenerator(customers: 60, days: 540, start: 1_735_689_600_000, seed: 0xF03D)
         var biting = 0, answered = 0, differing: [String] = []
         for customer in 0..<generator.customers {
-            let life = generator.lifecycle(customerIndex: customer)
-            let key = SubscriptionKey(environment: generator.environment, originalTransactionId: life.originalTransactionId)
-            for late in life.notifications.indices.dropLast() {
-                var delivered = Array(life.notifications.prefix(late + 2))
+            let (key, notifications, _) = deliveries(generator, customer, shuffled: false, salt: 0)
+            for late in notifications.indices.dropLast() {
+                var delivered = Array(notifications.prefix(late + 2))
                 delivered.swapAt(late, late + 1)
                 let facts = try delivered.enumerated().flatMap { i, n in
                     try n.facts(position: Int64(i + 1), recordedAt: n.deliveredAt).filter { i != late + 1 || $0.kind != .appleStatus }
